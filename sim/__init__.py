@@ -1,0 +1,1 @@
+"""NumPy float16 simulation testbed for loss-scaling policies (no nnabla import)."""

@@ -1,0 +1,43 @@
+"""Dynamic loss scaling for nnabla float16 training.
+
+The policies import with NumPy alone; the nnabla driver, context helpers, communicator and
+checkpoint helpers load lazily on first use, so ``import updater.policy`` never imports nnabla.
+"""
+
+import importlib
+
+from .policy import (
+    DynamicScale,
+    HeadroomScale,
+    NnablaLegacy,
+    ScaleState,
+    StaticScale,
+    policy_from_dict,
+)
+
+_LAZY = {
+    "DynamicLossScalingUpdater": "updater.updater",
+    "NonFiniteGradientsError": "updater.updater",
+    "StepRecord": "updater.updater",
+    "GradientRecorder": "updater.updater",
+    "get_context": "updater.context",
+    "MPICommunicator": "updater.comm",
+    "save_checkpoint": "updater.checkpoint",
+    "load_checkpoint": "updater.checkpoint",
+}
+
+__all__ = [
+    "DynamicScale",
+    "HeadroomScale",
+    "NnablaLegacy",
+    "ScaleState",
+    "StaticScale",
+    "policy_from_dict",
+    *_LAZY,
+]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'updater' has no attribute {name!r}")

@@ -1,0 +1,360 @@
+"""Loss-scaling policies: pure state machines shared by the nnabla updater and the simulator.
+
+A policy is a frozen dataclass of settings. Its state is a :class:`ScaleState` of three fields.
+``update`` uses only elementwise NumPy operations, so the same call advances one run (scalars) or
+many runs at once (arrays of equal shape). No module here imports nnabla.
+
+Example:
+    >>> p = DynamicScale(init_scale=8.0, growth_interval=2)
+    >>> s = p.init()
+    >>> s = p.update(s, True); float(s.scale)
+    8.0
+    >>> s = p.update(s, True); float(s.scale)
+    16.0
+    >>> s = p.update(s, False); float(s.scale)
+    8.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, Dict, NamedTuple
+
+import numpy as np
+
+FP16_MAX = 65504.0
+"""Largest finite float16 value."""
+
+
+class ScaleState(NamedTuple):
+    """State of one run (scalars) or many runs (arrays of one shape).
+
+    Attributes:
+        scale: the loss scale to use for the next step (float64).
+        good_steps: consecutive finite steps since the last growth or overflow (int64).
+        hysteresis_left: overflows still tolerated before the next backoff, in [1, hysteresis]
+            (int64; always 1 for policies without hysteresis).
+    """
+
+    scale: Any
+    good_steps: Any
+    hysteresis_left: Any
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"scale", "good_steps", "hysteresis_left"}`` as Python numbers or lists."""
+        return {k: np.asarray(v).tolist() for k, v in self._asdict().items()}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ScaleState:
+        """Rebuild a state from :meth:`to_dict` output; raises ``KeyError`` naming a missing key."""
+        missing = [k for k in cls._fields if k not in d]
+        if missing:
+            raise KeyError(f"scale state dict is missing keys {missing}; expected {cls._fields}")
+        return _make_state(d["scale"], d["good_steps"], d["hysteresis_left"])
+
+
+def _make_state(scale, good_steps, hysteresis_left) -> ScaleState:
+    return ScaleState(
+        np.asarray(scale, dtype=np.float64),
+        np.asarray(good_steps, dtype=np.int64),
+        np.asarray(hysteresis_left, dtype=np.int64),
+    )
+
+
+# ---------------------------------------------------------------- validation helpers
+
+
+def _positive_finite(name: str, value, hint: str = "") -> None:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}{hint}")
+
+
+def _int_at_least(name: str, value, low: int) -> None:
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _growth(name: str, value) -> None:
+    _positive_finite(name, value)
+    if value <= 1:
+        raise ValueError(
+            f"{name} must be > 1 (it multiplies the scale on growth), got {value!r}; "
+            "a factor below 1 would invert the dynamics"
+        )
+
+
+def _backoff(name: str, value) -> None:
+    _positive_finite(name, value)
+    if value >= 1:
+        raise ValueError(
+            f"{name} must be in (0, 1) (it multiplies the scale on overflow), got {value!r}; "
+            f"did you mean {1 / value!r}?"
+        )
+
+
+def _bounds(init_name: str, init, min_scale, max_scale) -> None:
+    _positive_finite("min_scale", min_scale)
+    _positive_finite("max_scale", max_scale)
+    _positive_finite(init_name, init)
+    if not min_scale <= init <= max_scale:
+        raise ValueError(
+            f"need 0 < min_scale <= {init_name} <= max_scale, got min_scale={min_scale!r}, "
+            f"{init_name}={init!r}, max_scale={max_scale!r}"
+        )
+
+
+def _finite_flags(grads_finite) -> np.ndarray:
+    return np.asarray(grads_finite, dtype=bool)
+
+
+# ---------------------------------------------------------------- policies
+
+
+class _Policy:
+    """Shared plumbing: settings dict, state dict and the ``needs_grad_absmax`` flag."""
+
+    needs_grad_absmax: ClassVar[bool] = False
+
+    def settings(self) -> Dict[str, Any]:
+        """Return the settings as a plain dict of Python numbers."""
+        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in asdict(self).items()}
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Return ``{"policy": class name, **settings}``; :func:`policy_from_dict` inverts it."""
+        return {"policy": type(self).__name__, **self.settings()}
+
+    def init(self, shape=()) -> ScaleState:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+        raise NotImplementedError  # pragma: no cover - overridden
+
+
+@dataclass(frozen=True)
+class StaticScale(_Policy):
+    """A fixed loss scale: every step uses ``scale``; overflows only skip the step.
+
+    Args:
+        scale (float, default 1.0): the loss scale, finite and > 0.
+    """
+
+    scale: float = 1.0
+
+    def __post_init__(self):
+        _positive_finite("scale", self.scale)
+
+    def init(self, shape=()) -> ScaleState:
+        """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
+        return _make_state(np.full(shape, self.scale), np.zeros(shape), np.ones(shape))
+
+    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+        """Return the next state: the scale never changes; ``good_steps`` counts finite steps
+        since the last overflow."""
+        finite = _finite_flags(grads_finite)
+        good = np.where(finite, state.good_steps + 1, 0)
+        return _make_state(np.broadcast_to(state.scale, good.shape), good, state.hysteresis_left)
+
+
+@dataclass(frozen=True)
+class DynamicScale(_Policy):
+    """Grow the scale after a run of finite steps, back it off after overflows.
+
+    Rules (one sentence each):
+
+    - The scale grows by ``growth_factor`` (capped at ``max_scale``) on the
+      ``growth_interval``-th consecutive finite step; ``good_steps`` resets on growth and on
+      every overflow.
+    - With ``hysteresis=h``, only the h-th overflow since the last growth or backoff lowers the
+      scale, by ``backoff_factor`` (floored at ``min_scale``); ``hysteresis_left`` starts at h,
+      drops by one on each overflow, and refills to h on growth and on backoff (finite steps
+      alone do not refill it).
+
+    Args:
+        init_scale (float, default 2**10): starting scale, in [min_scale, max_scale].
+        growth_factor (float, default 2.0): multiplier on growth, > 1.
+        backoff_factor (float, default 0.5): multiplier on backoff, in (0, 1).
+        growth_interval (int, default 1000): finite steps needed to grow, >= 1.
+        min_scale (float, default 1.0): floor, finite and > 0.
+        max_scale (float, default 2**15): cap, finite; 2**15 is the largest power of two a
+            float16 backward seed can hold (nnabla's half mode seeds backward in float16).
+        hysteresis (int, default 1): overflows needed to back off, >= 1.
+    """
+
+    init_scale: float = 2.0**10
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 1000
+    min_scale: float = 1.0
+    max_scale: float = 2.0**15
+    hysteresis: int = 1
+
+    def __post_init__(self):
+        _growth("growth_factor", self.growth_factor)
+        _backoff("backoff_factor", self.backoff_factor)
+        _int_at_least("growth_interval", self.growth_interval, 1)
+        _int_at_least("hysteresis", self.hysteresis, 1)
+        _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
+
+    def init(self, shape=()) -> ScaleState:
+        """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
+        return _make_state(
+            np.full(shape, self.init_scale), np.zeros(shape), np.full(shape, self.hysteresis)
+        )
+
+    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+        """Return the state after one step whose gradients were finite or not."""
+        finite = _finite_flags(grads_finite)
+        scale, good, hyst = state
+        good_next = good + 1
+        grow = finite & (good_next >= self.growth_interval)
+        back = ~finite & (hyst <= 1)
+        grown = np.minimum(scale * self.growth_factor, self.max_scale)
+        shrunk = np.maximum(scale * self.backoff_factor, self.min_scale)
+        new_scale = np.where(grow, grown, np.where(back, shrunk, scale))
+        new_good = np.where(finite & ~grow, good_next, 0)
+        new_hyst = np.where(grow | back, self.hysteresis, np.where(finite, hyst, hyst - 1))
+        return _make_state(new_scale, new_good, new_hyst)
+
+
+@dataclass(frozen=True)
+class NnablaLegacy(_Policy):
+    """nnabla's experimental updater's exact scale dynamics, for comparison only.
+
+    The first growth comes after ``N + 2`` finite steps and then every ``N + 1`` (the old code
+    grows when its counter exceeds ``N`` and increments it after the check); each overflow
+    divides the scale by ``scaling_factor`` and restarts the count. No floor and no cap, as in
+    the original: repeated overflows drive the scale to 0.0.
+
+    Args:
+        scale (float, default 8.0): starting scale, finite and > 0.
+        scaling_factor (float, default 2.0): growth multiplier and backoff divisor, > 1.
+        N (int, default 2000): the documented growth interval, >= 1.
+    """
+
+    scale: float = 8.0
+    scaling_factor: float = 2.0
+    N: int = 2000
+
+    def __post_init__(self):
+        _positive_finite("scale", self.scale)
+        _growth("scaling_factor", self.scaling_factor)
+        _int_at_least("N", self.N, 1)
+
+    def init(self, shape=()) -> ScaleState:
+        """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
+        return _make_state(np.full(shape, self.scale), np.zeros(shape), np.ones(shape))
+
+    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+        """Return the state after one step, exactly as the old updater changes it."""
+        finite = _finite_flags(grads_finite)
+        scale, counter, hyst = state
+        grow = finite & (counter > self.N)
+        new_scale = np.where(
+            finite,
+            np.where(grow, scale * self.scaling_factor, scale),
+            scale / self.scaling_factor,
+        )
+        new_counter = np.where(finite, np.where(grow, 0, counter) + 1, 0)
+        return _make_state(new_scale, new_counter, np.broadcast_to(hyst, new_counter.shape))
+
+
+@dataclass(frozen=True)
+class HeadroomScale(_Policy):
+    """Jump to the largest power-of-two scale that leaves ``margin`` headroom below float16's max.
+
+    Rules: on a finite step with measured largest scaled gradient ``a > 0`` at scale ``s``, the
+    next scale is the largest power of two ``t`` with ``t * (a / s) * margin <= 65504``, clipped
+    to ``[min_scale, max_scale]``; on a finite step with ``a == 0`` (no signal) the scale grows by
+    ``growth_factor`` (capped); on overflow the scale is multiplied by ``backoff_factor``
+    (floored). ``good_steps`` counts finite steps since the last overflow.
+
+    Args:
+        init_scale (float, default 2**10): starting scale, in [min_scale, max_scale].
+        margin (float, default 2.0): headroom factor >= 1 kept between the largest scaled
+            gradient and 65504.
+        backoff_factor (float, default 2**-8): multiplier on overflow, in (0, 1); large jumps
+            down are cheap because the next finite step jumps straight back up.
+        growth_factor (float, default 2.0): multiplier when no gradient is nonzero, > 1.
+        min_scale (float, default 1.0): floor, finite and > 0.
+        max_scale (float, default 2**15): cap, finite.
+    """
+
+    needs_grad_absmax: ClassVar[bool] = True
+
+    init_scale: float = 2.0**10
+    margin: float = 2.0
+    backoff_factor: float = 2.0**-8
+    growth_factor: float = 2.0
+    min_scale: float = 1.0
+    max_scale: float = 2.0**15
+
+    def __post_init__(self):
+        _positive_finite("margin", self.margin)
+        if self.margin < 1:
+            raise ValueError(f"margin must be >= 1, got {self.margin!r}")
+        _backoff("backoff_factor", self.backoff_factor)
+        _growth("growth_factor", self.growth_factor)
+        _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
+
+    def init(self, shape=()) -> ScaleState:
+        """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
+        return _make_state(np.full(shape, self.init_scale), np.zeros(shape), np.ones(shape))
+
+    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+        """Return the state after one step; ``grad_absmax`` is the largest |scaled gradient|."""
+        if grad_absmax is None:
+            raise ValueError(
+                "HeadroomScale.update needs grad_absmax (the largest absolute scaled gradient "
+                "of the step), got None"
+            )
+        finite = _finite_flags(grads_finite)
+        scale, good, hyst = state
+        absmax = np.asarray(grad_absmax, dtype=np.float64)
+        usable = finite & np.isfinite(absmax) & (absmax > 0)
+        safe_absmax = np.where(usable, absmax, 1.0)
+        target = largest_safe_scale(safe_absmax / scale, self.margin)
+        moved = np.where(usable, target, scale * self.growth_factor)
+        shrunk = scale * self.backoff_factor
+        new_scale = np.clip(np.where(finite, moved, shrunk), self.min_scale, self.max_scale)
+        new_good = np.where(finite, good + 1, 0)
+        return _make_state(new_scale, new_good, np.broadcast_to(hyst, new_good.shape))
+
+
+POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}
+
+
+def policy_from_dict(d: Dict[str, Any]):
+    """Rebuild a policy from its :meth:`state_dict` (``{"policy": name, **settings}``)."""
+    d = dict(d)
+    name = d.pop("policy", None)
+    if name not in POLICIES:
+        raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {name!r}")
+    cls = POLICIES[name]
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown settings {unknown} for {name}; accepted: {sorted(known)}")
+    return cls(**d)
+
+
+def index_state(state: ScaleState, index) -> ScaleState:
+    """Return the sub-state at ``index`` of a vectorized state."""
+    return _make_state(*(np.asarray(f)[index] for f in state))
+
+
+def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):
+    """Largest power of two ``s`` with ``s * grad_absmax_unscaled * margin <= 65504``.
+
+    Args:
+        grad_absmax_unscaled (float or array, > 0): largest |gradient| at scale 1.
+        margin (float, default 1.0): extra headroom factor, >= 1.
+
+    >>> float(largest_safe_scale(1.0))
+    32768.0
+    """
+    a = np.asarray(grad_absmax_unscaled, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.exp2(np.floor(np.log2(FP16_MAX / (a * margin))))
