@@ -211,7 +211,8 @@ class DynamicScale(_Policy):
         good_next = good + 1
         grow = finite & (good_next >= self.growth_interval)
         back = ~finite & (hyst <= 1)
-        grown = np.minimum(scale * self.growth_factor, self.max_scale)
+        with np.errstate(over="ignore"):  # an inf product is capped by max_scale below
+            grown = np.minimum(scale * self.growth_factor, self.max_scale)
         shrunk = np.maximum(scale * self.backoff_factor, self.min_scale)
         new_scale = np.where(grow, grown, np.where(back, shrunk, scale))
         new_good = np.where(finite & ~grow, good_next, 0)
@@ -316,7 +317,8 @@ class HeadroomScale(_Policy):
         usable = finite & np.isfinite(absmax) & (absmax > 0)
         safe_absmax = np.where(usable, absmax, 1.0)
         target = largest_safe_scale(safe_absmax / scale, self.margin)
-        moved = np.where(usable, target, scale * self.growth_factor)
+        with np.errstate(over="ignore"):  # an inf product is capped by max_scale below
+            moved = np.where(usable, target, scale * self.growth_factor)
         shrunk = scale * self.backoff_factor
         new_scale = np.clip(np.where(finite, moved, shrunk), self.min_scale, self.max_scale)
         new_good = np.where(finite, good + 1, 0)
@@ -356,5 +358,5 @@ def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):
     32768.0
     """
     a = np.asarray(grad_absmax_unscaled, dtype=np.float64)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):  # 0 -> inf, clipped by callers
         return np.exp2(np.floor(np.log2(FP16_MAX / (a * margin))))
