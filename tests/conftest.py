@@ -4,7 +4,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("default", max_examples=50, deadline=None)
+settings.register_profile(
+    "default", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile(
     "ci",
     max_examples=300,
