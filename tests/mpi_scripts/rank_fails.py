@@ -1,0 +1,27 @@
+"""One rank raises while the others wait in a collective; the job must end, not hang.
+
+Usage: mpiexec -n N python rank_fails.py OUTDIR
+With abort_on_exception() installed, the failing rank's unhandled exception calls MPI_Abort,
+which ends every rank and makes mpiexec exit non-zero.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import nnabla as nn
+import numpy as np
+
+from updater.comm import MPICommunicator, abort_on_exception
+
+abort_on_exception()
+out_dir = Path(sys.argv[1])
+comm = MPICommunicator()
+grad = nn.NdArray.from_numpy_array(np.ones(8, np.float32))
+comm.all_reduce(grad)  # every rank gets here
+(out_dir / f"rank{comm.rank}.started").write_text("")
+if comm.rank == comm.size - 1:
+    time.sleep(0.2)
+    raise RuntimeError("simulated failure on the last rank")
+comm.all_reduce(grad)  # the others wait here for a rank that never comes
+(out_dir / f"rank{comm.rank}.finished").write_text("")
