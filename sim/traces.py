@@ -232,7 +232,7 @@ def _lognormal_counts(means, log2_std, tail_z, steps, values_per_step, zero_shar
 def lognormal_trace(
     steps: int = 10000,
     values_per_step: int = 2**16,
-    log2_mean: float = -12.0,
+    log2_mean: float = -12.5,
     log2_std: float = 5.0,
     tail_z: float = 3.0,
     zero_share: float = 0.0,
@@ -241,14 +241,14 @@ def lognormal_trace(
 ) -> Trace:
     """Stationary family: every step draws ``log2|g|`` from one (upper-truncated) normal.
 
-    With the defaults the largest magnitude is 2**3, so the largest safe power-of-two scale is
-    2**12 (below the usual cap 2**15, so overflows happen), and 0.47% of nonzero values flush
-    to zero at scale 1 (0.07% at scale 8, none to speak of at 2**12).
+    With the defaults the largest magnitude is 2**2.5, so the largest safe power-of-two scale is
+    2**13 (below the usual cap 2**15, so overflows happen), and 0.62% of nonzero values flush
+    to zero at scale 1 (0.1% at scale 8, none to speak of at 2**13).
 
     Args:
         steps (int, default 10000): number of steps, >= 1.
         values_per_step (int, default 2**16): gradient values per step, >= 1.
-        log2_mean (float, default -12.0): mean of ``log2|g|``, in [-70, 30].
+        log2_mean (float, default -12.5): mean of ``log2|g|``, in [-70, 30].
         log2_std (float, default 5.0): standard deviation of ``log2|g|``, in [0.001, 40].
         tail_z (float, default 3.0): upper cut in standard deviations, in [0.1, 40].
         zero_share (float, default 0.0): probability that a value is exactly zero, in [0, 1].
@@ -269,8 +269,8 @@ def lognormal_trace(
 def drifting_trace(
     steps: int = 10000,
     values_per_step: int = 2**16,
-    log2_mean_start: float = -12.0,
-    log2_mean_end: float = -26.0,
+    log2_mean_start: float = -12.5,
+    log2_mean_end: float = -26.5,
     log2_std: float = 5.0,
     tail_z: float = 3.0,
     zero_share: float = 0.0,
@@ -280,15 +280,15 @@ def drifting_trace(
     """Drifting family: magnitudes shrink over training (late-training underflow).
 
     The mean of ``log2|g|`` moves linearly from ``log2_mean_start`` to ``log2_mean_end`` (so
-    magnitudes shrink geometrically); with the defaults the largest safe scale climbs from 2**12
-    to 2**26 (past the usual cap 2**15 after a fifth of the steps) and, at scale 8, 34% of the
-    nonzero values flush to zero by the end (0.26% at 2**15).
+    magnitudes shrink geometrically); with the defaults the largest safe scale climbs from 2**13
+    to 2**27 (past the usual cap 2**15 after a tenth of the steps) and, at scale 8, 38% of the
+    nonzero values flush to zero by the end (0.35% at 2**15).
 
     Args:
         steps (int, default 10000): number of steps, >= 1.
         values_per_step (int, default 2**16): gradient values per step, >= 1.
-        log2_mean_start (float, default -12.0): mean of ``log2|g|`` at the first step.
-        log2_mean_end (float, default -26.0): mean of ``log2|g|`` at the last step.
+        log2_mean_start (float, default -12.5): mean of ``log2|g|`` at the first step.
+        log2_mean_end (float, default -26.5): mean of ``log2|g|`` at the last step.
         log2_std (float, default 5.0): standard deviation of ``log2|g|``, in [0.001, 40].
         tail_z (float, default 3.0): upper cut in standard deviations, in [0.1, 40].
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
@@ -308,7 +308,7 @@ def drifting_trace(
 def spiky_trace(
     steps: int = 10000,
     values_per_step: int = 2**16,
-    log2_mean: float = -12.0,
+    log2_mean: float = -12.5,
     log2_std: float = 5.0,
     tail_z: float = 3.0,
     spike_prob: float = 0.002,
@@ -323,12 +323,12 @@ def spiky_trace(
     On a spike step (probability ``spike_prob``, independently per step) the ``spike_values``
     largest magnitudes are multiplied by ``2**spike_log2_factor``: their binades move up by
     exactly that many bins and ``absmax`` is multiplied by the same factor; the rest of the
-    step is unchanged. With the defaults a spike overflows at any scale of 2**2 or more.
+    step is unchanged. With the defaults a spike overflows at any scale of 2**4 or more.
 
     Args:
         steps (int, default 10000): number of steps, >= 1.
         values_per_step (int, default 2**16): gradient values per step, >= 1.
-        log2_mean (float, default -12.0): mean of ``log2|g|``.
+        log2_mean (float, default -12.5): mean of ``log2|g|``.
         log2_std (float, default 5.0): standard deviation of ``log2|g|``.
         tail_z (float, default 3.0): upper cut in standard deviations.
         spike_prob (float, default 0.002): chance that a step spikes, in [0, 1].
@@ -368,7 +368,7 @@ def spiky_trace(
 def nan_trace(
     steps: int = 10000,
     values_per_step: int = 2**16,
-    log2_mean: float = -12.0,
+    log2_mean: float = -12.5,
     log2_std: float = 5.0,
     tail_z: float = 3.0,
     nan_prob: float = 0.002,
@@ -384,7 +384,7 @@ def nan_trace(
     Args:
         steps (int, default 10000): number of steps, >= 1.
         values_per_step (int, default 2**16): gradient values per step, >= 1.
-        log2_mean (float, default -12.0): mean of ``log2|g|``.
+        log2_mean (float, default -12.5): mean of ``log2|g|``.
         log2_std (float, default 5.0): standard deviation of ``log2|g|``.
         tail_z (float, default 3.0): upper cut in standard deviations.
         nan_prob (float, default 0.002): chance that a step is a NaN batch, in [0, 1].

@@ -164,6 +164,7 @@ def test_dynamic_closed_form_unbounded(flags, interval):
         growth_interval=interval,
         min_scale=2.0**-100,
         max_scale=2.0**100,
+        hysteresis=1,
     )
     states = run(p, flags)
     growths = overflows = run_len = 0

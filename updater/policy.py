@@ -173,23 +173,25 @@ class DynamicScale(_Policy):
       alone do not refill it).
 
     Args:
-        init_scale (float, default 2**10): starting scale, in [min_scale, max_scale].
+        init_scale (float, default 2**15): starting scale, in [min_scale, max_scale]; starting
+            high costs a few skipped steps, starting low costs thousands of underflowing steps
+            (see reports/README.md).
         growth_factor (float, default 2.0): multiplier on growth, > 1.
         backoff_factor (float, default 0.5): multiplier on backoff, in (0, 1).
-        growth_interval (int, default 1000): finite steps needed to grow, >= 1.
+        growth_interval (int, default 2000): finite steps needed to grow, >= 1.
         min_scale (float, default 1.0): floor, finite and > 0.
         max_scale (float, default 2**15): cap, finite; 2**15 is the largest power of two a
             float16 backward seed can hold (nnabla's half mode seeds backward in float16).
-        hysteresis (int, default 1): overflows needed to back off, >= 1.
+        hysteresis (int, default 2): overflows needed to back off, >= 1.
     """
 
-    init_scale: float = 2.0**10
+    init_scale: float = 2.0**15
     growth_factor: float = 2.0
     backoff_factor: float = 0.5
-    growth_interval: int = 1000
+    growth_interval: int = 2000
     min_scale: float = 1.0
     max_scale: float = 2.0**15
-    hysteresis: int = 1
+    hysteresis: int = 2
 
     def __post_init__(self):
         _growth("growth_factor", self.growth_factor)
@@ -275,7 +277,8 @@ class HeadroomScale(_Policy):
     Args:
         init_scale (float, default 2**10): starting scale, in [min_scale, max_scale].
         margin (float, default 2.0): headroom factor >= 1 kept between the largest scaled
-            gradient and 65504.
+            gradient and 65504; 2 lands within a factor 2 of the largest safe scale, 4 skips
+            fewer steps when the gradient size jumps a lot from step to step.
         backoff_factor (float, default 2**-8): multiplier on overflow, in (0, 1); large jumps
             down are cheap because the next finite step jumps straight back up.
         growth_factor (float, default 2.0): multiplier when no gradient is nonzero, > 1.

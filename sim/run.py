@@ -1,0 +1,567 @@
+"""Run loss-scaling policies over gradient traces: many runs at once, trajectories and metrics.
+
+The simulator uses the same policy objects as the nnabla updater (:mod:`updater.policy`). One
+call advances K runs together: the policy's state holds arrays of shape ``(K,)``.
+
+Step rule (what the real updater sees). At step ``t`` run ``r`` uses the scale ``s`` held in its
+state. The step's gradients, scaled, have largest magnitude ``a = absmax[t] * f[t, r] * s``,
+where ``f`` is the run's jitter factor (below). The step overflows iff ``a >= 65520`` (the
+float16 cast rounds 65520 and above to inf); it is skipped iff it overflows or the trace marks it
+non-finite (a bad batch, whatever the scale). The policy is then advanced with
+``grads_finite = not skipped`` and ``grad_absmax = a`` (the largest scaled gradient, as the
+updater measures it before unscaling).
+
+Seeds (why many runs differ). Run ``r`` multiplies every gradient of step ``t`` by
+``f[t, r] = 2 ** (jitter * z[t, r])`` with ``z`` standard normal from
+``numpy.random.default_rng(seed)``: batch-to-batch variation of the gradient's overall size on
+top of the trace. With ``jitter=0`` every run sees the trace exactly and all runs are equal.
+
+Underflow share (binade approximation). A trace stores counts per binade ``e`` (values in
+``[2**e, 2**(e+1))``). At a power-of-two effective scale ``2**k`` binade ``e`` moves to
+``e + k`` and is counted as flushed iff ``e + k <= -26``; binade -25 is counted as surviving
+(float16 rounds (2**-25, 2**-24) up to 2**-24; only the exact tie 2**-25 flushes, ignored here).
+For an effective scale ``2**x`` that is not a power of two (jitter, or scales such as 3.0) the
+share is interpolated linearly in ``x`` between ``floor(x)`` and ``floor(x) + 1``, which is exact
+when values are log-uniform inside each binade. The share counts only nonzero finite values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from sim.traces import EXP_MIN, NBINS, Trace
+from updater.policy import (
+    DynamicScale,
+    HeadroomScale,
+    NnablaLegacy,
+    StaticScale,
+    largest_safe_scale,
+)
+
+FP16_OVERFLOW = 65520.0
+"""Smallest magnitude that float16 rounds to inf."""
+
+PRESETS = {
+    "nnabla-legacy": NnablaLegacy(scale=8.0, scaling_factor=2.0, N=2000),
+    "pytorch": DynamicScale(
+        init_scale=2.0**15,
+        growth_factor=2.0,
+        backoff_factor=0.5,
+        growth_interval=2000,
+        min_scale=2.0**-24,
+        max_scale=2.0**15,
+    ),
+    "deepspeed": DynamicScale(
+        init_scale=2.0**15,
+        growth_factor=2.0,
+        backoff_factor=0.5,
+        growth_interval=1000,
+        min_scale=1.0,
+        max_scale=2.0**15,
+        hysteresis=2,
+    ),
+    "dynamic": DynamicScale(),
+    "headroom": HeadroomScale(),
+    "static": StaticScale(1.0),
+}
+"""Named policies. ``pytorch``: GradScaler's 2**16 start capped to 2**15 (the largest power of
+two a float16 backward seed holds), x2 / x0.5 / 2000 and no floor (min_scale 2**-24).
+``deepspeed``: hysteresis 2, min scale 1, window 1000, same capped start. ``dynamic`` and
+``headroom``: the project's defaults. ``nnabla-legacy``: the old updater (start 8, N=2000)."""
+
+METRICS = (
+    "overflows",
+    "skipped",
+    "mean_flushed",
+    "signal_lost",
+    "steps_to_safe",
+    "below_half_safe",
+    "final_scale",
+)
+"""Per-run metric names in :attr:`RunResult.metrics`."""
+
+
+@dataclass
+class RunResult:
+    """Trajectories and per-run metrics of one policy over one trace.
+
+    Attributes:
+        label (str): the policy's label (preset name or class name).
+        policy: the policy object.
+        trace_name (str): the trace's name.
+        scale (float64 array (steps, runs)): the scale used at each step.
+        overflow (bool array (steps, runs)): the scaled gradients overflowed (``a >= 65520``).
+        skipped (bool array (steps, runs)): the step was skipped (overflow or bad batch).
+        safe_scale (float64 array (steps, runs)): largest power of two ``s`` with
+            ``s * unscaled absmax <= 65504`` (capped at the policy's ``max_scale`` if it has one).
+        flushed (float64 array (steps, runs)): share of nonzero values flushed at that scale.
+        final_scale (float64 array (runs,)): the scale after the last step.
+        metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
+    """
+
+    label: str
+    policy: Any
+    trace_name: str
+    scale: np.ndarray
+    overflow: np.ndarray
+    skipped: np.ndarray
+    safe_scale: np.ndarray
+    flushed: np.ndarray
+    final_scale: np.ndarray
+    metrics: Dict[str, np.ndarray]
+
+    @property
+    def steps(self) -> int:
+        """Number of steps."""
+        return int(self.scale.shape[0])
+
+    @property
+    def runs(self) -> int:
+        """Number of runs."""
+        return int(self.scale.shape[1])
+
+    def summary(self) -> Dict[str, Any]:
+        """One row of run-averaged metrics (see :func:`summarize`)."""
+        return summarize(self.metrics, self.steps, label=self.label, trace=self.trace_name)
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _check_runs_seed_jitter(runs, seed, jitter) -> None:
+    for name, value, low in (("runs", runs, 1), ("seed", seed, 0)):
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        if not ok or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    ok = isinstance(jitter, (int, float, np.integer, np.floating)) and not isinstance(jitter, bool)
+    if not ok or not math.isfinite(jitter) or not 0 <= jitter <= 8:
+        raise ValueError(f"jitter must be a number in [0, 8] (log2 units), got {jitter!r}")
+
+
+def _check_trace(trace) -> None:
+    if not isinstance(trace, Trace):
+        raise TypeError(f"trace must be a sim.traces.Trace, got {type(trace).__name__}")
+
+
+def _check_policy(policy) -> None:
+    if not (hasattr(policy, "init") and hasattr(policy, "update")):
+        raise TypeError(
+            f"policy must be a policy from updater.policy (with init/update), got {policy!r}"
+        )
+
+
+def policy_label(policy) -> str:
+    """The preset name of ``policy`` if it equals one, else its class name."""
+    for name, preset in PRESETS.items():
+        if preset == policy:
+            return name
+    return type(policy).__name__
+
+
+def jitter_factors(steps: int, runs: int, seed: int = 0, jitter: float = 0.25) -> np.ndarray:
+    """Per-(step, run) gradient size factors ``2 ** (jitter * z)``, z standard normal.
+
+    Args:
+        steps (int, >= 1), runs (int, >= 1): shape of the result.
+        seed (int, default 0): seed for ``numpy.random.default_rng``, >= 0.
+        jitter (float, default 0.25): std of the factor's log2, in [0, 8].
+
+    Returns:
+        float64 array ``(steps, runs)``, or ``(steps, 1)`` of ones when ``jitter == 0``. Run
+        ``r``'s factors do not depend on how many runs are drawn.
+    """
+    _check_runs_seed_jitter(runs, seed, jitter)
+    if jitter == 0:
+        return np.ones((steps, 1))
+    z = np.random.default_rng(seed).standard_normal((runs, steps), dtype=np.float32)
+    return np.exp2(jitter * z.T.astype(np.float64))  # run r's noise: row r of z
+
+
+def flushed_table(trace: Trace) -> np.ndarray:
+    """Cumulative share table ``F (steps, NBINS + 1)``: ``F[t, i]`` is the share of step ``t``'s
+    nonzero values in bins below ``i`` (0 for a step without nonzero values)."""
+    _check_trace(trace)
+    counts = trace.counts
+    total = counts.sum(axis=1, keepdims=True)
+    cum = np.concatenate([np.zeros((trace.steps, 1)), np.cumsum(counts, axis=1)], axis=1)
+    return cum / np.maximum(total, 1)
+
+
+def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.ndarray:
+    """Share of nonzero values flushed to zero at effective ``scale``, per step (binade model).
+
+    Args:
+        trace (Trace): the trace.
+        scale (float or array broadcastable to (steps, runs)): effective scale per step (the
+            loss scale times any jitter factor); 0 means everything is flushed.
+        table (array, optional): :func:`flushed_table` of ``trace``, to reuse.
+
+    Returns:
+        float64 array of shares in [0, 1] with the broadcast shape of ``scale`` against
+        ``(steps, 1)`` (a 1-D ``scale`` of length steps gives ``(steps,)``).
+
+    >>> from sim.traces import Trace, binade_histogram
+    >>> t = Trace.from_steps([[2.0**-30, 2.0**-27, 2.0**-20, 1.0]])
+    >>> flushed_share(t, 1.0).tolist(), flushed_share(t, 8.0).tolist()
+    ([0.5], [0.25])
+    """
+    table = flushed_table(trace) if table is None else table
+    s = np.asarray(scale, dtype=np.float64)
+    one_d = s.ndim <= 1
+    s2 = s.reshape(-1, 1) if one_d else s
+    steps = trace.steps
+    shape = np.broadcast_shapes(s2.shape, (steps, 1))
+    with np.errstate(divide="ignore"):
+        pos = -25.0 - EXP_MIN - np.log2(s2)
+    # bins below index -25 - k - EXP_MIN are flushed at scale 2**k; fractional x interpolates
+    pos = np.clip(np.broadcast_to(pos, shape), 0.0, float(NBINS))
+    i0 = pos.astype(np.int64)  # floor, as pos >= 0
+    frac = pos - i0
+    i0 += (np.arange(steps, dtype=np.int64) * (NBINS + 1))[:, None]
+    step_up = np.zeros_like(table)
+    step_up[:, :-1] = np.diff(table, axis=1)  # F[i + 1] - F[i]; 0 past the last edge
+    share = table.ravel().take(i0) + frac * step_up.ravel().take(i0)
+    return share[:, 0] if one_d else share
+
+
+# ---------------------------------------------------------------- the simulation
+
+
+def _progress(iterable, total: int, progress: bool | None, desc: str):
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, mininterval=0.5, leave=False)
+
+
+def simulate(
+    policy,
+    trace: Trace,
+    runs: int = 1,
+    seed: int = 0,
+    jitter: float = 0.25,
+    label: str | None = None,
+    progress: bool | None = None,
+) -> RunResult:
+    """Run ``policy`` over ``trace`` for ``runs`` runs at once (arrays of states).
+
+    See the module docstring for the step rule, the jitter that makes runs differ and the
+    underflow approximation.
+
+    Args:
+        policy: a policy from :mod:`updater.policy` (StaticScale, DynamicScale, ...).
+        trace (Trace): the gradient trace.
+        runs (int, default 1): runs advanced together, >= 1.
+        seed (int, default 0): seed of the jitter, >= 0.
+        jitter (float, default 0.25): std of log2 of the per-(step, run) gradient size factor, in
+            [0, 8]; 0 makes every run replay the trace exactly.
+        label (str, optional): name for tables; default the preset name or class name.
+        progress (bool, optional): show a tqdm bar; default: when stderr is a terminal.
+
+    Returns:
+        RunResult: trajectories (steps x runs) and per-run metrics.
+
+    >>> from sim.traces import lognormal_trace
+    >>> r = simulate(DynamicScale(init_scale=2.0**15), lognormal_trace(steps=50), runs=4)
+    >>> r.scale.shape, bool(r.overflow[0].all()), float(r.scale[1, 0])
+    ((50, 4), True, 16384.0)
+    """
+    _check_policy(policy)
+    _check_trace(trace)
+    _check_runs_seed_jitter(runs, seed, jitter)
+    factor = jitter_factors(trace.steps, runs, seed, jitter)
+    absmax = trace.absmax[:, None] * factor  # unscaled, (steps, runs) or (steps, 1)
+    scale, overflow = _advance(policy, trace, absmax, runs, progress, label or policy_label(policy))
+    return _result(policy, trace, absmax, factor, scale, overflow, label)
+
+
+def _advance(policy, trace, absmax, runs, progress, desc):
+    """The inner loop: per step one multiply, one compare and the policy update."""
+    steps = trace.steps
+    scale = np.empty((steps + 1, runs))
+    overflow = np.empty((steps, runs), dtype=bool)
+    bad = trace.nonfinite.tolist()
+    never = np.zeros(runs, dtype=bool)
+    needs_absmax = policy.needs_grad_absmax
+    update = policy.update
+    state = policy.init((runs,))
+    for t in _progress(range(steps), steps, progress, desc):
+        s = state.scale
+        scale[t] = s
+        a = absmax[t] * s
+        ovf = np.greater_equal(a, FP16_OVERFLOW, out=overflow[t])
+        finite = never if bad[t] else ~ovf
+        state = update(state, finite, a) if needs_absmax else update(state, finite)
+    scale[steps] = state.scale
+    return scale, overflow
+
+
+def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
+    scale = scale_all[:-1]
+    skipped = overflow | trace.nonfinite[:, None]
+    safe = largest_safe_scale(np.broadcast_to(absmax, scale.shape))
+    cap = getattr(policy, "max_scale", None)
+    if cap is not None:
+        safe = np.minimum(safe, cap)
+    flushed = flushed_share(trace, scale * factor)
+    metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
+    metrics["final_scale"] = scale_all[-1].copy()
+    return RunResult(
+        label=label or policy_label(policy),
+        policy=policy,
+        trace_name=trace.name,
+        scale=scale,
+        overflow=overflow,
+        skipped=skipped,
+        safe_scale=safe,
+        flushed=flushed,
+        final_scale=scale_all[-1].copy(),
+        metrics=metrics,
+    )
+
+
+def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str, np.ndarray]:
+    """Per-run metrics from (steps, runs) trajectories.
+
+    - ``overflows``: steps whose scaled gradients overflowed (bad batches not counted);
+    - ``skipped``: steps skipped for any reason (overflow or bad batch);
+    - ``mean_flushed``: share of nonzero values flushed to zero, averaged over applied steps
+      (NaN if every step was skipped);
+    - ``signal_lost``: share of nonzero gradient values that never reach an update, averaged
+      over all steps (a skipped step loses all of them, an applied step its flushed share);
+    - ``steps_to_safe``: steps before the scale is first within a factor 2 of the largest safe
+      scale (``safe / 2 <= scale <= 2 * safe``); NaN if never;
+    - ``below_half_safe``: share of steps with ``scale < safe / 2``.
+    """
+    steps = scale.shape[0]
+    n_skipped = skipped.sum(axis=0)
+    n_applied = steps - n_skipped
+    flushed_applied = np.where(skipped, 0.0, flushed).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_flushed = flushed_applied / n_applied
+        ratio = scale / safe
+    within = (ratio >= 0.5) & (ratio <= 2.0)
+    first = np.argmax(within, axis=0)
+    reached = within[first, np.arange(scale.shape[1])]
+    return {
+        "overflows": (overflow & ~np.asarray(nonfinite)[:, None]).sum(axis=0),
+        "skipped": n_skipped,
+        "mean_flushed": mean_flushed,
+        "signal_lost": (flushed_applied + n_skipped) / steps,
+        "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
+        "below_half_safe": (ratio < 0.5).sum(axis=0) / steps,
+    }
+
+
+def summarize(metrics: Dict[str, np.ndarray], steps: int, **labels) -> Dict[str, Any]:
+    """Average per-run metrics into one row.
+
+    Means over runs for counts and shares; the median for ``steps_to_safe`` over runs that got
+    there (``never_safe`` counts the others) and the median of ``final_scale``.
+    """
+    to_safe = metrics["steps_to_safe"]
+    got = to_safe[~np.isnan(to_safe)]
+    row = dict(labels)
+    row.update(
+        steps=steps,
+        runs=int(to_safe.size),
+        overflows=float(np.mean(metrics["overflows"])),
+        skipped=float(np.mean(metrics["skipped"])),
+        mean_flushed=float(np.nanmean(metrics["mean_flushed"]))
+        if np.isfinite(metrics["mean_flushed"]).any()
+        else math.nan,
+        signal_lost=float(np.mean(metrics["signal_lost"])),
+        steps_to_safe=float(np.median(got)) if got.size else math.nan,
+        never_safe=int(to_safe.size - got.size),
+        below_half_safe=float(np.mean(metrics["below_half_safe"])),
+        final_scale=float(np.median(metrics["final_scale"])),
+    )
+    return row
+
+
+def stack_policies(policies: Sequence, runs: int = 1):
+    """One policy object whose settings are arrays: policy ``i``'s settings fill runs
+    ``i * runs`` to ``(i + 1) * runs - 1``.
+
+    The policies' ``init``/``update`` are elementwise in their settings as well as in their
+    state (no ``if`` on values), so the stacked object advances every setting at once. Each
+    policy was validated when it was built; all must be of one class.
+
+    Args:
+        policies (sequence of policies of one class): at least one.
+        runs (int, default 1): runs per policy, >= 1.
+    """
+    policies = list(policies)
+    if not policies:
+        raise ValueError("policies must hold at least one policy, got none")
+    cls = type(policies[0])
+    for p in policies:
+        _check_policy(p)
+        if type(p) is not cls:
+            raise TypeError(
+                f"policies must all be of one class to stack, got {cls.__name__} and "
+                f"{type(p).__name__}"
+            )
+    _check_runs_seed_jitter(runs, 0, 0.0)
+    stacked = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        values = np.repeat(np.asarray([getattr(p, f.name) for p in policies]), runs)
+        object.__setattr__(stacked, f.name, values)  # frozen dataclass: bypass on purpose
+    return stacked
+
+
+def simulate_many(
+    policies: Sequence,
+    trace: Trace,
+    runs: int = 1,
+    seed: int = 0,
+    jitter: float = 0.25,
+    labels: Sequence[str] | None = None,
+    progress: bool | None = None,
+) -> List[RunResult]:
+    """Run each policy over ``trace``; policies of one class advance together.
+
+    Policies of the same class are stacked (:func:`stack_policies`) so that all their runs
+    advance in one vectorized loop; every policy sees the same jitter (same ``seed``), so the
+    comparison uses common random numbers. Results equal :func:`simulate` of each policy alone.
+
+    Args:
+        policies (sequence of policies): at least one.
+        trace, runs, seed, jitter, progress: as in :func:`simulate`.
+        labels (sequence of str, optional): one label per policy.
+
+    Returns:
+        list of RunResult, in the order of ``policies``.
+    """
+    policies = list(policies)
+    if not policies:
+        raise ValueError("policies must hold at least one policy, got none")
+    if labels is not None and len(labels) != len(policies):
+        raise ValueError(f"labels must have {len(policies)} entries, got {len(labels)}")
+    for p in policies:
+        _check_policy(p)
+    _check_trace(trace)
+    _check_runs_seed_jitter(runs, seed, jitter)
+    labels = [policy_label(p) for p in policies] if labels is None else list(labels)
+    factor = jitter_factors(trace.steps, runs, seed, jitter)
+    absmax = trace.absmax[:, None] * factor
+    results: List[Any] = [None] * len(policies)
+    groups: Dict[type, List[int]] = {}
+    for i, p in enumerate(policies):
+        groups.setdefault(type(p), []).append(i)
+    for members in groups.values():
+        stacked = stack_policies([policies[i] for i in members], runs)
+        n = len(members)
+        desc = "+".join(labels[i] for i in members)
+        scale, overflow = _advance(
+            stacked, trace, np.tile(absmax, (1, n)), n * runs, progress, desc
+        )
+        for j, i in enumerate(members):
+            cols = slice(j * runs, (j + 1) * runs)
+            results[i] = _result(
+                policies[i], trace, absmax, factor, scale[:, cols], overflow[:, cols], labels[i]
+            )
+    return results
+
+
+def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: float = 0.25):
+    """Reference loop: each run alone, step by step, with scalar states (slow; for tests and
+    benchmarks).
+
+    Returns:
+        ``(scale, overflow)``: float64 ``(steps + 1, runs)`` scales (row ``t`` used at step
+        ``t``, the last row after the last step) and bool ``(steps, runs)`` overflow flags.
+    """
+    _check_policy(policy)
+    _check_trace(trace)
+    _check_runs_seed_jitter(runs, seed, jitter)
+    factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))
+    absmax = trace.absmax[:, None] * factor
+    scale = np.empty((trace.steps + 1, runs))
+    overflow = np.empty((trace.steps, runs), dtype=bool)
+    for r in range(runs):
+        state = policy.init()
+        for t in range(trace.steps):
+            s = float(state.scale)
+            scale[t, r] = s
+            a = float(absmax[t, r]) * s
+            overflow[t, r] = a >= FP16_OVERFLOW
+            finite = not (overflow[t, r] or trace.nonfinite[t])
+            state = policy.update(state, finite, a if policy.needs_grad_absmax else None)
+        scale[trace.steps, r] = float(state.scale)
+    return scale, overflow
+
+
+# ---------------------------------------------------------------- policy choice and tables
+
+
+def _field_types(cls) -> Dict[str, type]:
+    return {f.name: (int if f.type in ("int", int) else float) for f in dataclasses.fields(cls)}
+
+
+def make_policy(name: str, **settings):
+    """A preset (or policy class name) with some settings replaced.
+
+    Args:
+        name (str): a key of :data:`PRESETS` or a class name (``DynamicScale``, ...).
+        **settings: settings to change, e.g. ``growth_interval=200``.
+
+    >>> make_policy("dynamic", growth_interval=200).growth_interval
+    200
+    """
+    classes = {c.__name__: c for c in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}
+    if name in PRESETS:
+        base = PRESETS[name]
+    elif name in classes:
+        base = classes[name]()
+    else:
+        raise ValueError(f"policy must be one of {sorted(PRESETS) + sorted(classes)}, got {name!r}")
+    types = _field_types(type(base))
+    unknown = sorted(set(settings) - set(types))
+    if unknown:
+        raise ValueError(
+            f"unknown settings {unknown} for {name} ({type(base).__name__}); "
+            f"accepted: {sorted(types)}"
+        )
+    return dataclasses.replace(base, **settings)
+
+
+def setting_types(name: str) -> Dict[str, type]:
+    """Setting names of a preset or class and whether each is an int or a float."""
+    return _field_types(type(make_policy(name)))
+
+
+def format_value(value, digits: int = 3) -> str:
+    """Format a table cell: ints plainly, powers of two as ``2^k``, NaN as ``n/a``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    v = float(value)
+    if math.isnan(v):
+        return "n/a"
+    if v > 0 and math.frexp(v)[0] == 0.5 and abs(math.log2(v)) >= 4:
+        return f"2^{int(math.log2(v))}"
+    if v == int(v) and abs(v) < 1e9:
+        return str(int(v))
+    return f"{v:.{digits}g}"
+
+
+def markdown_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None) -> str:
+    """A markdown table of ``rows`` (dicts) restricted to ``columns``."""
+    headers = list(headers or columns)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        lines.append("| " + " | ".join(format_value(row.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
