@@ -62,7 +62,7 @@ def feed():
 grads = None
 if mode == "partial":
     grads = [p.grad for name, p in model.params.items() if name.startswith("fc2/")]
-policy = DynamicScale(init_scale=2.0**12, growth_interval=8, max_scale=2.0**15)
+policy = DynamicScale(init_scale=2.0**12, growth_interval=8, max_scale=2.0**15, hysteresis=1)
 updater = DynamicLossScalingUpdater(
     model.solver, model.loss, feed, comm=comm, grads=grads, policy=policy
 )

@@ -1,0 +1,232 @@
+"""Per-iteration cost of our updater against a bare nnabla loop and nnabla's own updater.
+
+The three variants train separate copies of the same model on the same data; the timed loop
+alternates them iteration by iteration (rotating the order) so machine noise hits all equally.
+Also counts forward/backward passes and batches consumed per overflow event and per call on a
+persistent NaN, for ours and for nnabla's updater.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def _mlp(x, sizes, scope):
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.parametric_functions as PF
+
+    h = x
+    with nn.parameter_scope(scope):
+        for i, n in enumerate(sizes):
+            h = PF.affine(h, n, name=f"fc{i}")
+            if i < len(sizes) - 1:
+                h = F.relu(h)
+    return h
+
+
+class _Model:
+    """One copy of the model: graph, solver and a counting data feeder."""
+
+    def __init__(self, scope, in_dim, sizes, batch, rng):
+        import nnabla as nn
+        import nnabla.functions as F
+        import nnabla.solvers as S
+
+        self.x = nn.Variable((batch, in_dim))
+        self.t = nn.Variable((batch, 1))
+        self.loss = F.mean(F.softmax_cross_entropy(_mlp(self.x, sizes, scope), self.t))
+        with nn.parameter_scope(scope):
+            params = nn.get_parameters()
+        self.solver = S.Momentum(0.01, 0.9)
+        self.solver.set_parameters(params)
+        self.rng = rng
+        self.sizes = sizes
+        self.batches = 0
+        self.poison = None
+
+    def feed(self):
+        self.batches += 1
+        self.x.d = self.rng.standard_normal(self.x.shape)
+        self.t.d = self.rng.integers(0, self.sizes[-1], self.t.shape)
+        if self.poison is not None:
+            self.x.d.flat[0] = self.poison
+
+    def bare_step(self):
+        self.solver.zero_grad()
+        self.feed()
+        self.loss.forward(clear_no_need_grad=True)
+        self.loss.backward(clear_buffer=True)
+        self.solver.update()
+
+
+def _count_passes(model):
+    """Wrap loss.forward so every pass is counted; return the counter list."""
+    calls = [0]
+    forward = model.loss.forward
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return forward(*args, **kwargs)
+
+    model.loss.forward = counted
+    return calls
+
+
+def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, seed=0):
+    """Median seconds per iteration for bare / nnabla's updater / ours, interleaved."""
+    import nnabla as nn
+    from nnabla.experimental.mixed_precision_training import (
+        DynamicLossScalingUpdater as NnablaUpdater,
+    )
+    from nnabla.ext_utils import get_extension_context
+
+    from updater import DynamicLossScalingUpdater
+
+    kind, type_config = ctx_name.split(":")
+    nn.set_default_context(get_extension_context(kind, type_config=type_config))
+    nn.clear_parameters()
+    rng = np.random.default_rng(seed)
+    models = {name: _Model(name, in_dim, sizes, batch, rng) for name in ("bare", "nnabla", "ours")}
+    theirs = NnablaUpdater(
+        models["nnabla"].solver, models["nnabla"].loss, data_feeder=models["nnabla"].feed, scale=8.0
+    )
+    ours = DynamicLossScalingUpdater(
+        models["ours"].solver, models["ours"].loss, data_feeder=models["ours"].feed, scale=8.0
+    )
+    steps = {"bare": models["bare"].bare_step, "nnabla": theirs.update, "ours": ours.update}
+    names = list(steps)
+    times = {n: [] for n in names}
+    for i in range(warmup + iters):
+        order = names[i % 3 :] + names[: i % 3]
+        for n in order:
+            t0 = time.perf_counter()
+            steps[n]()
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                times[n].append(dt)
+    med = {n: float(np.median(v)) for n, v in times.items()}
+    return {
+        "context": ctx_name,
+        "model": "-".join(str(v) for v in [in_dim, *sizes]),
+        "batch": batch,
+        "iters": iters,
+        "seconds": med,
+        "ratio_nnabla": med["nnabla"] / med["bare"],
+        "ratio_ours": med["ours"] / med["bare"],
+    }
+
+
+def overflow_cost(seed=0):
+    """Passes and batches consumed by one overflow event and by one call on a persistent NaN."""
+    import nnabla as nn
+    from nnabla.experimental.mixed_precision_training import (
+        DynamicLossScalingUpdater as NnablaUpdater,
+    )
+    from nnabla.ext_utils import get_extension_context
+
+    from updater import DynamicLossScalingUpdater, NonFiniteGradientsError
+
+    nn.set_default_context(get_extension_context("cpu", type_config="half"))
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in ("nnabla", "ours"):
+        nn.clear_parameters()
+        m = _Model(name, 16, [16, 4], 8, rng)
+        passes = _count_passes(m)
+        if name == "nnabla":
+            upd = NnablaUpdater(m.solver, m.loss, data_feeder=m.feed, scale=2.0**15)
+        else:
+            upd = DynamicLossScalingUpdater(m.solver, m.loss, data_feeder=m.feed, scale=2.0**15)
+        # one overflow event: a single batch holding a value large enough to overflow at 2**15
+        m.poison = 3e4
+        m.batches, passes[0] = 0, 0
+        _call_once(upd, m, poison_first_only=True)
+        event = {"passes": passes[0], "batches": m.batches}
+        # persistent NaN: every batch holds a NaN; call update() until it raises (at most 50)
+        m.poison = float("nan")
+        m.batches, passes[0] = 0, 0
+        calls, raised = 0, "no"
+        while calls < 50:
+            calls += 1
+            try:
+                upd.update()
+            except NonFiniteGradientsError:
+                raised = "yes"
+                break
+            if name == "nnabla":
+                break  # one call already shows its cost; later calls would divide by zero
+        nan = {"calls": calls, "passes": passes[0], "batches": m.batches, "raised": raised}
+        out[name] = {"overflow": event, "nan": nan}
+    return out
+
+
+def _call_once(upd, model, poison_first_only):
+    """Call update() once with only the first batch poisoned (later batches are clean)."""
+    feed = model.feed
+    first = [True]
+
+    def feed_once():
+        poison = model.poison
+        if not first[0] and poison_first_only:
+            model.poison = None
+        first[0] = False
+        feed()
+        model.poison = poison
+
+    upd.data_feeder = feed_once
+    try:
+        upd.update()
+    finally:
+        upd.data_feeder = feed
+        model.poison = None
+
+
+def run(quick=False):
+    """Run every updater benchmark; returns a dict of results."""
+    iters = 20 if quick else 150
+    return {
+        "float": overhead("cpu:float", 784, [512, 512, 10], 64, iters, warmup=5),
+        "half": overhead("cpu:half", 64, [64, 10], 32, max(10, iters // 5), warmup=3),
+        "overflow": overflow_cost(),
+    }
+
+
+def markdown(res):
+    """Render :func:`run` results as markdown."""
+    lines = [
+        "| context | model | batch | bare s/it | nnabla s/it | ours s/it | nnabla / bare"
+        " | ours / bare |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in ("float", "half"):
+        r = res[key]
+        s = r["seconds"]
+        lines.append(
+            f"| {r['context']} | {r['model']} | {r['batch']} | {s['bare']:.5f} | "
+            f"{s['nnabla']:.5f} | {s['ours']:.5f} | {r['ratio_nnabla']:.3f} | "
+            f"{r['ratio_ours']:.3f} |"
+        )
+    lines += [
+        "",
+        "| updater | passes per overflow event | batches per overflow event |"
+        " persistent NaN: calls | passes | batches | raised an error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in res["overflow"].items():
+        lines.append(
+            f"| {name} | {r['overflow']['passes']} | {r['overflow']['batches']} | "
+            f"{r['nan']['calls']} | {r['nan']['passes']} | {r['nan']['batches']} | "
+            f"{r['nan']['raised']} |"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    print(markdown(run()))
+
+
+if __name__ == "__main__":
+    main()
