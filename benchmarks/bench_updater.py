@@ -62,19 +62,6 @@ class _Model:
         self.solver.update()
 
 
-def _count_passes(model):
-    """Wrap loss.forward so every pass is counted; return the counter list."""
-    calls = [0]
-    forward = model.loss.forward
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return forward(*args, **kwargs)
-
-    model.loss.forward = counted
-    return calls
-
-
 def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, seed=0):
     """Median seconds per iteration for bare / nnabla's updater / ours, interleaved."""
     import nnabla as nn
@@ -135,19 +122,20 @@ def overflow_cost(seed=0):
     for name in ("nnabla", "ours"):
         nn.clear_parameters()
         m = _Model(name, 16, [16, 4], 8, rng)
-        passes = _count_passes(m)
         if name == "nnabla":
             upd = NnablaUpdater(m.solver, m.loss, data_feeder=m.feed, scale=2.0**15)
         else:
             upd = DynamicLossScalingUpdater(m.solver, m.loss, data_feeder=m.feed, scale=2.0**15)
         # one overflow event: a single batch holding a value large enough to overflow at 2**15
         m.poison = 3e4
-        m.batches, passes[0] = 0, 0
+        m.batches = 0
         _call_once(upd, m, poison_first_only=True)
-        event = {"passes": passes[0], "batches": m.batches}
+        event = {"passes": _passes(upd, m), "batches": m.batches}
         # persistent NaN: every batch holds a NaN; call update() until it raises (at most 50)
         m.poison = float("nan")
-        m.batches, passes[0] = 0, 0
+        m.batches = 0
+        if name == "ours":
+            upd.passes = 0
         calls, raised = 0, "no"
         while calls < 50:
             calls += 1
@@ -158,9 +146,14 @@ def overflow_cost(seed=0):
                 break
             if name == "nnabla":
                 break  # one call already shows its cost; later calls would divide by zero
-        nan = {"calls": calls, "passes": passes[0], "batches": m.batches, "raised": raised}
+        nan = {"calls": calls, "passes": _passes(upd, m), "batches": m.batches, "raised": raised}
         out[name] = {"overflow": event, "nan": nan}
     return out
+
+
+def _passes(upd, model):
+    """Forward/backward passes so far: ours counts them; nnabla's feeds once per pass."""
+    return upd.passes if hasattr(upd, "passes") else model.batches
 
 
 def _call_once(upd, model, poison_first_only):

@@ -246,7 +246,16 @@ def _cmd_train(parser, args) -> int:
     rows = demo.run_comparison(
         steps=args.steps, seed=args.seed, out_dir=args.out, progress=_is_tty()
     )
-    print(demo.format_table(rows))
+    table = demo.format_table(rows)
+    print(table)
+    path = Path(args.out) / "train.md"
+    path.write_text(
+        f"# `dls train --steps {args.steps} --seed {args.seed}`\n\n"
+        "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways; the time "
+        "column is wall time on the machine that ran it, not a benchmark.\n\n"
+        f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n"
+    )
+    print(f"wrote {path}")
     return 0
 
 

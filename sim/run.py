@@ -271,7 +271,7 @@ def simulate(
         RunResult: trajectories (steps x runs) and per-run metrics.
 
     >>> from sim.traces import lognormal_trace
-    >>> r = simulate(DynamicScale(init_scale=2.0**15), lognormal_trace(steps=50), runs=4)
+    >>> r = simulate(DynamicScale(hysteresis=1), lognormal_trace(steps=50), runs=4)
     >>> r.scale.shape, bool(r.overflow[0].all()), float(r.scale[1, 0])
     ((50, 4), True, 16384.0)
     """

@@ -15,3 +15,6 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Scripts that tests launch under mpiexec; importing them (for doctests) would run them.
+collect_ignore = ["mpi_scripts"]

@@ -173,3 +173,5 @@ def test_train_runs_the_demo(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| variant |" in out and "float16 + this updater" in out
     assert list(tmp_path.glob("*.png"))
+    written = (tmp_path / "train.md").read_text()
+    assert "| float16 + this updater |" in written and "train_scale_trajectory.png" in written

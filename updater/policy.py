@@ -5,7 +5,7 @@ A policy is a frozen dataclass of settings. Its state is a :class:`ScaleState` o
 many runs at once (arrays of equal shape). No module here imports nnabla.
 
 Example:
-    >>> p = DynamicScale(init_scale=8.0, growth_interval=2)
+    >>> p = DynamicScale(init_scale=8.0, growth_interval=2, hysteresis=1)
     >>> s = p.init()
     >>> s = p.update(s, True); float(s.scale)
     8.0
