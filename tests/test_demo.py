@@ -75,3 +75,16 @@ def test_data_is_the_bundled_digits_split_80_20():
 def test_bad_arguments(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
         run_comparison(out_dir=None, progress=False, **kwargs)
+
+
+@pytest.mark.slow
+def test_float16_with_our_updater_matches_float32_accuracy_and_unscaled_float16_loses():
+    """The issue's acceptance: within 1 point of float32; float16 without scaling loses signal."""
+    rows = {
+        r["variant"]: r for r in run_comparison(steps=300, seed=0, out_dir=None, progress=False)
+    }
+    f32, plain, ours = (rows[label] for label in (VARIANTS[0][1], VARIANTS[1][1], VARIANTS[3][1]))
+    assert abs(ours["test_accuracy"] - f32["test_accuracy"]) <= 0.01
+    assert plain["flushed_share"] > 0.5
+    assert plain["test_accuracy"] < f32["test_accuracy"] - 0.05
+    assert ours["skipped_steps"] <= 3 and ours["batches"] == 300
