@@ -12,6 +12,9 @@ import time
 
 import numpy as np
 
+GOAL_RATIO = 1.02
+"""Issue 6: our updater at most 1.02x the bare loop in cpu:float."""
+
 
 def _mlp(x, sizes, scope):
     import nnabla as nn
@@ -202,7 +205,19 @@ def markdown(res):
             f"{s['nnabla']:.5f} | {s['ours']:.5f} | {r['ratio_nnabla']:.3f} | "
             f"{r['ratio_ours']:.3f} |"
         )
+    ratio = res["float"]["ratio_ours"]
+    verdict = (
+        "met" if ratio <= GOAL_RATIO else f"not met, by {100 * (ratio - GOAL_RATIO):.1f} points"
+    )
     lines += [
+        "",
+        f"Goal: ours <= {GOAL_RATIO}x the bare loop in cpu:float; measured {ratio:.3f}x "
+        f"({verdict}). "
+        "What any loss-scaling updater adds to the bare loop: the scaled backward seed, one "
+        "finite check over every gradient, and one unscaling pass (`solver.scale_grad`) over "
+        "every gradient; per-call Python work (policy update, step record) is about 0.1 ms. "
+        "Medians of interleaved iterations; on this shared 2-core machine the ratios move by "
+        "a few points between runs.",
         "",
         "| updater | passes per overflow event | batches per overflow event |"
         " persistent NaN: calls | passes | batches | raised an error |",
