@@ -27,6 +27,7 @@ from updater.updater import (
     NonFiniteGradientsError,
     StepRecord,
     _grad_stats,
+    _read,
 )
 
 pytestmark = pytest.mark.nnabla
@@ -325,6 +326,80 @@ def test_finite_check_equals_nnabla_check_on_generated_float16(values):
     assert all(flags) == (not m.solver.check_inf_or_nan_grad())
     if all(flags):
         assert absmax == np.abs(filled.astype(np.float64)).max()
+
+
+@pytest.mark.parametrize("type_config", ["half", "float"])
+def test_gradient_views_are_the_get_data_memory_and_keep_the_dtype(type_config):
+    m = make(type_config=type_config)
+    dtype = np.float16 if type_config == "half" else np.float32
+    feed = m.feeder()
+    m.solver.zero_grad()
+    feed()
+    m.loss.forward()
+    m.loss.backward(8.0)
+    for p in m.params.values():
+        view = _read(p.grad)
+        assert view.dtype == dtype and p.grad.dtype == dtype  # read in place, never cast
+        data = p.grad.get_data("r")
+        assert view.ctypes.data == data.ctypes.data  # the same host memory, no copy
+        assert np.array_equal(view, data.ravel())
+        assert view.any()  # real gradients, not a fresh zeroed buffer
+    # nnabla's own calls still see the same arrays after the views were taken
+    before = {n: p.grad.get_data("r").copy() for n, p in m.params.items()}
+    assert not m.solver.check_inf_or_nan_grad()
+    m.solver.scale_grad(0.5)
+    for n, p in m.params.items():
+        assert np.array_equal(_read(p.grad), (before[n] * dtype(0.5)).ravel())
+
+
+@pytest.mark.parametrize(
+    "case,type_config",
+    [(c, t) for c in sorted(CASES) for t in ("half", "float") if (c, t) != ("3e38", "half")],
+)
+def test_updater_numpy_check_through_views_equals_nnabla_check(case, type_config):
+    m = make(type_config=type_config)
+    dtype = np.float16 if type_config == "half" else np.float32
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
+    rng = np.random.RandomState(5)
+    values = {n: (rng.randn(*p.shape) * 100).astype(dtype) for n, p in m.params.items()}
+    for name, (v, idx) in CASES[case].items():
+        values[name][idx] = float(v)
+    _set_grads(m, values)
+    arrays, finite, absmax, bad = u._check(8.0)
+    assert finite == (not m.solver.check_inf_or_nan_grad())
+    assert set(bad) == {n for n, v in values.items() if not np.isfinite(v).all()}
+    assert [a.dtype for a in arrays] == [dtype] * len(values)
+    assert absmax is None  # the legacy policy does not ask for |g| max
+    for p in m.params.values():
+        assert p.grad.dtype == dtype
+
+
+@given(hnp.arrays(np.float16, (3, 8), elements=st.floats(width=16, allow_nan=True)))
+@example(np.full((3, 8), 2.0**-25, np.float16))
+@example(np.full((3, 8), 2.0**-24, np.float16))
+@example(np.full((3, 8), 65504, np.float16))
+@example(ROUNDS_TO_INF)
+def test_updater_numpy_check_through_float16_views_on_generated_values(values):
+    nn.clear_parameters()
+    m = make()
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
+    name = "fc2/affine/W"
+    filled = np.resize(values, m.params[name].shape).astype(np.float16)
+    _set_grads(m, {name: filled})
+    _, finite, _, bad = u._check(8.0)
+    assert finite == (not m.solver.check_inf_or_nan_grad())
+    assert bad == ([] if np.isfinite(filled).all() else [name])
+
+
+@pytest.mark.parametrize("hidden,expected", [(8, "solver"), (2**15, "numpy")])
+def test_auto_check_uses_numpy_views_on_cpu_for_large_models(hidden, expected):
+    # 4 inputs -> hidden -> 3 classes: 8 hidden units hold 67 values, 2**15 hold 262147
+    m = make(type_config="float", hidden=hidden)
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="auto")
+    assert u.finite_check == expected
+    ref = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="solver")
+    _set_grads(m, {"fc1/affine/b": np.full(hidden, np.inf, np.float32)})
+    assert u._check(8.0)[1:] == ref._check(8.0)[1:] == (False, None, ["fc1/affine/b"])
 
 
 @pytest.mark.parametrize("check", ["numpy", "solver"])
