@@ -182,7 +182,7 @@ def _call_once(upd, model, poison_first_only):
 
 def run(quick=False):
     """Run every updater benchmark; returns a dict of results."""
-    iters = 20 if quick else 150
+    iters = 20 if quick else 300
     return {
         "float": overhead("cpu:float", 784, [512, 512, 10], 64, iters, warmup=5),
         "half": overhead("cpu:half", 64, [64, 10], 32, max(10, iters // 5), warmup=3),
