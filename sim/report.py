@@ -497,10 +497,10 @@ def _markdown(config, traces, rows, dyn_rows, head_rows, dyn_best, head_best, ss
     add(
         "`pytorch`: GradScaler's start 2^16 capped at 2^15, the largest power of two a float16 "
         "backward seed holds (nnabla's half mode seeds backward in float16), x2 / x0.5 / 2000, "
-        "no floor (min_scale 2^-24 stands in for none). `deepspeed`: hysteresis 2, min scale 1, "
-        "window 1000, same capped start. `dynamic` and `headroom`: this project's current "
-        "defaults. `nnabla-legacy`: nnabla's old updater (start 8, N=2000, growth after N+2 "
-        "then every N+1 finite steps, no floor or cap)."
+        "no hysteresis, no floor (min_scale 2^-24 stands in for none). `deepspeed`: "
+        "hysteresis 2, min scale 1, window 1000, same capped start. `dynamic` and `headroom`: "
+        "this project's current defaults. `nnabla-legacy`: nnabla's old updater (start 8, "
+        "N=2000, growth after N+2 then every N+1 finite steps, no floor or cap)."
     )
     add("")
     add("## Results on every family")
@@ -518,9 +518,10 @@ def _markdown(config, traces, rows, dyn_rows, head_rows, dyn_best, head_best, ss
     add(
         f"- On **ssd**, nnabla's legacy policy loses {_pct(lg['signal_lost'])} of the nonzero "
         f"gradient values (it starts at 8 and doubles only every ~2000 steps), our current "
-        f"`dynamic` default {_pct(dy['signal_lost'])} (it starts at 2^10 and needs "
-        f"{format_value(dy['steps_to_safe'])} steps to reach the cap), `headroom` "
-        f"{_pct(hd['signal_lost'])}."
+        f"`dynamic` default {_pct(dy['signal_lost'])} (it starts at "
+        f"{format_value(PRESETS['dynamic'].init_scale)} and needs "
+        f"{format_value(dy['steps_to_safe'])} steps to come within 2x of the safe scale), "
+        f"`headroom` {_pct(hd['signal_lost'])}."
     )
     lg, pt, ds, dy, hd = (by[("nan", n)] for n in COMPARED)
     add(

@@ -56,6 +56,7 @@ PRESETS = {
         growth_interval=2000,
         min_scale=2.0**-24,
         max_scale=2.0**15,
+        hysteresis=1,
     ),
     "deepspeed": DynamicScale(
         init_scale=2.0**15,
@@ -71,7 +72,8 @@ PRESETS = {
     "static": StaticScale(1.0),
 }
 """Named policies. ``pytorch``: GradScaler's 2**16 start capped to 2**15 (the largest power of
-two a float16 backward seed holds), x2 / x0.5 / 2000 and no floor (min_scale 2**-24).
+two a float16 backward seed holds), x2 / x0.5 / 2000, no hysteresis and no floor (min_scale
+2**-24).
 ``deepspeed``: hysteresis 2, min scale 1, window 1000, same capped start. ``dynamic`` and
 ``headroom``: the project's defaults. ``nnabla-legacy``: the old updater (start 8, N=2000)."""
 
