@@ -21,13 +21,13 @@ from nnabla_models import (
 
 from sim.traces import EXP_MIN, Trace
 from updater import DynamicScale, HeadroomScale, StaticScale
+from updater.hostview import host_view
 from updater.updater import (
     DynamicLossScalingUpdater,
     GradientRecorder,
     NonFiniteGradientsError,
     StepRecord,
     _grad_stats,
-    _read,
 )
 
 pytestmark = pytest.mark.nnabla
@@ -338,7 +338,7 @@ def test_gradient_views_are_the_get_data_memory_and_keep_the_dtype(type_config):
     m.loss.forward()
     m.loss.backward(8.0)
     for p in m.params.values():
-        view = _read(p.grad)
+        view = host_view(p.grad)
         assert view.dtype == dtype and p.grad.dtype == dtype  # read in place, never cast
         data = p.grad.get_data("r")
         assert view.ctypes.data == data.ctypes.data  # the same host memory, no copy
@@ -349,7 +349,7 @@ def test_gradient_views_are_the_get_data_memory_and_keep_the_dtype(type_config):
     assert not m.solver.check_inf_or_nan_grad()
     m.solver.scale_grad(0.5)
     for n, p in m.params.items():
-        assert np.array_equal(_read(p.grad), (before[n] * dtype(0.5)).ravel())
+        assert np.array_equal(host_view(p.grad), (before[n] * dtype(0.5)).ravel())
 
 
 @pytest.mark.parametrize(

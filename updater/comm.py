@@ -42,12 +42,13 @@ rank prints its traceback and ends the whole job with a non-zero exit status.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import sys
 
 import nnabla as nn
 import numpy as np
+
+from .hostview import array_dtype, host_view
 
 _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "
@@ -64,34 +65,6 @@ def _import_mpi():
             f"MPICommunicator needs mpi4py, which is not installed; {_INSTALL_HINT}"
         ) from exc
     return MPI
-
-
-_HOST_CONTEXT = None
-
-
-def _host_view(array, dtype: np.dtype, write_only: bool = False) -> np.ndarray:
-    """A flat NumPy view of ``array``'s host memory in ``dtype`` (its own dtype, so no cast).
-
-    Same memory as ``array.get_data()``, which builds nnabla's CPU context on every call
-    (about 25 us); asking for the pointer with a context made once costs about 2 us.
-    ``write_only=True`` skips syncing the old values in (as ``get_data("w")``).
-    """
-    global _HOST_CONTEXT
-    if _HOST_CONTEXT is None:
-        from nnabla_ext.cpu import context
-
-        _HOST_CONTEXT = context()
-    pointer = array.data_ptr(dtype, _HOST_CONTEXT, write_only)
-    raw = (ctypes.c_char * (array.size * dtype.itemsize)).from_address(pointer)
-    return np.frombuffer(raw, dtype=dtype)
-
-
-def _array_dtype(array) -> np.dtype:
-    """Dtype of an NdArray; an array never written to yet reads as float32 (nnabla's default)."""
-    try:
-        return np.dtype(array.dtype)
-    except RuntimeError:  # "Array is not initialized": no dtype until first use
-        return np.dtype(np.float32)
 
 
 def _describe(entry) -> str:
@@ -236,11 +209,11 @@ class MPICommunicator:
         if self._buffer.size < total:
             self._buffer = np.empty(total, dtype=np.float32)
         buffer = self._buffer[:total]
-        dtypes = [_array_dtype(a) for a in arrays]
+        dtypes = [array_dtype(a) for a in arrays]
         offset = 0
         for array, dtype, n in zip(arrays, dtypes, sizes):
             if n:
-                buffer[offset : offset + n] = _host_view(array, dtype)
+                buffer[offset : offset + n] = host_view(array, dtype)
             offset += n
         self._comm.Allreduce(self._MPI.IN_PLACE, buffer, op=self._MPI.SUM)
         if division:
@@ -249,14 +222,14 @@ class MPICommunicator:
         with np.errstate(over="ignore"):  # float16 results >= 65520 become inf, as they should
             for array, dtype, n in zip(arrays, dtypes, sizes):
                 if n:
-                    _host_view(array, dtype, write_only=True)[...] = buffer[offset : offset + n]
+                    host_view(array, dtype, write_only=True)[...] = buffer[offset : offset + n]
                 offset += n
 
     def _reduce_one(self, array, division: bool) -> None:
         if array.size == 0:
             return
-        dtype = _array_dtype(array)
-        view = _host_view(array, dtype)
+        dtype = array_dtype(array)
+        view = host_view(array, dtype)
         work = view if dtype == np.float32 else view.astype(np.float32)
         self._comm.Allreduce(self._MPI.IN_PLACE, work, op=self._MPI.SUM)
         if division:
@@ -286,7 +259,7 @@ def _flag_entry(value):
 def _array_entry(array):
     if not isinstance(array, nn.NdArray):
         return (f"a {type(array).__name__} (not an nnabla.NdArray)", None)
-    return (_array_dtype(array), array.shape)
+    return (array_dtype(array), array.shape)
 
 
 def _check_types(signature) -> None:

@@ -15,7 +15,6 @@ This is the only module that calls solver and loss methods. The scale dynamics l
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import sys
@@ -29,7 +28,7 @@ import numpy as np
 
 from sim.traces import Trace, binade_histogram
 
-from .comm import _array_dtype
+from .hostview import host_view
 from .policy import DynamicScale, ScaleState, policy_from_dict
 
 logger = logging.getLogger(__name__)
@@ -235,33 +234,6 @@ def _on_cpu() -> bool:
     backend = nn.get_current_context().backend
     cpu = bool(backend) and str(backend[0]).startswith("cpu")
     return cpu and "nnabla_ext.cuda" not in sys.modules
-
-
-_HOST_CONTEXT = None
-
-
-def _host_context():
-    """nnabla's CPU context, made once (``get_data`` rebuilds it on every call)."""
-    global _HOST_CONTEXT
-    if _HOST_CONTEXT is None:
-        from nnabla_ext.cpu import context
-
-        _HOST_CONTEXT = context()
-    return _HOST_CONTEXT
-
-
-def _read(array: nn.NdArray) -> np.ndarray:
-    """Flat NumPy view of an NdArray's host memory in its own dtype (no cast, no copy on CPU).
-
-    Same memory and values as ``array.get_data("r")`` at about a tenth of its cost (nnabla 1.39
-    rebuilds a CPU context on every ``get_data`` call). The pointer is fetched on every call
-    because gradient memory moves from step to step (measured: a new address each iteration),
-    so a view is valid only until the next nnabla call that writes or frees the array.
-    """
-    dtype = _array_dtype(array)
-    pointer = array.data_ptr(dtype, _host_context())
-    raw = (ctypes.c_char * (array.size * dtype.itemsize)).from_address(pointer)
-    return np.frombuffer(raw, dtype)
 
 
 def _grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
@@ -682,7 +654,7 @@ class DynamicLossScalingUpdater:
         return loss_finite
 
     def _loss_finite(self) -> bool:
-        return bool(np.isfinite(_read(self.loss.data)).all())
+        return bool(np.isfinite(host_view(self.loss.data)).all())
 
     def _reduced_grads(self) -> List[nn.NdArray]:
         return self.grads if self.grads is not None else [p.grad for p in self._params]
@@ -696,10 +668,10 @@ class DynamicLossScalingUpdater:
             self._flag = nn.NdArray.from_numpy_array(np.zeros(1, np.float32))
         self._flag.fill(0.0 if local_finite else 1.0)
         self.comm.all_reduce(self._flag, division=False, inplace=True)
-        return bool(_read(self._flag)[0] <= 0)
+        return bool(host_view(self._flag)[0] <= 0)
 
     def _host_grads(self) -> List[np.ndarray]:
-        return [_read(p.grad) for p in self._params]
+        return [host_view(p.grad) for p in self._params]
 
     def _check(self, scale: float):
         """Return (host arrays or None, finite, absmax or None, names of non-finite params)."""
@@ -710,7 +682,7 @@ class DynamicLossScalingUpdater:
             finite = all(flags)
             absmax = absmax if need_absmax else None
             if need_absmax and self.comm is not None and self.grads is not None:
-                absmax = _grad_stats([_read(g) for g in self.grads])[1]
+                absmax = _grad_stats([host_view(g) for g in self.grads])[1]
         else:
             arrays = None
             finite = not self.solver.check_inf_or_nan_grad()
