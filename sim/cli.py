@@ -106,24 +106,23 @@ def _trace(parser, spec: str, steps: int, seed: int) -> Trace:
         parser.error(f"cannot read trace file {spec}: {e}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"needs an int >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs an int >= 1, got {text!r}")
-    return value
+def _int_at_least(low: int):
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"needs an int >= {low}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"needs an int >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"needs an int >= 0, got {text!r}")
-    return value
+_positive_int = _int_at_least(1)
+_seed = _int_at_least(0)
 
 
 def _jitter(text: str) -> float:
