@@ -3,4 +3,5 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
 ruff check .
+ruff format --check .
 HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" python -m pytest "$@"
