@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 
 import nnabla as nn
 import numpy as np
@@ -54,6 +55,8 @@ _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "
     "pip install -e .[mpi]"
 )
+_ABORT_GRACE_S = 0.3
+"""Seconds :func:`abort_on_exception` waits between printing the traceback and MPI_Abort."""
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
 
 
@@ -344,6 +347,9 @@ def abort_on_exception(comm=None, exit_code: int = 1) -> None:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            # MPI_Abort tears down mpiexec's output forwarding at once; a short pause lets the
+            # traceback just written reach the terminal first (seen cut off without it).
+            time.sleep(_ABORT_GRACE_S)
             target.Abort(exit_code)
 
     hook._aborts_mpi_job = True

@@ -14,9 +14,20 @@ import numpy as np
 
 from updater.comm import MPICommunicator, abort_on_exception
 
-abort_on_exception()
 out_dir = Path(sys.argv[1])
+
+
+def note_exception(exc_type, exc, tb):
+    """The excepthook abort_on_exception() chains to: print as usual and leave a marker file."""
+    sys.__excepthook__(exc_type, exc, tb)
+    (out_dir / f"rank{MPI_RANK}.excepthook").write_text(f"{exc_type.__name__}: {exc}")
+
+
+MPI_RANK = None
+sys.excepthook = note_exception
+abort_on_exception()
 comm = MPICommunicator()
+MPI_RANK = comm.rank
 grad = nn.NdArray.from_numpy_array(np.ones(8, np.float32))
 comm.all_reduce(grad)  # every rank gets here
 (out_dir / f"rank{comm.rank}.started").write_text("")
