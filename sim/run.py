@@ -41,6 +41,7 @@ from updater.policy import (
     HeadroomScale,
     NnablaLegacy,
     StaticScale,
+    check_int_at_least,
     largest_safe_scale,
 )
 
@@ -137,10 +138,8 @@ class RunResult:
 
 
 def _check_runs_seed_jitter(runs, seed, jitter) -> None:
-    for name, value, low in (("runs", runs, 1), ("seed", seed, 0)):
-        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-        if not ok or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    check_int_at_least("runs", runs, 1)
+    check_int_at_least("seed", seed, 0)
     ok = isinstance(jitter, (int, float, np.integer, np.floating)) and not isinstance(jitter, bool)
     if not ok or not math.isfinite(jitter) or not 0 <= jitter <= 8:
         raise ValueError(f"jitter must be a number in [0, 8] (log2 units), got {jitter!r}")

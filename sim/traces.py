@@ -16,6 +16,8 @@ from typing import Union
 
 import numpy as np
 
+from updater.policy import check_int_at_least
+
 EXP_MIN = -80
 """Binade of the first histogram bin (values below 2**EXP_MIN are counted there)."""
 EXP_MAX = 40
@@ -147,13 +149,6 @@ class Trace:
 # binade from step to step, an artefact of the model, not of training.
 
 
-def _check_int(name: str, value, low: int) -> int:
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
 def _check_float(name: str, value, low: float = -np.inf, high: float = np.inf) -> float:
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
     if not ok or not np.isfinite(value) or not low <= value <= high:
@@ -215,12 +210,12 @@ def _sample_steps(shares, steps, values_per_step, zero_share, rng) -> tuple:
 
 
 def _lognormal_counts(means, log2_std, tail_z, steps, values_per_step, zero_share, seed):
-    _check_int("steps", steps, 1)
-    _check_int("values_per_step", values_per_step, 1)
+    check_int_at_least("steps", steps, 1)
+    check_int_at_least("values_per_step", values_per_step, 1)
     _check_float("log2_std", log2_std, 1e-3, 40.0)
     _check_float("tail_z", tail_z, 0.1, 40.0)
     _check_float("zero_share", zero_share, 0.0, 1.0)
-    _check_int("seed", seed, 0)
+    check_int_at_least("seed", seed, 0)
     rng = np.random.default_rng(seed)
     means = np.broadcast_to(np.asarray(means, dtype=np.float64), (steps,))
     shares = lognormal_binade_shares(means, log2_std, tail_z)
@@ -297,7 +292,7 @@ def drifting_trace(
     """
     _check_float("log2_mean_start", log2_mean_start, -70.0, 30.0)
     _check_float("log2_mean_end", log2_mean_end, -70.0, 30.0)
-    _check_int("steps", steps, 1)
+    check_int_at_least("steps", steps, 1)
     means = np.linspace(log2_mean_start, log2_mean_end, steps)
     counts, zeros, absmax = _lognormal_counts(
         means, log2_std, tail_z, steps, values_per_step, zero_share, seed
@@ -339,10 +334,10 @@ def spiky_trace(
         name (str, default "spikes"): the trace's label.
     """
     _check_float("spike_prob", spike_prob, 0.0, 1.0)
-    _check_int("spike_log2_factor", spike_log2_factor, 1)
+    check_int_at_least("spike_log2_factor", spike_log2_factor, 1)
     if spike_log2_factor > 60:
         raise ValueError(f"spike_log2_factor must be an int in [1, 60], got {spike_log2_factor!r}")
-    _check_int("spike_values", spike_values, 1)
+    check_int_at_least("spike_values", spike_values, 1)
     base = lognormal_trace(
         steps, values_per_step, log2_mean, log2_std, tail_z, zero_share, seed=seed, name=name
     )
@@ -460,9 +455,9 @@ def ssd_trace(
         seed (int, default 0): seed, >= 0.
         name (str, default "ssd"): the trace's label.
     """
-    _check_int("steps", steps, 1)
-    _check_int("values_per_step", values_per_step, 1)
-    _check_int("seed", seed, 0)
+    check_int_at_least("steps", steps, 1)
+    check_int_at_least("values_per_step", values_per_step, 1)
+    check_int_at_least("seed", seed, 0)
     rng = np.random.default_rng(seed)
     counts, zeros = _sample_steps(ssd_binade_shares(), steps, values_per_step, SSD_ZERO_SHARE, rng)
     absmax = _absmax_from_counts(counts, rng)
@@ -485,9 +480,9 @@ def sample_values(shares, n: int, zero_share: float = 0.0, seed: int = 0) -> np.
     >>> v.dtype, v.shape
     (dtype('float32'), (1000,))
     """
-    _check_int("n", n, 1)
+    check_int_at_least("n", n, 1)
     _check_float("zero_share", zero_share, 0.0, 1.0)
-    _check_int("seed", seed, 0)
+    check_int_at_least("seed", seed, 0)
     shares = np.asarray(shares, dtype=np.float64)
     if shares.shape != (NBINS,) or (shares < 0).any() or not np.isclose(shares.sum(), 1.0):
         raise ValueError(f"shares must be {NBINS} non-negative numbers summing to 1")

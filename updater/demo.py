@@ -32,6 +32,8 @@ from typing import Dict, List, Union
 
 import numpy as np
 
+from .policy import check_int_at_least, check_positive_finite
+
 LOSS_WEIGHT = 2.0**-19
 HIDDEN = 64
 BATCH = 32
@@ -280,17 +282,13 @@ def run_comparison(
         nonzero in float32 but zero in the variant), ``final_scale``; plus ``_scales`` and
         ``_skipped_at`` (per-step trajectory, for plotting).
     """
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    steps = check_int_at_least("steps", steps, 1)
+    seed = check_int_at_least("seed", seed, 0)
     if probe_every is None:
         probe_every = max(1, steps // 30)
     if not isinstance(probe_every, int) or isinstance(probe_every, bool) or probe_every < 1:
         raise ValueError(f"probe_every must be an int >= 1 or None, got {probe_every!r}")
-    ok = isinstance(loss_weight, (int, float)) and not isinstance(loss_weight, bool)
-    if not ok or not math.isfinite(loss_weight) or loss_weight <= 0:
-        raise ValueError(f"loss_weight must be a finite number > 0, got {loss_weight!r}")
+    loss_weight = check_positive_finite("loss_weight", loss_weight)
     data = load_data(seed)
     rows = [
         _train_variant(key, data, steps, seed, progress, probe_every, float(loss_weight))

@@ -65,20 +65,24 @@ def _make_state(scale, good_steps, hysteresis_left) -> ScaleState:
 # ---------------------------------------------------------------- validation helpers
 
 
-def _positive_finite(name: str, value, hint: str = "") -> None:
+def check_positive_finite(name: str, value, hint: str = "") -> float:
+    """Return ``float(value)``; ``ValueError`` naming ``name`` unless a finite number > 0."""
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
     if not ok or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}{hint}")
+    return float(value)
 
 
-def _int_at_least(name: str, value, low: int) -> None:
+def check_int_at_least(name: str, value, low: int) -> int:
+    """Return ``int(value)``; ``ValueError`` naming ``name`` unless an int (not bool) >= low."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
     if not ok or value < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
 
 
 def _growth(name: str, value) -> None:
-    _positive_finite(name, value)
+    check_positive_finite(name, value)
     if value <= 1:
         raise ValueError(
             f"{name} must be > 1 (it multiplies the scale on growth), got {value!r}; "
@@ -87,7 +91,7 @@ def _growth(name: str, value) -> None:
 
 
 def _backoff(name: str, value) -> None:
-    _positive_finite(name, value)
+    check_positive_finite(name, value)
     if value >= 1:
         raise ValueError(
             f"{name} must be in (0, 1) (it multiplies the scale on overflow), got {value!r}; "
@@ -96,9 +100,9 @@ def _backoff(name: str, value) -> None:
 
 
 def _bounds(init_name: str, init, min_scale, max_scale) -> None:
-    _positive_finite("min_scale", min_scale)
-    _positive_finite("max_scale", max_scale)
-    _positive_finite(init_name, init)
+    check_positive_finite("min_scale", min_scale)
+    check_positive_finite("max_scale", max_scale)
+    check_positive_finite(init_name, init)
     if not min_scale <= init <= max_scale:
         raise ValueError(
             f"need 0 < min_scale <= {init_name} <= max_scale, got min_scale={min_scale!r}, "
@@ -144,7 +148,7 @@ class StaticScale(_Policy):
     scale: float = 1.0
 
     def __post_init__(self):
-        _positive_finite("scale", self.scale)
+        check_positive_finite("scale", self.scale)
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -196,8 +200,8 @@ class DynamicScale(_Policy):
     def __post_init__(self):
         _growth("growth_factor", self.growth_factor)
         _backoff("backoff_factor", self.backoff_factor)
-        _int_at_least("growth_interval", self.growth_interval, 1)
-        _int_at_least("hysteresis", self.hysteresis, 1)
+        check_int_at_least("growth_interval", self.growth_interval, 1)
+        check_int_at_least("hysteresis", self.hysteresis, 1)
         _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
 
     def init(self, shape=()) -> ScaleState:
@@ -242,9 +246,9 @@ class NnablaLegacy(_Policy):
     N: int = 2000
 
     def __post_init__(self):
-        _positive_finite("scale", self.scale)
+        check_positive_finite("scale", self.scale)
         _growth("scaling_factor", self.scaling_factor)
-        _int_at_least("N", self.N, 1)
+        check_int_at_least("N", self.N, 1)
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -296,7 +300,7 @@ class HeadroomScale(_Policy):
     max_scale: float = 2.0**15
 
     def __post_init__(self):
-        _positive_finite("margin", self.margin)
+        check_positive_finite("margin", self.margin)
         if self.margin < 1:
             raise ValueError(f"margin must be >= 1, got {self.margin!r}")
         _backoff("backoff_factor", self.backoff_factor)

@@ -29,7 +29,7 @@ import numpy as np
 from sim.traces import Trace, binade_histogram
 
 from .hostview import host_view
-from .policy import DynamicScale, ScaleState, policy_from_dict
+from .policy import DynamicScale, ScaleState, check_int_at_least, policy_from_dict
 
 logger = logging.getLogger(__name__)
 
@@ -121,10 +121,8 @@ class GradientRecorder:
     """
 
     def __init__(self, path: Union[str, Path], every: int = 1, name: str | None = None):
-        if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        self.every = check_int_at_least("every", every, 1)
         self.path = Path(path)
-        self.every = int(every)
         self.name = name if name is not None else self.path.stem
         self._rows: List[tuple] = []
         self.steps: List[int] = []
