@@ -22,9 +22,9 @@ from nnabla_models import (
 from sim.traces import EXP_MIN, Trace
 from updater import DynamicScale, HeadroomScale, StaticScale
 from updater.hostview import host_view
+from updater.recorder import GradientRecorder
 from updater.updater import (
     DynamicLossScalingUpdater,
-    GradientRecorder,
     NonFiniteGradientsError,
     StepRecord,
     _grad_stats,

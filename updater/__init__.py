@@ -19,7 +19,7 @@ _LAZY = {
     "DynamicLossScalingUpdater": "updater.updater",
     "NonFiniteGradientsError": "updater.updater",
     "StepRecord": "updater.updater",
-    "GradientRecorder": "updater.updater",
+    "GradientRecorder": "updater.recorder",
     "get_context": "updater.context",
     "MPICommunicator": "updater.comm",
     "save_checkpoint": "updater.checkpoint",
