@@ -58,6 +58,10 @@ def _parse_number(text: str) -> float:
 def _convert(parser, policy: str, key: str, text: str, types: Dict[str, type]):
     if key not in types:
         parser.error(f"unknown setting {key!r} for policy {policy}; accepted: {sorted(types)}")
+    if types[key] is bool:
+        if text.strip().lower() not in ("true", "false"):
+            parser.error(f"setting {key} needs true or false, got {text!r}")
+        return text.strip().lower() == "true"
     try:
         value = _parse_number(text)
     except ValueError:

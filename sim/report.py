@@ -498,7 +498,9 @@ def _markdown(config, traces, rows, dyn_rows, head_rows, dyn_best, head_best, ss
         "`pytorch`: GradScaler's start 2^16 capped at 2^15, the largest power of two a float16 "
         "backward seed holds (nnabla's half mode seeds backward in float16), x2 / x0.5 / 2000, "
         "no hysteresis, no floor (min_scale 2^-24 stands in for none). `deepspeed`: "
-        "hysteresis 2, min scale 1, window 1000, same capped start. `dynamic` and `headroom`: "
+        "hysteresis 2 as in DeepSpeed's DynamicLossScaler and Megatron-LM (the first overflow "
+        "after a growth is absorbed, every later one backs off until the next growth), min "
+        "scale 1, window 1000, same capped start. `dynamic` and `headroom`: "
         "this project's current defaults. `nnabla-legacy`: nnabla's old updater (start 8, "
         "N=2000, growth after N+2 then every N+1 finite steps, no floor or cap)."
     )
@@ -524,11 +526,16 @@ def _markdown(config, traces, rows, dyn_rows, head_rows, dyn_best, head_best, ss
         f"`headroom` {_pct(hd['signal_lost'])}."
     )
     lg, pt, ds, dy, hd = (by[("nan", n)] for n in COMPARED)
+
+    def ends(r, name):
+        floor = " (its floor)" if r["final_scale"] == PRESETS[name].min_scale else ""
+        return format_value(r["final_scale"]) + floor
+
     add(
         f"- On **nan** (bad batches), every backoff without a floor compounds: the legacy policy "
         f"ends at a median scale of {format_value(lg['final_scale'])} and PyTorch-style at "
-        f"{format_value(pt['final_scale'])}; `dynamic` ends at {format_value(dy['final_scale'])}, "
-        f"DeepSpeed-style (hysteresis 2) at {format_value(ds['final_scale'])}, `headroom` at "
+        f"{format_value(pt['final_scale'])}; `dynamic` ends at {ends(dy, 'dynamic')}, "
+        f"DeepSpeed-style (hysteresis 2) at {ends(ds, 'deepspeed')}, `headroom` at "
         f"{format_value(hd['final_scale'])} (it jumps back on the next finite step)."
     )
     st = {n: by[("stationary", n)] for n in COMPARED}
@@ -536,7 +543,8 @@ def _markdown(config, traces, rows, dyn_rows, head_rows, dyn_best, head_best, ss
         f"- On **stationary**, growth-based policies pay for probing: skipped steps per run are "
         f"{format_value(st['pytorch']['skipped'])} (pytorch), "
         f"{format_value(st['deepspeed']['skipped'])} "
-        f"(deepspeed, hysteresis 2 needs two overflows per backoff), "
+        f"(deepspeed: window 1000 probes twice as often, and with hysteresis 2 a probe costs "
+        f"two overflows, the first absorbed, the second backing off), "
         f"{format_value(st['dynamic']['skipped'])} (dynamic) and "
         f"{format_value(st['headroom']['skipped'])} (headroom)."
     )
@@ -733,11 +741,11 @@ def _dynamic_why(rows, best, families) -> str:
             for f in fams
         ]
         lines.append(
-            f"- At growth_interval {best['growth_interval']} the hysteresis trades probing "
-            "overflows (each backoff needs that many overflows) against resilience to isolated "
-            "bad batches (which otherwise halve the scale and cost a growth interval each): "
-            + "; ".join(parts)
-            + "."
+            f"- At growth_interval {best['growth_interval']}, hysteresis h costs h - 1 extra "
+            "overflows per probe (after each growth the first backoff needs h overflows) and "
+            "shields only against the first h - 1 bad batches after a growth (only growth "
+            "refills it, and a bad batch resets the growth count; `consecutive_hysteresis=True` "
+            "refills it on every finite step): " + "; ".join(parts) + "."
         )
     return "\n".join(lines)
 

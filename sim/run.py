@@ -6,10 +6,25 @@ call advances K runs together: the policy's state holds arrays of shape ``(K,)``
 Step rule (what the real updater sees). At step ``t`` run ``r`` uses the scale ``s`` held in its
 state. The step's gradients, scaled, have largest magnitude ``a = absmax[t] * f[t, r] * s``,
 where ``f`` is the run's jitter factor (below). The step overflows iff ``a >= 65520`` (the
-float16 cast rounds 65520 and above to inf); it is skipped iff it overflows or the trace marks it
-non-finite (a bad batch, whatever the scale). The policy is then advanced with
-``grads_finite = not skipped`` and ``grad_absmax = a`` (the largest scaled gradient, as the
-updater measures it before unscaling).
+float16 cast rounds 65520 and above to inf) or ``s >= overflow_scale[t] / f[t, r]`` (the trace
+recorded the step overflowing at ``overflow_scale[t]``; with a power-of-two scale, scaling is
+exact, so a step that overflows at one scale overflows at every larger one). It is skipped iff
+it overflows or the trace marks it non-finite (a bad batch: a non-finite loss, whatever the
+scale). The policy is then advanced with ``grads_finite = not skipped`` and ``grad_absmax = a``
+(the largest scaled gradient, as the updater measures it before unscaling). :func:`simulate`,
+:func:`simulate_many` and :func:`simulate_scalar` all apply this rule through one function.
+
+Recorded overflows (what is approximated). A trace recorded from a real run (the updater's
+``GradientRecorder``) holds one attempt per step, at the scale the run used. A recorded overflow
+(finite loss, inf/NaN gradients at scale ``s_o``) replays as an overflow at every scale
+``>= s_o`` and as a normal step below it; a bad batch (non-finite loss) is skipped at every
+scale. Approximated: below ``s_o`` the recording cannot say whether the step would have
+overflowed too (it is replayed as finite unless its ``absmax`` says so), and the histogram and
+``absmax`` of an overflowed attempt are stand-ins (its finite values only, and ``absmax`` at
+least ``65520 / s_o``: inf/NaN spreads backward into upstream gradients); a step recorded finite
+at scale ``s`` is assumed to overflow above ``s`` only when its parameter gradients' ``absmax``
+does (an intermediate backward value may overflow first). Jitter multiplies the recorded
+threshold's effect like every gradient: the test is on ``s * f[t, r]``.
 
 Seeds (why many runs differ). Run ``r`` multiplies every gradient of step ``t`` by
 ``f[t, r] = 2 ** (jitter * z[t, r])`` with ``z`` standard normal from
@@ -35,7 +50,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.traces import EXP_MIN, NBINS, Trace
+from sim.traces import EXP_MIN, FP16_OVERFLOW, NBINS, Trace
 from updater.policy import (
     DynamicScale,
     HeadroomScale,
@@ -44,9 +59,6 @@ from updater.policy import (
     check_int_at_least,
     largest_safe_scale,
 )
-
-FP16_OVERFLOW = 65520.0
-"""Smallest magnitude that float16 rounds to inf."""
 
 PRESETS = {
     "nnabla-legacy": NnablaLegacy(scale=8.0, scaling_factor=2.0, N=2000),
@@ -75,7 +87,8 @@ PRESETS = {
 """Named policies. ``pytorch``: GradScaler's 2**16 start capped to 2**15 (the largest power of
 two a float16 backward seed holds), x2 / x0.5 / 2000, no hysteresis and no floor (min_scale
 2**-24).
-``deepspeed``: hysteresis 2, min scale 1, window 1000, same capped start. ``dynamic`` and
+``deepspeed``: hysteresis 2 refilled only by growth (DeepSpeed's default,
+``consecutive_hysteresis`` false), min scale 1, window 1000, same capped start. ``dynamic`` and
 ``headroom``: the project's defaults. ``nnabla-legacy``: the old updater (start 8, N=2000)."""
 
 METRICS = (
@@ -99,10 +112,12 @@ class RunResult:
         policy: the policy object.
         trace_name (str): the trace's name.
         scale (float64 array (steps, runs)): the scale used at each step.
-        overflow (bool array (steps, runs)): the scaled gradients overflowed (``a >= 65520``).
+        overflow (bool array (steps, runs)): the scaled gradients overflowed (``a >= 65520``,
+            or the scale reached the step's recorded ``overflow_scale``; see the module doc).
         skipped (bool array (steps, runs)): the step was skipped (overflow or bad batch).
         safe_scale (float64 array (steps, runs)): largest power of two ``s`` with
-            ``s * unscaled absmax <= 65504`` (capped at the policy's ``max_scale`` if it has one).
+            ``s * unscaled absmax <= 65504`` and below the step's recorded overflow threshold
+            (capped at the policy's ``max_scale`` if it has one).
         flushed (float64 array (steps, runs)): share of nonzero values flushed at that scale.
         final_scale (float64 array (runs,)): the scale after the last step.
         metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
@@ -281,17 +296,47 @@ def simulate(
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
     absmax = trace.absmax[:, None] * factor  # unscaled, (steps, runs) or (steps, 1)
-    scale, overflow = _advance(policy, trace, absmax, runs, progress, label or policy_label(policy))
+    limits = _overflow_limits(trace, factor)
+    desc = label or policy_label(policy)
+    scale, overflow = _advance(policy, trace, absmax, limits, runs, progress, desc)
     return _result(policy, trace, absmax, factor, scale, overflow, label)
 
 
-def _advance(policy, trace, absmax, runs, progress, desc):
-    """The inner loop: per step one multiply, one compare and the policy update."""
+def _overflow_limits(trace: Trace, factor: np.ndarray) -> list:
+    """Per step: None (no recorded overflow) or the loss scales from which the step overflows,
+    ``overflow_scale[t] / f[t]`` (one per column of ``factor``)."""
+    limits: list = [None] * trace.steps
+    for t in np.flatnonzero(np.isfinite(trace.overflow_scale)):
+        limits[t] = trace.overflow_scale[t] / factor[t]
+    return limits
+
+
+def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
+    """The step rule (module doc), for one run (scalars) or many (arrays of one shape).
+
+    Args:
+        scaled_absmax: ``a``, the largest scaled gradient magnitude.
+        scale: the loss scale ``s``.
+        limit: None, or the loss scale from which the step overflows (recorded threshold
+            divided by the jitter factor).
+        bad (bool): the trace marks the step a bad batch.
+        out (bool array, optional): where to write the overflow flags.
+
+    Returns:
+        ``(overflow, grads_finite)``.
+    """
+    ovf = np.greater_equal(scaled_absmax, FP16_OVERFLOW, out=out)
+    if limit is not None:
+        ovf = np.logical_or(ovf, np.greater_equal(scale, limit), out=out)
+    return ovf, (np.zeros_like(ovf) if bad else np.logical_not(ovf))
+
+
+def _advance(policy, trace, absmax, limits, runs, progress, desc):
+    """The inner loop: per step one multiply, one or two compares and the policy update."""
     steps = trace.steps
     scale = np.empty((steps + 1, runs))
     overflow = np.empty((steps, runs), dtype=bool)
     bad = trace.nonfinite.tolist()
-    never = np.zeros(runs, dtype=bool)
     needs_absmax = policy.needs_grad_absmax
     update = policy.update
     state = policy.init((runs,))
@@ -299,17 +344,24 @@ def _advance(policy, trace, absmax, runs, progress, desc):
         s = state.scale
         scale[t] = s
         a = absmax[t] * s
-        ovf = np.greater_equal(a, FP16_OVERFLOW, out=overflow[t])
-        finite = never if bad[t] else ~ovf
+        _, finite = _step_outcome(a, s, limits[t], bad[t], out=overflow[t])
         state = update(state, finite, a) if needs_absmax else update(state, finite)
     scale[steps] = state.scale
     return scale, overflow
+
+
+def _largest_power_of_two_below(limit) -> np.ndarray:
+    """Largest power of two strictly below ``limit`` (inf for inf)."""
+    with np.errstate(over="ignore"):
+        return np.exp2(np.ceil(np.log2(limit)) - 1.0)
 
 
 def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
     scale = scale_all[:-1]
     skipped = overflow | trace.nonfinite[:, None]
     safe = largest_safe_scale(np.broadcast_to(absmax, scale.shape))
+    if np.isfinite(trace.overflow_scale).any():
+        safe = np.minimum(safe, _largest_power_of_two_below(trace.overflow_scale[:, None] / factor))
     cap = getattr(policy, "max_scale", None)
     if cap is not None:
         safe = np.minimum(safe, cap)
@@ -333,7 +385,8 @@ def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunRes
 def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str, np.ndarray]:
     """Per-run metrics from (steps, runs) trajectories.
 
-    - ``overflows``: steps whose scaled gradients overflowed (bad batches not counted);
+    - ``overflows``: steps that overflowed (recorded overflows included; bad batches not
+      counted, even when their gradients would overflow too);
     - ``skipped``: steps skipped for any reason (overflow or bad batch);
     - ``mean_flushed``: share of nonzero values flushed to zero, averaged over applied steps
       (NaN if every step was skipped);
@@ -455,6 +508,7 @@ def simulate_many(
     labels = [policy_label(p) for p in policies] if labels is None else list(labels)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
     absmax = trace.absmax[:, None] * factor
+    limits = _overflow_limits(trace, factor)
     results: List[Any] = [None] * len(policies)
     groups: Dict[type, List[int]] = {}
     for i, p in enumerate(policies):
@@ -463,8 +517,9 @@ def simulate_many(
         stacked = stack_policies([policies[i] for i in members], runs)
         n = len(members)
         desc = "+".join(labels[i] for i in members)
+        tiled = [None if lim is None else _tile_runs(lim, n) for lim in limits]
         scale, overflow = _advance(
-            stacked, trace, np.tile(absmax, (1, n)), n * runs, progress, desc
+            stacked, trace, _tile_runs(absmax, n), tiled, n * runs, progress, desc
         )
         for j, i in enumerate(members):
             cols = slice(j * runs, (j + 1) * runs)
@@ -474,9 +529,15 @@ def simulate_many(
     return results
 
 
+def _tile_runs(a: np.ndarray, n: int) -> np.ndarray:
+    """Repeat the run columns (last axis) ``n`` times; a single column (no jitter: every run
+    alike) is left to broadcast."""
+    return a if a.shape[-1] == 1 else np.tile(a, (1,) * (a.ndim - 1) + (n,))
+
+
 def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: float = 0.25):
     """Reference loop: each run alone, step by step, with scalar states (slow; for tests and
-    benchmarks).
+    benchmarks). Same step rule as :func:`simulate` (the same function decides each step).
 
     Returns:
         ``(scale, overflow)``: float64 ``(steps + 1, runs)`` scales (row ``t`` used at step
@@ -487,6 +548,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))
     absmax = trace.absmax[:, None] * factor
+    limits = _overflow_limits(trace, factor)
     scale = np.empty((trace.steps + 1, runs))
     overflow = np.empty((trace.steps, runs), dtype=bool)
     for r in range(runs):
@@ -495,9 +557,10 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
             s = float(state.scale)
             scale[t, r] = s
             a = float(absmax[t, r]) * s
-            overflow[t, r] = a >= FP16_OVERFLOW
-            finite = not (overflow[t, r] or trace.nonfinite[t])
-            state = policy.update(state, finite, a if policy.needs_grad_absmax else None)
+            limit = None if limits[t] is None else float(limits[t][r])
+            ovf, finite = _step_outcome(a, s, limit, bool(trace.nonfinite[t]))
+            overflow[t, r] = ovf
+            state = policy.update(state, bool(finite), a if policy.needs_grad_absmax else None)
         scale[trace.steps, r] = float(state.scale)
     return scale, overflow
 
@@ -506,7 +569,8 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
 
 
 def _field_types(cls) -> Dict[str, type]:
-    return {f.name: (int if f.type in ("int", int) else float) for f in dataclasses.fields(cls)}
+    kinds = {"int": int, int: int, "bool": bool, bool: bool}
+    return {f.name: kinds.get(f.type, float) for f in dataclasses.fields(cls)}
 
 
 def make_policy(name: str, **settings):
@@ -537,7 +601,7 @@ def make_policy(name: str, **settings):
 
 
 def setting_types(name: str) -> Dict[str, type]:
-    """Setting names of a preset or class and whether each is an int or a float."""
+    """Setting names of a preset or class and the type of each (int, float or bool)."""
     return _field_types(type(make_policy(name)))
 
 

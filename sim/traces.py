@@ -2,9 +2,19 @@
 
 A trace holds, for each training step, a histogram of nonzero finite gradient magnitudes by
 binade (bin ``i`` counts values ``v`` with ``floor(log2|v|) == EXP_MIN + i``; values outside the
-range land in the end bins), the count of exact zeros, the largest magnitude (unscaled), and
-whether the step is non-finite whatever the scale (a bad batch). The updater's gradient recorder
-writes the same format, so recorded and synthetic traces replay alike.
+range land in the end bins), the count of exact zeros, the largest magnitude (unscaled),
+whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
+the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
+never was). The updater's gradient recorder writes the same format, so recorded and synthetic
+traces replay alike.
+
+Overflow versus bad batch. A bad batch (``nonfinite``) is skipped at every scale. An overflow is
+a property of a scale: a step recorded as overflowing at scale ``s_o`` (finite loss, inf/NaN
+gradients) overflows at every scale ``>= s_o`` and replays as a normal step below it, unless its
+``absmax`` says otherwise (see :mod:`sim.run`). The threshold is stored, not derived from
+``absmax``, because the overflow can happen in intermediate backward values that no parameter
+gradient shows. Synthetic families record no overflow (``overflow_scale`` all inf): their
+overflows follow from ``absmax`` alone.
 """
 
 from __future__ import annotations
@@ -23,7 +33,10 @@ EXP_MIN = -80
 EXP_MAX = 40
 """Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
 NBINS = EXP_MAX - EXP_MIN + 1
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf)."""
+FP16_OVERFLOW = 65520.0
+"""Smallest magnitude that float16 rounds to inf."""
 
 
 def binade_histogram(values) -> tuple:
@@ -62,8 +75,12 @@ class Trace:
         counts: int64 array ``(steps, NBINS)`` of nonzero finite magnitudes per binade.
         zeros: int64 array ``(steps,)`` of exact zeros per step.
         absmax: float64 array ``(steps,)`` of the largest finite magnitude per step (unscaled).
-        nonfinite: bool array ``(steps,)``, True where the step is bad whatever the scale.
+        nonfinite: bool array ``(steps,)``, True where the step is bad whatever the scale
+            (a non-finite loss: bad data, not overflow).
         name: a label for plots and tables.
+        overflow_scale: float64 array ``(steps,)``, > 0: the smallest loss scale at which the
+            step was seen to overflow (finite loss, inf/NaN gradients); inf where it never was.
+            The step overflows at every scale at or above it. None (the default) means all inf.
     """
 
     counts: np.ndarray
@@ -71,6 +88,7 @@ class Trace:
     absmax: np.ndarray
     nonfinite: np.ndarray
     name: str = "trace"
+    overflow_scale: np.ndarray | None = None
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -80,10 +98,19 @@ class Trace:
         steps = self.counts.shape[0]
         if self.counts.ndim != 2 or self.counts.shape[1] != NBINS:
             raise ValueError(f"counts must have shape (steps, {NBINS}), got {self.counts.shape}")
-        for name in ("zeros", "absmax", "nonfinite"):
+        if self.overflow_scale is None:
+            self.overflow_scale = np.full(steps, np.inf)
+        self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
+        for name in ("zeros", "absmax", "nonfinite", "overflow_scale"):
             shape = getattr(self, name).shape
             if shape != (steps,):
                 raise ValueError(f"{name} must have shape ({steps},), got {shape}")
+        if not (self.overflow_scale > 0).all():  # also catches NaN
+            bad = self.overflow_scale[~(self.overflow_scale > 0)][0]
+            raise ValueError(
+                f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
+                f"got {bad!r}"
+            )
 
     @property
     def steps(self) -> int:
@@ -92,7 +119,12 @@ class Trace:
 
     @classmethod
     def from_steps(cls, step_values, name: str = "trace") -> Trace:
-        """Build a trace from an iterable of per-step gradient arrays."""
+        """Build a trace from an iterable of per-step gradient arrays (unscaled).
+
+        A step holding inf/NaN is a bad batch (``nonfinite``); no overflow is recorded: overflow
+        follows from ``absmax`` at replay. (Recording overflows from a run: the updater's
+        ``GradientRecorder``.)
+        """
         rows = [binade_histogram(v) for v in step_values]
         if not rows:
             raise ValueError("step_values must hold at least one step, got none")
@@ -112,6 +144,7 @@ class Trace:
             zeros=self.zeros,
             absmax=self.absmax,
             nonfinite=self.nonfinite,
+            overflow_scale=self.overflow_scale,
             name=self.name,
         )
         tmp.replace(path)
@@ -119,18 +152,29 @@ class Trace:
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> Trace:
-        """Read a trace written by :meth:`save` (or by the updater's gradient recorder)."""
+        """Read a trace written by :meth:`save` (or by the updater's gradient recorder).
+
+        Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
+        their recorded overflows were stored as ``nonfinite`` and stay bad batches.
+        """
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in ("counts", "zeros", "absmax", "nonfinite") if k not in z]
             if missing:
                 raise ValueError(f"{path} is not a gradient trace: missing arrays {missing}")
+            version = int(z["format_version"]) if "format_version" in z else 1
+            if version > FORMAT_VERSION:
+                raise ValueError(
+                    f"{path} has trace format_version {version}; this version reads up to "
+                    f"{FORMAT_VERSION} (upgrade the package)"
+                )
             if int(z["exp_min"]) != EXP_MIN or int(z["exp_max"]) != EXP_MAX:
                 raise ValueError(
                     f"{path} uses binades [{int(z['exp_min'])}, {int(z['exp_max'])}], "
                     f"this version reads [{EXP_MIN}, {EXP_MAX}]"
                 )
             name = str(z["name"]) if "name" in z else Path(path).stem
-            return cls(z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name=name)
+            over = z["overflow_scale"] if "overflow_scale" in z else None
+            return cls(z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over)
 
 
 # ---------------------------------------------------------------- synthetic families

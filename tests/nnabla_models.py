@@ -142,3 +142,48 @@ def assert_same_values(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray])
     for k in a:
         assert a[k].dtype == b[k].dtype, k
         assert np.array_equal(a[k].reshape(-1).view(np.uint8), b[k].reshape(-1).view(np.uint8)), k
+
+
+class TinyBNClassifier(TinyClassifier):
+    """``TinyClassifier`` with BatchNormalization after the first affine layer.
+
+    Its solver is set over ``nn.get_parameters(grad_only=False)``, so the running mean and
+    variance (``need_grad`` False, changed by the forward pass only) have solver states that the
+    solver never writes. Same arguments as :class:`TinyClassifier` (default scope ``"tinybn"``).
+    """
+
+    def __init__(
+        self,
+        scope: str = "tinybn",
+        batch: int = 8,
+        in_dim: int = 4,
+        hidden: int = 6,
+        classes: int = 3,
+        seed: int = 0,
+        type_config: str = "half",
+        solver: str = "momentum",
+        lr: float = 0.05,
+    ):
+        self.scope = scope
+        self.batch, self.in_dim, self.classes = batch, in_dim, classes
+        self.ctx = cpu_context(type_config)
+        rng = np.random.RandomState(seed)
+        with nn.context_scope(self.ctx), nn.parameter_scope(scope):
+            self.x = nn.Variable((batch, in_dim))
+            self.t = nn.Variable((batch, 1))
+            self.weight = nn.Variable(())
+            self.weight.d = 1.0
+            w1 = I.NormalInitializer(0.5, rng=rng)
+            w2 = I.NormalInitializer(0.5, rng=rng)
+            h = PF.affine(self.x, hidden, w_init=w1, name="fc1")
+            h = F.tanh(PF.batch_normalization(h, batch_stat=True, name="bn1"))
+            y = PF.affine(h, classes, w_init=w2, name="fc2")
+            self.loss = F.mean(F.softmax_cross_entropy(y, self.t)) * self.weight
+            self.params = nn.get_parameters(grad_only=False)
+            makers = {
+                "momentum": lambda: S.Momentum(lr, 0.9),
+                "adam": lambda: S.Adam(lr),
+                "sgd": lambda: S.Sgd(lr),
+            }
+            self.solver = makers[solver]()
+            self.solver.set_parameters(self.params)

@@ -39,6 +39,12 @@ def test_simulate_prints_metrics_and_writes_a_plot(tmp_path, capsys):
     assert mpimg.imread(plot).shape[:2] == (450, 800)
 
 
+def test_simulate_takes_a_bool_setting(capsys):
+    argv = ["simulate", "--set", "hysteresis=2", "--set", "consecutive_hysteresis=True"]
+    assert main([*argv, "--steps", "50", "--runs", "1"]) == 0
+    assert "'consecutive_hysteresis': True" in capsys.readouterr().out
+
+
 def test_simulate_replays_a_recorded_trace_file(tmp_path, capsys):
     path = make_trace("nan", steps=200, seed=1, nan_prob=0.05).save(tmp_path / "rec.npz")
     assert main(["simulate", "--policy", "headroom", "--trace", str(path), "--runs", "2"]) == 0
@@ -74,6 +80,7 @@ def test_sweep_prints_and_writes_csv(tmp_path, capsys):
         (["simulate", "--set", "growth_interval=1.5"], "needs an int"),
         (["simulate", "--set", "margin=2"], "unknown setting 'margin'"),
         (["simulate", "--set", "hysteresis"], "KEY=VALUE"),
+        (["simulate", "--set", "consecutive_hysteresis=1"], "needs true or false"),
         (["simulate", "--policy", "magic"], "policy must be one of"),
         (["simulate", "--runs", "0"], "--runs"),
         (["simulate", "--jitter", "-1"], "--jitter"),

@@ -1,5 +1,6 @@
 """Scaling policies: narrated examples, closed forms, a reference state machine, vectorization."""
 
+import json
 import math
 import subprocess
 import sys
@@ -66,13 +67,54 @@ def test_dynamic_asymmetric_narrated():
     assert as_tuple(s) == (128.0, 0, 1)
     s = p.update(s, True)  # finite steps do not refill hysteresis
     assert as_tuple(s) == (128.0, 1, 1)
-    s = p.update(s, False)  # 2nd overflow since the last change: back off x0.25, refill
-    assert as_tuple(s) == (32.0, 0, 2)
-    s = p.update(s, False)  # one overflow after a backoff: absorbed again
+    s = p.update(s, False)  # 2nd overflow since the last growth: back off x0.25, no refill
     assert as_tuple(s) == (32.0, 0, 1)
-    for _ in range(3):  # growth also refills hysteresis
+    s = p.update(s, False)  # hysteresis used up: every further overflow backs off
+    assert as_tuple(s) == (8.0, 0, 1)
+    for _ in range(3):  # only growth refills hysteresis
         s = p.update(s, True)
-    assert as_tuple(s) == (64.0, 0, 2)
+    assert as_tuple(s) == (16.0, 0, 2)
+    s = p.update(s, False)  # absorbed again after the refill
+    assert as_tuple(s) == (16.0, 0, 1)
+
+
+def test_dynamic_consecutive_hysteresis_narrated():
+    p = DynamicScale(**ASYM, consecutive_hysteresis=True)
+    s = p.update(p.init(), False)  # 1st overflow: absorbed
+    assert as_tuple(s) == (64.0, 0, 1)
+    s = p.update(s, True)  # a finite step refills hysteresis
+    assert as_tuple(s) == (64.0, 1, 2)
+    s = p.update(s, False)  # absorbed again
+    assert as_tuple(s) == (64.0, 0, 1)
+    s = p.update(s, False)  # 2nd overflow in a row: back off x0.25
+    assert as_tuple(s) == (16.0, 0, 1)
+    s = p.update(s, False)  # overflows in a row keep backing off
+    assert as_tuple(s) == (4.0, 0, 1)
+
+
+@pytest.mark.parametrize(
+    "consecutive, expected",
+    [(False, [1024.0, 1024.0, 512.0, 256.0]), (True, [1024.0, 1024.0, 1024.0, 512.0])],
+)
+def test_hysteresis_closed_form_example(consecutive, expected):
+    """Hysteresis 2, start 1024, no growth; steps overflow, finite, overflow, overflow."""
+    p = DynamicScale(
+        init_scale=1024.0,
+        growth_interval=10**6,
+        hysteresis=2,
+        consecutive_hysteresis=consecutive,
+    )
+    assert [float(s.scale) for s in run(p, [False, True, False, False])] == expected
+
+
+@pytest.mark.parametrize("consecutive", [False, True])
+def test_persistent_overflow_from_2_15_reaches_1_in_16_steps(consecutive):
+    """As Megatron-LM, DeepSpeed and apex: one absorbed overflow, then 15 halvings."""
+    p = DynamicScale(hysteresis=2, init_scale=2.0**15, consecutive_hysteresis=consecutive)
+    scales = [float(s.scale) for s in run(p, [False] * 20)]
+    assert scales[:16] == [2.0**15] + [2.0 ** (15 - k) for k in range(1, 16)]
+    assert scales.index(1.0) == 15  # reached after exactly 16 steps, then floored
+    assert scales[16:] == [1.0] * 4
 
 
 def test_dynamic_bounds_clamp_both_ways():
@@ -191,21 +233,56 @@ def test_growth_exactly_on_interval_th_finite_step(interval, n):
     assert grew_at == [k * interval for k in range(1, n // interval + 1)]
 
 
-@given(st.lists(st.booleans(), max_size=80))
-def test_bounded_product_with_hysteresis(flags):
+@given(st.lists(st.booleans(), max_size=80), st.booleans())
+def test_bounded_product_with_hysteresis(flags, consecutive):
     """With bounds and hysteresis, the scale is the clamped running product of applied factors."""
-    p = DynamicScale(**ASYM)
+    p = DynamicScale(**ASYM, consecutive_hysteresis=consecutive)
     scale, count, left = ASYM["init_scale"], 0, ASYM["hysteresis"]
     for ok, state in zip(flags, run(p, flags)):
         if ok:
             count += 1
+            if consecutive:
+                left = ASYM["hysteresis"]
             if count == ASYM["growth_interval"]:
                 scale, count, left = min(scale * 2.0, ASYM["max_scale"]), 0, ASYM["hysteresis"]
         else:
-            count, left = 0, left - 1
-            if left == 0:
-                scale, left = max(scale * 0.25, ASYM["min_scale"]), ASYM["hysteresis"]
+            count = 0
+            if left == 1:
+                scale = max(scale * 0.25, ASYM["min_scale"])
+            else:
+                left -= 1
         assert as_tuple(state) == (scale, count, left)
+
+
+@given(st.lists(st.booleans(), max_size=80), st.integers(1, 4), st.booleans())
+def test_hysteresis_closed_form_without_growth(flags, h, consecutive):
+    """No growth, no bounds reached: the scale is init * 0.5**backoffs, where k overflows back
+    off max(0, k - h + 1) times, k counting all overflows (only growth refills) or, with
+    consecutive_hysteresis, each run of overflows in a row separately."""
+    p = DynamicScale(
+        init_scale=1.0,
+        growth_interval=10**6,
+        min_scale=2.0**-100,
+        max_scale=1.0,
+        hysteresis=h,
+        consecutive_hysteresis=consecutive,
+    )
+    states = run(p, flags)
+    for t, state in enumerate(states):
+        seen = flags[: t + 1]
+        if consecutive:
+            runs, n = [], 0
+            for ok in seen:
+                if ok:
+                    runs.append(n)
+                    n = 0
+                else:
+                    n += 1
+            runs.append(n)
+        else:
+            runs = [seen.count(False)]
+        backoffs = sum(max(0, k - h + 1) for k in runs)
+        assert float(state.scale) == 0.5**backoffs
 
 
 # ---------------------------------------------------------------- nnabla legacy
@@ -274,6 +351,7 @@ def test_legacy_matches_reference(flags, n):
         (DynamicScale, {"growth_interval": 2.5}, "growth_interval"),
         (DynamicScale, {"growth_interval": True}, "growth_interval"),
         (DynamicScale, {"hysteresis": 0}, "hysteresis"),
+        (DynamicScale, {"hysteresis": True}, "hysteresis"),
         (DynamicScale, {"min_scale": -1.0}, "min_scale"),
         (DynamicScale, {"max_scale": float("inf")}, "max_scale"),
         (DynamicScale, {"init_scale": float("nan")}, "init_scale"),
@@ -295,6 +373,23 @@ def test_invalid_setting_names_setting_and_value(cls, kwargs, name):
     msg = str(err.value)
     assert name in msg
     assert repr(kwargs[name]) in msg
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None, 1.0, np.array([True])])
+def test_consecutive_hysteresis_must_be_a_bool(value):
+    with pytest.raises(TypeError) as err:
+        DynamicScale(consecutive_hysteresis=value)
+    msg = str(err.value)
+    assert "consecutive_hysteresis" in msg and repr(value) in msg and "bool" in msg
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True)])
+def test_consecutive_hysteresis_round_trips_through_json(value):
+    p = DynamicScale(hysteresis=3, consecutive_hysteresis=value)
+    d = json.loads(json.dumps(p.state_dict()))
+    assert d["consecutive_hysteresis"] is bool(value)
+    again = policy_from_dict(d)
+    assert again == p and again.consecutive_hysteresis is bool(value)
 
 
 def test_policy_from_dict_rejects_unknown():
@@ -341,6 +436,7 @@ def policies(draw):
         min_scale=2.0**lo,
         max_scale=2.0**hi,
         hysteresis=draw(st.integers(1, 3)),
+        consecutive_hysteresis=draw(st.booleans()),
     )
 
 
@@ -366,9 +462,10 @@ def test_round_trip_policy_and_state(policy, seq):
 @given(policies(), st.integers(1, 8), st.integers(0, 30), st.data())
 def test_vectorized_equals_scalar(policy, k, n, data):
     flags = data.draw(hnp.arrays(bool, (n, k)))
-    absmax = data.draw(
-        hnp.arrays(np.float16, (n, k), elements=st.floats(min_value=0, width=16))
-    ).astype(np.float64)
+    # bounded floats: unbounded width-16 floats reject every draw above 65520 (flaky health
+    # check "filter_too_much"); inf is added explicitly
+    elements = st.floats(0, 65504, width=16) | st.just(np.inf)
+    absmax = data.draw(hnp.arrays(np.float16, (n, k), elements=elements)).astype(np.float64)
     vec = policy.init((k,))
     singles = [policy.init() for _ in range(k)]
     for t in range(n):
@@ -378,11 +475,38 @@ def test_vectorized_equals_scalar(policy, k, n, data):
             assert as_tuple(index_state(vec, j)) == as_tuple(singles[j])
 
 
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=6),
+    st.data(),
+)
+def test_stacked_settings_include_consecutive_hysteresis(settings_list, data):
+    """sim.run.stack_policies turns every setting, the bool one included, into an array; the
+    stacked policy advances each run exactly as its own policy does."""
+    from sim.run import stack_policies
+
+    pols = [
+        DynamicScale(**{**ASYM, "hysteresis": h, "consecutive_hysteresis": c})
+        for h, c in settings_list
+    ]
+    stacked = stack_policies(pols, runs=2)
+    assert stacked.consecutive_hysteresis.dtype == bool
+    k = 2 * len(pols)
+    flags = data.draw(hnp.arrays(bool, (30, k)))
+    vec = stacked.init((k,))
+    singles = [pols[j // 2].init() for j in range(k)]
+    for t in range(flags.shape[0]):
+        vec = stacked.update(vec, flags[t])
+        singles = [pols[j // 2].update(s, flags[t, j]) for j, s in enumerate(singles)]
+        for j in range(k):
+            assert as_tuple(index_state(vec, j)) == as_tuple(singles[j])
+
+
 # ---------------------------------------------------------------- stateful, against a reference
 
 
 class ReferenceDynamic:
-    """Independent plain-Python model of DynamicScale's rules."""
+    """Independent plain-Python model of DynamicScale's rules, written after DeepSpeed's
+    DynamicLossScaler.update_scale (delayed_shift = hysteresis, cur_hysteresis = left)."""
 
     def __init__(self, p):
         self.p, self.scale, self.count, self.left = p, p.init_scale, 0, p.hysteresis
@@ -390,16 +514,18 @@ class ReferenceDynamic:
     def step(self, ok):
         p = self.p
         if ok:
+            if p.consecutive_hysteresis:
+                self.left = p.hysteresis
             self.count += 1
             if self.count == p.growth_interval:
                 self.scale = min(self.scale * p.growth_factor, p.max_scale)
                 self.count, self.left = 0, p.hysteresis
         else:
             self.count = 0
-            self.left -= 1
-            if self.left == 0:
+            if p.hysteresis == 1 or self.left == 1:
                 self.scale = max(self.scale * p.backoff_factor, p.min_scale)
-                self.left = p.hysteresis
+            else:
+                self.left -= 1
 
 
 class ReferenceHeadroom:

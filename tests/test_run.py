@@ -259,7 +259,87 @@ def test_real_updater_and_simulator_give_the_same_trajectory(policy):
     records = [upd.update() for _ in xs]
     sim = simulate(policy, trace, runs=2, jitter=0.0)
     assert [r.scale for r in records] == sim.scale[:, 0].tolist()
-    assert [not r.grads_finite for r in records] == sim.skipped[:, 0].tolist()
+    assert [not r.update_applied for r in records] == sim.skipped[:, 0].tolist()
     assert records[-1].new_scale == sim.final_scale[0]
     # the sequence exercised both directions
     assert sim.overflow[:, 0].any() and len(set(sim.scale[:, 0])) >= 3
+
+
+# ---------------------------------------------------------------- recorded overflows
+
+
+def _recorded(trace, overflow_scale, nonfinite=None):
+    nonfinite = trace.nonfinite if nonfinite is None else nonfinite
+    return Trace(trace.counts, trace.zeros, trace.absmax, nonfinite, trace.name, overflow_scale)
+
+
+def test_recorded_overflow_replays_as_overflow_from_its_scale_up_and_normal_below():
+    """Steps with small gradients; step 1 was recorded overflowing at 2**10, step 2 is bad data.
+
+    The absmax rule alone would never fire (|g| <= 1 at scales <= 2**15)."""
+    trace = _recorded(
+        Trace.from_steps([[1.0, 2.0**-20]] * 4),
+        [math.inf, 2.0**10, math.inf, 3.0],
+        np.array([False, False, True, False]),
+    )
+    cases = {
+        2.0**9: [False, False, False, True],
+        np.nextafter(2.0**10, 0.0): [False, False, False, True],
+        2.0**10: [False, True, False, True],
+        2.0**15: [False, True, False, True],
+        2.0: [False, False, False, False],
+        3.0: [False, False, False, True],
+    }
+    for scale, expected in cases.items():
+        r = simulate(StaticScale(scale), trace, runs=2, jitter=0.0)
+        assert r.overflow[:, 0].tolist() == expected, scale
+        skipped = [e or t == 2 for t, e in enumerate(expected)]
+        assert r.skipped[:, 0].tolist() == skipped, scale
+        # overflows count recorded overflows, never the bad batch; skipped counts both
+        assert r.metrics["overflows"][0] == sum(expected), scale
+        assert r.metrics["skipped"][0] == sum(skipped), scale
+        scalar, overflow = simulate_scalar(StaticScale(scale), trace, runs=2, jitter=0.0)
+        assert np.array_equal(overflow, r.overflow), scale
+
+
+def test_bad_batch_stays_bad_at_every_scale_even_with_a_recorded_threshold():
+    trace = _recorded(Trace.from_steps([[1.0]] * 2), [math.inf, 8.0], np.array([False, True]))
+    for scale in (2.0**-4, 1.0, 8.0, 2.0**15):
+        r = simulate(StaticScale(scale), trace, runs=1, jitter=0.0)
+        assert r.skipped[:, 0].tolist() == [False, True]
+        assert r.metrics["overflows"][0] == 0 and r.metrics["skipped"][0] == 1
+
+
+def test_recorded_threshold_caps_the_safe_scale_and_follows_the_jitter():
+    trace = _recorded(Trace.from_steps([[1.0]] * 3), [math.inf, 2.0**10, 3.0])
+    r = simulate(StaticScale(1.0), trace, runs=1, jitter=0.0)
+    assert r.safe_scale[:, 0].tolist() == [2.0**15, 2.0**9, 2.0]
+    # jitter multiplies the threshold's effect like every gradient: s * f >= overflow_scale
+    factor = jitter_factors(3, 5, seed=2, jitter=1.0)
+    r = simulate(StaticScale(2.0**9), trace, runs=5, seed=2, jitter=1.0)
+    assert r.overflow[1].tolist() == (2.0**9 * factor[1] >= 2.0**10).tolist()
+    assert r.overflow[1].any() and not r.overflow[1].all()
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.6])
+def test_simulate_many_and_scalar_agree_on_recorded_overflows(jitter):
+    """One rule for the three entry points: a trace with recorded overflows, bad batches and
+    absmax overflows, under every policy class (stacked ones too)."""
+    base = make_trace("spikes", steps=300, seed=4, spike_prob=0.02)
+    rng = np.random.default_rng(0)
+    over = np.where(rng.random(300) < 0.05, np.exp2(rng.integers(2, 15, 300)), math.inf)
+    bad = rng.random(300) < 0.02
+    trace = _recorded(base, over, bad)
+    assert np.isfinite(trace.overflow_scale).sum() > 5 and trace.nonfinite.sum() > 1
+    many = simulate_many(POLICIES, trace, runs=3, seed=7, jitter=jitter)
+    for policy, m in zip(POLICIES, many):
+        alone = simulate(policy, trace, runs=3, seed=7, jitter=jitter)
+        scale, overflow = simulate_scalar(policy, trace, runs=3, seed=7, jitter=jitter)
+        assert np.array_equal(m.scale, alone.scale) and np.array_equal(m.scale, scale[:-1])
+        assert np.array_equal(m.final_scale, scale[-1])
+        assert np.array_equal(m.overflow, alone.overflow) and np.array_equal(m.overflow, overflow)
+        for key, value in alone.metrics.items():
+            assert np.array_equal(m.metrics[key], value, equal_nan=True), key
+    # the recorded thresholds mattered
+    plain = simulate_many(POLICIES, _recorded(base, None, bad), runs=3, seed=7, jitter=jitter)
+    assert any(not np.array_equal(a.overflow, b.overflow) for a, b in zip(many, plain))

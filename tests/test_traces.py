@@ -11,6 +11,7 @@ from sim.traces import (
     EXP_MAX,
     EXP_MIN,
     FAMILIES,
+    FORMAT_VERSION,
     NBINS,
     SSD_ZERO_SHARE,
     Trace,
@@ -152,12 +153,54 @@ def test_sample_values_follow_the_shares():
 def test_save_load_round_trip(tmp_path):
     t = make_trace("nan", steps=500, seed=3)
     t.nonfinite[:3] = True
+    t.overflow_scale[[5, 7, 11]] = [2.0**12, 3.0, 2.0**-3]
     path = t.save(tmp_path / "t.npz")
     assert path.exists() and not list(tmp_path.glob("*.tmp*"))
     back = Trace.load(path)
     assert back.name == "nan"
-    for name in ("counts", "zeros", "absmax", "nonfinite"):
+    for name in ("counts", "zeros", "absmax", "nonfinite", "overflow_scale"):
         assert np.array_equal(getattr(back, name), getattr(t, name))
+    assert back.overflow_scale.dtype == np.float64
+    assert np.isinf(np.delete(back.overflow_scale, [5, 7, 11])).all()
+    with np.load(path) as z:
+        assert int(z["format_version"]) == FORMAT_VERSION == 2
+
+
+def test_overflow_scale_defaults_to_inf_and_is_validated():
+    t = Trace.from_steps([[1.0], [np.inf], [2.0]])
+    assert t.overflow_scale.tolist() == [math.inf] * 3  # from_steps: inf is a bad batch
+    assert t.nonfinite.tolist() == [False, True, False]
+    given = np.array([math.inf, 8.0, math.inf])
+    t2 = Trace(t.counts, t.zeros, t.absmax, t.nonfinite, "x", given)
+    assert t2.overflow_scale.tolist() == [math.inf, 8.0, math.inf]
+    given[1] = 1.0
+    assert t2.overflow_scale[1] == 8.0  # copied, not shared
+    for bad in ([math.inf, 0.0, math.inf], [math.inf, -2.0, 4.0], [math.nan] * 3):
+        with pytest.raises(ValueError, match="overflow_scale must hold numbers > 0"):
+            Trace(t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=bad)
+    with pytest.raises(ValueError, match=r"overflow_scale must have shape \(3,\)"):
+        Trace(t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=[1.0, 2.0])
+
+
+def test_version_1_file_loads_with_no_recorded_overflow_and_newer_is_refused(tmp_path):
+    t = make_trace("nan", steps=20, seed=1, nan_prob=0.3)
+    old = {
+        "format_version": 1,
+        "exp_min": EXP_MIN,
+        "exp_max": EXP_MAX,
+        "counts": t.counts,
+        "zeros": t.zeros,
+        "absmax": t.absmax,
+        "nonfinite": t.nonfinite,
+        "name": "old",
+    }
+    np.savez(tmp_path / "v1.npz", **old)
+    back = Trace.load(tmp_path / "v1.npz")
+    assert back.name == "old" and np.isinf(back.overflow_scale).all()
+    assert np.array_equal(back.nonfinite, t.nonfinite)  # version 1 overflows stay bad batches
+    np.savez(tmp_path / "v9.npz", **dict(old, format_version=9))
+    with pytest.raises(ValueError, match="format_version 9"):
+        Trace.load(tmp_path / "v9.npz")
 
 
 def test_recorded_format_npz_loads(tmp_path):
@@ -178,6 +221,7 @@ def test_recorded_format_npz_loads(tmp_path):
     t = Trace.load(path)
     assert t.name == "recorded_run" and t.steps == 2
     assert t.nonfinite.tolist() == [False, True]
+    assert t.overflow_scale.tolist() == [math.inf, math.inf]
     assert t.absmax.tolist() == [2.0, 4.0] and t.zeros.tolist() == [1, 0]
 
 
@@ -224,14 +268,18 @@ def test_gradient_recorder_file_from_a_real_run_loads_and_replays(tmp_path):
         records = [upd.update() for _ in xs]
     t = Trace.load(path)
     assert t.steps == len(xs) and t.name == "run"
-    assert t.nonfinite.tolist() == [not r.grads_finite for r in records]
-    assert t.nonfinite[2] and not t.nonfinite[[0, 1, 3, 4, 5]].any()
+    overflowed = [not r.update_applied for r in records]
+    assert overflowed == [False, False, True, False, False, False]
+    # an overflow (finite loss) is recorded as one, at the scale used: not as a bad batch
+    assert not t.nonfinite.any()
+    assert t.overflow_scale.tolist() == [records[2].scale if o else math.inf for o in overflowed]
     assert np.allclose(t.absmax[[0, 1, 3]], 1.0)  # |dL/dw| = |x|, largest 1.0
     replay = simulate(policy, t, runs=1, jitter=0.0)
-    assert replay.overflow[:, 0].tolist() == [False] * 6  # nonfinite is a bad batch, not overflow
-    assert replay.skipped[:, 0].tolist() == t.nonfinite.tolist()
+    assert replay.overflow[:, 0].tolist() == overflowed
+    assert replay.skipped[:, 0].tolist() == overflowed
     assert replay.scale[:, 0].tolist() == [r.scale for r in records]
     assert replay.final_scale[0] == records[-1].new_scale
+    assert replay.metrics["overflows"][0] == 1 and replay.metrics["skipped"][0] == 1
 
 
 @pytest.mark.parametrize(

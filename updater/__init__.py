@@ -24,6 +24,7 @@ _LAZY = {
     "MPICommunicator": "updater.comm",
     "save_checkpoint": "updater.checkpoint",
     "load_checkpoint": "updater.checkpoint",
+    "LoadReport": "updater.checkpoint",
 }
 
 __all__ = [

@@ -33,8 +33,9 @@ class ScaleState(NamedTuple):
     Attributes:
         scale: the loss scale to use for the next step (float64).
         good_steps: consecutive finite steps since the last growth or overflow (int64).
-        hysteresis_left: overflows still tolerated before the next backoff, in [1, hysteresis]
-            (int64; always 1 for policies without hysteresis).
+        hysteresis_left: overflows until the next backoff, that backoff's overflow included,
+            in [1, hysteresis] (int64; 1 means the next overflow backs off; always 1 for
+            policies without hysteresis).
     """
 
     scale: Any
@@ -171,10 +172,34 @@ class DynamicScale(_Policy):
     - The scale grows by ``growth_factor`` (capped at ``max_scale``) on the
       ``growth_interval``-th consecutive finite step; ``good_steps`` resets on growth and on
       every overflow.
-    - With ``hysteresis=h``, only the h-th overflow since the last growth or backoff lowers the
-      scale, by ``backoff_factor`` (floored at ``min_scale``); ``hysteresis_left`` starts at h,
-      drops by one on each overflow, and refills to h on growth and on backoff (finite steps
-      alone do not refill it).
+    - Each overflow uses up one of ``hysteresis`` units, the overflow that uses up the last one
+      and every later overflow back the scale off by ``backoff_factor`` (floored at
+      ``min_scale``), and only growth refills the units (with ``consecutive_hysteresis=True``,
+      every finite step refills them too).
+
+    The hysteresis rule is Megatron-LM's DynamicGradScaler and DeepSpeed's DynamicLossScaler
+    (``consecutive_hysteresis`` is DeepSpeed's option of that name and apex's
+    ``update_scale_hysteresis``): from 2**15 with hysteresis 2, a persistent overflow reaches 1
+    after 16 steps. ``hysteresis_left`` counts the overflows until the next backoff: it starts
+    at ``hysteresis``, drops by one per overflow but not below 1, and is not refilled by a
+    backoff.
+
+    Example: hysteresis 2, no growth, steps overflow, finite, overflow, overflow:
+
+    >>> p = DynamicScale(init_scale=1024.0, growth_interval=10**6, hysteresis=2)
+    >>> s, out = p.init(), []
+    >>> for ok in (False, True, False, False):
+    ...     s = p.update(s, ok)
+    ...     out.append(float(s.scale))
+    >>> out
+    [1024.0, 1024.0, 512.0, 256.0]
+    >>> p = DynamicScale(1024.0, growth_interval=10**6, hysteresis=2, consecutive_hysteresis=True)
+    >>> s, out = p.init(), []
+    >>> for ok in (False, True, False, False):
+    ...     s = p.update(s, ok)
+    ...     out.append(float(s.scale))
+    >>> out
+    [1024.0, 1024.0, 1024.0, 512.0]
 
     Args:
         init_scale (float, default 2**15): starting scale, in [min_scale, max_scale]; starting
@@ -186,7 +211,12 @@ class DynamicScale(_Policy):
         min_scale (float, default 1.0): floor, finite and > 0.
         max_scale (float, default 2**15): cap, finite; 2**15 is the largest power of two a
             float16 backward seed can hold (nnabla's half mode seeds backward in float16).
-        hysteresis (int, default 2): overflows needed to back off, >= 1.
+        hysteresis (int, default 1): overflows needed for the first backoff after a growth (or
+            after the start, or after a finite step with ``consecutive_hysteresis``), >= 1;
+            1 backs off on every overflow (the report's choice under this rule; Megatron-LM
+            and DeepSpeed default to 2).
+        consecutive_hysteresis (bool, default False): if True, every finite step refills the
+            hysteresis (only overflows in a row count); if False, only growth refills it.
     """
 
     init_scale: float = 2.0**15
@@ -195,13 +225,19 @@ class DynamicScale(_Policy):
     growth_interval: int = 2000
     min_scale: float = 1.0
     max_scale: float = 2.0**15
-    hysteresis: int = 2
+    hysteresis: int = 1
+    consecutive_hysteresis: bool = False
 
     def __post_init__(self):
         _growth("growth_factor", self.growth_factor)
         _backoff("backoff_factor", self.backoff_factor)
         check_int_at_least("growth_interval", self.growth_interval, 1)
         check_int_at_least("hysteresis", self.hysteresis, 1)
+        if not isinstance(self.consecutive_hysteresis, (bool, np.bool_)):
+            raise TypeError(
+                f"consecutive_hysteresis must be a bool (True or False), got "
+                f"{self.consecutive_hysteresis!r} ({type(self.consecutive_hysteresis).__name__})"
+            )
         _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
 
     def init(self, shape=()) -> ScaleState:
@@ -222,7 +258,10 @@ class DynamicScale(_Policy):
         shrunk = np.maximum(scale * self.backoff_factor, self.min_scale)
         new_scale = np.where(grow, grown, np.where(back, shrunk, scale))
         new_good = np.where(finite & ~grow, good_next, 0)
-        new_hyst = np.where(grow | back, self.hysteresis, np.where(finite, hyst, hyst - 1))
+        refill = grow | (finite & self.consecutive_hysteresis)
+        new_hyst = np.where(
+            refill, self.hysteresis, np.where(finite, hyst, np.maximum(hyst - 1, 1))
+        )
         return _make_state(new_scale, new_good, new_hyst)
 
 

@@ -15,6 +15,7 @@ This is the only module that calls solver and loss methods. The scale dynamics l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -31,8 +32,14 @@ from .policy import DynamicScale, ScaleState, policy_from_dict
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
+SMALLEST_SCALE = 2.0**-24
+"""Smallest loss scale accepted: float16's smallest positive value (a half seed below is 0)."""
 _LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
-_BOUND_DEFAULTS = {"min_scale": 1.0, "max_scale": 2.0**15}
+# nnabla's attribute names -> the policy setting behind them, per policy class.
+_LEGACY_NAMES = {
+    "DynamicScale": {"scaling_factor": "growth_factor", "N": "growth_interval"},
+    "NnablaLegacy": {"scaling_factor": "scaling_factor", "N": "N"},
+}
 _COUNTERS = (
     "steps",
     "updates_applied",
@@ -79,21 +86,23 @@ class StepRecord:
 
     Attributes:
         step (int): 0-based index of the ``update()`` call.
-        scale (float): loss scale used by the (last) attempt.
-        grads_finite (bool): whether the (last) attempt's gradients were all finite (agreed
-            across workers when a communicator is set).
-        update_applied (bool): whether ``solver.update()`` ran.
+        scale (float): the backward seed of the last attempt: the loss scale rounded to the
+            loss's precision (float16 in half mode), which is what the gradients were divided by.
+        update_applied (bool): whether ``solver.update()`` ran, i.e. whether the last attempt's
+            gradients were finite (agreed across workers when a communicator is set).
         new_scale (float): scale for the next step, after the policy advanced.
         grad_absmax (float or None): largest |gradient| as scaled (before unscaling) of the last
-            attempt, when it was measured (always when the policy needs it); inf when non-finite.
-        loss_finite (bool or None): whether every accumulation round's loss was finite; None
-            when it was not read (finite steps with ``accum_grad == 1`` skip the read).
+            attempt, inf when non-finite, when the policy uses it (``policy.needs_grad_absmax``,
+            e.g. ``HeadroomScale``); None for other policies (not measured, to save a pass).
+        loss_finite (bool or None): whether every accumulation round's loss was finite (False
+            on any worker makes it False everywhere); None when not read: the loss is read on
+            every round when ``accum_grad > 1`` and otherwise only when gradients are
+            non-finite, so a finite step with ``accum_grad == 1`` leaves it None.
         attempts (int): forward/backward attempts (1 unless ``on_overflow="retry"`` retried).
     """
 
     step: int
     scale: float
-    grads_finite: bool
     update_applied: bool
     new_scale: float
     grad_absmax: float | None
@@ -120,6 +129,15 @@ def _check_int(name: str, value, low: int) -> int:
     return int(value)
 
 
+def _check_whole(name: str, value, low: int) -> int:
+    """Like :func:`_check_int`, but a float with a whole value (``2000.0``) is accepted too."""
+    if _is_number(value) and not _is_int(value):
+        if not (math.isfinite(value) and float(value).is_integer()):
+            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+        value = int(value)
+    return _check_int(name, value, low)
+
+
 def _check_positive(name: str, value, allow_none: bool = False, allow_zero: bool = False):
     if value is None and allow_none:
         return None
@@ -137,6 +155,35 @@ def _check_bool(name: str, value) -> bool:
     return bool(value)
 
 
+def _check_seedable(name: str, value) -> float:
+    """``value`` as a float; ``ValueError`` unless it is a loss scale the backward seed can hold."""
+    value = _check_positive(name, value)
+    if value < SMALLEST_SCALE:
+        raise ValueError(
+            f"{name} must be >= 2**-24 = {SMALLEST_SCALE!r}, got {value!r}: the loss scale "
+            "seeds the backward pass, and in nnabla's half mode a seed below 2**-24 (float16's "
+            "smallest positive value) rounds to 0, so every gradient would be 0"
+        )
+    return value
+
+
+def _policy_bounds(policy):
+    """``(min_scale, max_scale)`` of a policy; a policy without one gets 0 or inf."""
+    return getattr(policy, "min_scale", 0.0), getattr(policy, "max_scale", math.inf)
+
+
+def _check_scale(policy, value, name: str = "scale") -> float:
+    """A scale ``policy`` may hold: seedable and within the policy's bounds."""
+    value = _check_seedable(name, value)
+    low, high = _policy_bounds(policy)
+    if not low <= value <= high:
+        raise ValueError(
+            f"{name} must be in [min_scale, max_scale] = [{low!r}, {high!r}] of "
+            f"{type(policy).__name__}, got {value!r}"
+        )
+    return value
+
+
 def _legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicScale:
     """Map nnabla's (scale, scaling_factor, N) to a bounded DynamicScale, naming legacy args."""
     _check_positive("scale", scale)
@@ -147,9 +194,7 @@ def _legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicSca
             f"scaling_factor must be > 1 (the scale is multiplied by it on growth and divided "
             f"by it on overflow), got {scaling_factor!r}{hint}"
         )
-    _check_int("N", N, 1)
-    _check_positive("min_scale", min_scale)
-    _check_positive("max_scale", max_scale)
+    N = _check_whole("N", N, 1)
     if not min_scale <= scale <= max_scale:
         raise ValueError(
             f"scale must be in [min_scale, max_scale] = [{min_scale!r}, {max_scale!r}], got "
@@ -160,11 +205,89 @@ def _legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicSca
         init_scale=float(scale),
         growth_factor=float(scaling_factor),
         backoff_factor=1.0 / float(scaling_factor),
-        growth_interval=int(N),
-        min_scale=float(min_scale),
-        max_scale=float(max_scale),
+        growth_interval=N,
+        min_scale=min_scale,
+        max_scale=max_scale,
         hysteresis=1,  # nnabla's meaning: every overflow divides the scale
     )
+
+
+def _make_policy(policy, scale, scaling_factor, N, min_scale, max_scale):
+    """The policy the constructor arguments ask for (see the class docstring)."""
+    legacy = {"scale": scale, "scaling_factor": scaling_factor, "N": N}
+    given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
+             if v is not None}  # fmt: skip
+    if policy is not None:
+        if not (callable(getattr(policy, "init", None)) and callable(policy.update)):
+            raise TypeError(
+                f"policy must be a policy from updater.policy, got {type(policy).__name__}"
+            )
+        if given:
+            raise ValueError(
+                f"pass either policy= or the legacy scale/scaling_factor/N (and "
+                f"min_scale/max_scale), not both; got policy={policy!r} and {given}"
+            )
+    else:
+        low = _check_seedable("min_scale", 1.0 if min_scale is None else min_scale)
+        high = _check_positive("max_scale", 2.0**15 if max_scale is None else max_scale)
+        if all(v is None for v in legacy.values()):
+            start = min(max(DynamicScale.init_scale, low), high)
+            policy = DynamicScale(init_scale=start, min_scale=low, max_scale=high)
+        else:
+            legacy = {k: _LEGACY_DEFAULTS[k] if v is None else v for k, v in legacy.items()}
+            policy = _legacy_policy(**legacy, min_scale=low, max_scale=high)
+    if hasattr(policy, "min_scale"):
+        _check_seedable("min_scale", policy.min_scale)
+    _check_seedable("scale", float(policy.init().scale))
+    return policy
+
+
+def _registered_parameters(scope=None) -> Dict[int, nn.Variable]:
+    """Every Variable in nnabla's parameter registry (all scopes, need_grad or not), by hash."""
+    found: Dict[int, nn.Variable] = {}
+    for value in (nn.parameter.root_scope if scope is None else scope).values():
+        if isinstance(value, dict):
+            found.update(_registered_parameters(value))
+        else:
+            found[hash(value)] = value
+    return found
+
+
+def _graph_leaves(loss) -> List[nn.Variable]:
+    """The Variables without a parent that feed the graph of ``loss``, each once."""
+    found: Dict[int, nn.Variable] = {}
+
+    def visit(func):
+        for v in func.inputs:
+            if v.parent is None:
+                found.setdefault(hash(v), v)
+
+    loss.visit(visit)
+    return list(found.values())
+
+
+def _copy(array: nn.NdArray) -> nn.NdArray:
+    """A copy of ``array`` on its own device and in its own dtype (on the host for an array
+    that was only ever ``fill``-ed: nnabla fills lazily and cannot copy such an array)."""
+    try:
+        return nn.NdArray(array.shape).copy_from(array, use_current_context=False)
+    except (RuntimeError, IndexError):  # nnabla 1.39 raises either, by fill state
+        return nn.NdArray.from_numpy_array(np.array(array.data))
+
+
+def _restore(var: nn.Variable, saved: nn.NdArray) -> None:
+    """Write ``saved`` back into ``var``'s data, reshaping ``var`` if a feeder changed its shape."""
+    if tuple(var.shape) != tuple(saved.shape):
+        var.reset_shape(saved.shape, force=True)
+    var.data.copy_from(saved, use_current_context=False)
+
+
+def _seed_dtype(loss) -> type:
+    """float16 when the function producing ``loss`` computes in half (its backward reads the
+    seed as float16), else float32."""
+    parent = loss.parent
+    half = parent is not None and str(parent.context.backend[0]).endswith(":half")
+    return np.float16 if half else np.float32
 
 
 def _on_cpu() -> bool:
@@ -229,25 +352,45 @@ class DynamicLossScalingUpdater:
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
     ``update()``: ``solver.zero_grad()``; ``accum_grad`` times ``data_feeder()``,
-    ``loss.forward(clear_no_need_grad=clear_buffer)``, ``loss.backward(scale,
+    ``loss.forward(clear_no_need_grad=clear_buffer)``, ``loss.backward(seed,
     clear_buffer=clear_buffer)``; with ``comm``: all-reduce the gradients, then agree across
-    workers on "finite"; finite check; if finite: unscale, clip, weight decay,
-    ``solver.update()``; advance the policy; return a :class:`StepRecord`.
+    workers on "finite"; finite check; if finite: unscale by ``1/seed``, clip, weight decay,
+    ``solver.update()``; advance the policy; return a :class:`StepRecord`. The seed is the scale
+    rounded to the precision of the loss's last function (float16 in half mode, else float32),
+    which is the value the backward pass really multiplies by, so unscaling is exact.
 
-    Without ``policy`` the legacy trio maps to ``DynamicScale(init_scale=scale,
-    growth_factor=scaling_factor, backoff_factor=1/scaling_factor, growth_interval=N,
-    min_scale=min_scale, max_scale=max_scale, hysteresis=1)``: the scale grows on the
-    ``N``-th consecutive finite step (nnabla's grew after N+2, then every N+1) and is divided
-    by ``scaling_factor`` on every overflow.
+    The policy: ``policy=`` if given. Else, with none of ``scale``, ``scaling_factor``, ``N``
+    given, the recommended ``DynamicScale()`` (bounded by ``min_scale``/``max_scale``). Else
+    nnabla's trio, with nnabla's defaults (8.0, 2.0, 2000) for the ones not given, maps to
+    ``DynamicScale(init_scale=scale, growth_factor=scaling_factor,
+    backoff_factor=1/scaling_factor, growth_interval=N, min_scale, max_scale, hysteresis=1)``:
+    the scale grows on the ``N``-th consecutive finite step (nnabla's grew after N+2, then
+    every N+1) and is divided by ``scaling_factor`` on every overflow.
+
+    The solver's parameters are read again at every step that needs them (all-reduce with
+    ``grads`` empty, the NumPy finite check, clipping, |g| max, the recorder, error messages),
+    so parameters added with ``solver.set_parameters(..., reset=False)`` are followed.
+
+    ``on_overflow="retry"`` recomputes the same batch(es) at the lowered scale: the inputs of
+    each accumulation round are kept (copied on the device) and written back, and state that
+    the forward pass moves (BatchNormalization's running statistics: the registered parameters
+    with ``need_grad=False`` that feed the graph) is copied after the first attempt and
+    restored after the last, so each batch moves it exactly once, retried or not. A retry
+    happens only when the policy lowered the seed and the loss was finite on every worker (a
+    non-finite loss is bad data, which no scale fixes); otherwise the step is skipped. Skipped
+    steps still move the running statistics, as in nnabla's updater.
 
     Args:
         solver (nnabla.solvers.Solver): solver with parameters already set.
         loss (nnabla.Variable): scalar loss (one element).
         data_feeder (callable or None, default None): called with no arguments before each
             forward; None does nothing.
-        scale (float, default 8.0): initial loss scale, in [min_scale, max_scale].
-        scaling_factor (float, default 2.0): growth multiplier and backoff divisor, > 1.
-        N (int, default 2000): consecutive finite steps before growth, >= 1.
+        scale (float or None, default None): initial loss scale of the legacy mapping, in
+            [min_scale, max_scale]; None: 8.0 if ``scaling_factor`` or ``N`` is given.
+        scaling_factor (float or None, default None): growth multiplier and backoff divisor of
+            the legacy mapping, > 1; None: 2.0 if ``scale`` or ``N`` is given.
+        N (int or None, default None): consecutive finite steps before growth in the legacy
+            mapping, a whole number >= 1 (``2000.0`` is accepted); None: 2000.
         clear_buffer (bool, default True): free buffers in forward/backward.
         accum_grad (int, default 1): forward/backward rounds per update, >= 1.
         weight_decay (float or None, default None): decay passed to ``solver.weight_decay``
@@ -255,28 +398,29 @@ class DynamicLossScalingUpdater:
         comm (nnabla communicator or None, default None): object with
             ``all_reduce(data, division=False, inplace=False)``, e.g. nnabla's
             ``MultiProcessDataParallelCommunicator`` or :class:`updater.comm.MPICommunicator`.
-        grads (list of nnabla.NdArray or None, default None): gradients to all-reduce; None (or
-            empty) with ``comm`` means every parameter gradient of the solver.
-        policy (policy from :mod:`updater.policy` or None, default None): replaces the legacy
-            trio (which must then stay at their defaults).
-        min_scale (float, default 1.0): lower bound for the legacy mapping, > 0.
-        max_scale (float, default 2**15): upper bound for the legacy mapping; 2**15 is the
+        grads (list of nnabla.NdArray or None, default None): gradients to all-reduce; empty
+            (or None) with ``comm`` means every current parameter gradient of the solver.
+        policy (policy from :mod:`updater.policy` or None, default None): the scaling policy;
+            then none of the legacy trio nor ``min_scale``/``max_scale`` may be given.
+        min_scale (float or None, default None): floor of the built policy, >= 2**-24; None
+            means 1.0.
+        max_scale (float or None, default None): cap of the built policy; None means 2**15, the
             largest power of two below float16's max (nnabla half seeds backward in float16).
-        on_overflow (str, default "skip"): "skip" skips the step and lowers the scale; "retry"
-            recomputes the same batch (no new ``data_feeder`` call) at the lowered scale.
+        on_overflow (str, default "skip"): "skip" skips the step; "retry" recomputes the same
+            batch at the lowered scale (see above).
         max_retries (int, default 8): retries per ``update()`` in "retry" mode, >= 0; after them
             the step is skipped.
-        max_consecutive_nonfinite (int, default 32): consecutive non-finite attempts after which
-            :class:`NonFiniteGradientsError` is raised, >= 1 (32 covers the 15 halvings from
-            2**15 to 1 and then some).
+        max_consecutive_nonfinite (int, default 32): consecutive ``update()`` calls that applied
+            no update after which :class:`NonFiniteGradientsError` is raised, >= 1 (32 covers
+            the 15 halvings from 2**15 to 1 and then some).
         clip_grad_norm (float or None, default None): clip the global L2 norm of the unscaled
             gradients to this value, > 0.
         average_grads (bool, default False): all-reduce with ``division=True`` (mean instead of
             sum).
         history (int, default 0): keep the last ``history`` :class:`StepRecord` in
             ``self.history`` (0 keeps none), >= 0.
-        monitor (nnabla.monitor.Monitor or None, default None): writes ``loss_scale`` and
-            ``skipped_steps`` series each step.
+        monitor (nnabla.monitor.Monitor or None, default None): writes the ``loss_scale`` used
+            and the ``skipped_steps`` so far, each step.
         recorder (GradientRecorder or None, default None): records gradient histograms.
         finite_check (str, default "auto"): "numpy" (one exact NumPy pass per gradient
             array over its bit patterns, giving the largest |g| too; a float32 dot product when
@@ -287,12 +431,18 @@ class DynamicLossScalingUpdater:
             including on GPUs). Both give the same answer.
 
     Attributes:
-        steps, updates_applied, overflows, skips (int): ``update()`` calls, calls that applied
-            an update, non-finite attempts, calls that applied none.
-        consecutive_nonfinite (int): non-finite attempts since the last finite one.
+        scale (float): the scale the next step starts from; assigning it (as nnabla scripts do
+            when resuming) checks it against the policy's bounds.
+        scaling_factor, N: the policy's growth factor and growth interval (``DynamicScale``:
+            ``growth_factor``/``growth_interval``; assigning replaces the policy, the backoff
+            becoming ``1/scaling_factor``); ``AttributeError`` for policies without them.
+        grads (list of nnabla.NdArray): the gradients given to all-reduce (``[]``: all).
+        steps, updates_applied, skips (int): ``update()`` calls, calls that applied an update,
+            calls that applied none.
+        overflows (int): non-finite attempts (retries included).
+        consecutive_nonfinite (int): ``update()`` calls since the last applied update.
         batches, passes (int): ``data_feeder`` calls and forward/backward rounds run.
         history (collections.deque of StepRecord): the last ``history`` records.
-        scale (float, read-only): the scale the next step uses.
 
     Raises:
         TypeError / ValueError: for any bad argument, naming it and the accepted range.
@@ -303,9 +453,9 @@ class DynamicLossScalingUpdater:
         solver,
         loss,
         data_feeder=None,
-        scale=8.0,
-        scaling_factor=2.0,
-        N=2000,
+        scale=None,
+        scaling_factor=None,
+        N=None,
         clear_buffer=True,
         accum_grad=1,
         weight_decay=None,
@@ -313,8 +463,8 @@ class DynamicLossScalingUpdater:
         grads=None,
         *,
         policy=None,
-        min_scale=1.0,
-        max_scale=2.0**15,
+        min_scale=None,
+        max_scale=None,
         on_overflow="skip",
         max_retries=8,
         max_consecutive_nonfinite=32,
@@ -327,8 +477,7 @@ class DynamicLossScalingUpdater:
     ):
         if not (callable(getattr(solver, "get_parameters", None)) and hasattr(solver, "update")):
             raise TypeError(f"solver must be an nnabla solver, got {type(solver).__name__}")
-        self.param_names = list(solver.get_parameters().keys())
-        if not self.param_names:
+        if not solver.get_parameters():
             raise ValueError(
                 "solver has no parameters; call solver.set_parameters(nn.get_parameters()) "
                 "before creating the updater"
@@ -342,22 +491,7 @@ class DynamicLossScalingUpdater:
             )
         if data_feeder is not None and not callable(data_feeder):
             raise TypeError(f"data_feeder must be callable or None, got {data_feeder!r}")
-        legacy = {"scale": scale, "scaling_factor": scaling_factor, "N": N}
-        bounds = {"min_scale": min_scale, "max_scale": max_scale}
-        if policy is None:
-            policy = _legacy_policy(scale, scaling_factor, N, min_scale, max_scale)
-        else:
-            if not (callable(getattr(policy, "init", None)) and callable(policy.update)):
-                raise TypeError(
-                    f"policy must be a policy from updater.policy, got {type(policy).__name__}"
-                )
-            changed = {k: v for k, v in {**legacy, **bounds}.items()
-                       if v != {**_LEGACY_DEFAULTS, **_BOUND_DEFAULTS}[k]}  # fmt: skip
-            if changed:
-                raise ValueError(
-                    f"pass either policy= or the legacy scale/scaling_factor/N (and "
-                    f"min_scale/max_scale), not both; got policy={policy!r} and {changed}"
-                )
+        policy = _make_policy(policy, scale, scaling_factor, N, min_scale, max_scale)
         if on_overflow not in ("skip", "retry"):
             raise ValueError(f"on_overflow must be 'skip' or 'retry', got {on_overflow!r}")
         if finite_check not in ("auto", "numpy", "solver"):
@@ -392,7 +526,7 @@ class DynamicLossScalingUpdater:
         self.accum_grad = _check_int("accum_grad", accum_grad, 1)
         self.weight_decay = _check_positive("weight_decay", weight_decay, True, True)
         self.comm = comm
-        self.grads = list(grads) if grads else None
+        self.grads = list(grads or [])
         self.policy = policy
         self.on_overflow = on_overflow
         self.max_retries = _check_int("max_retries", max_retries, 0)
@@ -403,7 +537,6 @@ class DynamicLossScalingUpdater:
         self.average_grads = _check_bool("average_grads", average_grads)
         self.history = deque(maxlen=_check_int("history", history, 0))
         self.recorder = recorder
-        self._params = list(solver.get_parameters().values())
         self._state: ScaleState = policy.init()
         for name in _COUNTERS:
             setattr(self, name, 0)
@@ -415,17 +548,46 @@ class DynamicLossScalingUpdater:
                 MonitorSeries("loss_scale", monitor, interval=1, verbose=False),
                 MonitorSeries("skipped_steps", monitor, interval=1, verbose=False),
             )
+        self._seed_dtype = _seed_dtype(loss)
+        self._step_params = None  # the solver's parameters, read once per step when needed
         self.finite_check = self._choose_check(finite_check)
-        self._flag = None  # one-element agreement flag, made on first use
-        self._inputs = None  # input leaves snapshotted for "retry" with accum_grad > 1
-        self._saved_batches: List[List[np.ndarray]] = []
+        self._flag = None  # two-element agreement flag, made on first use
+        self._inputs = None  # graph inputs (non-parameter leaves), found on first use
+        self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
 
     # ------------------------------------------------------------ public state
 
     @property
     def scale(self) -> float:
-        """The loss scale the next ``update()`` will use."""
+        """The loss scale the next ``update()`` starts from (the seed is its rounding)."""
         return float(self._state.scale)
+
+    @scale.setter
+    def scale(self, value) -> None:
+        self._state = self._state._replace(scale=np.float64(_check_scale(self.policy, value)))
+
+    @property
+    def scaling_factor(self) -> float:
+        """Growth multiplier (and backoff divisor) of the policy."""
+        return float(self._legacy_setting("scaling_factor"))
+
+    @scaling_factor.setter
+    def scaling_factor(self, value) -> None:
+        self._replace_setting("scaling_factor", value)
+
+    @property
+    def N(self) -> int:
+        """Consecutive finite steps before the policy grows the scale."""
+        return int(self._legacy_setting("N"))
+
+    @N.setter
+    def N(self, value) -> None:
+        self._replace_setting("N", _check_whole("N", value, 1))
+
+    @property
+    def param_names(self) -> List[str]:
+        """Names of the solver's current parameters."""
+        return list(self._params())
 
     @property
     def scale_state(self) -> ScaleState:
@@ -450,7 +612,10 @@ class DynamicLossScalingUpdater:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore policy, scale state and counters from :meth:`state_dict` output.
 
-        The saved policy replaces the current one (a warning is logged when they differ).
+        Everything is checked before anything changes: a missing key raises ``KeyError``; a
+        scale that is not finite, below 2**-24 or outside the policy's bounds, or a negative
+        or non-integer counter, raises ``ValueError`` naming it. The saved policy replaces the
+        current one (a warning is logged when they differ).
         """
         missing = [k for k in ("policy", "scale_state", "counters") if k not in state]
         if missing:
@@ -462,10 +627,18 @@ class DynamicLossScalingUpdater:
                 f"(this version reads {STATE_FORMAT_VERSION})"
             )
         policy = policy_from_dict(state["policy"])
-        scale_state = ScaleState.from_dict(state["scale_state"])
         lost = [k for k in _COUNTERS if k not in state["counters"]]
         if lost:
             raise KeyError(f"updater state dict counters are missing {lost}")
+        saved = state["scale_state"]
+        scale_state = ScaleState.from_dict(saved)
+        if np.ndim(scale_state.scale) != 0:
+            raise ValueError(f"saved scale must be one number, got {saved['scale']!r}")
+        _check_scale(policy, saved["scale"], "saved scale")
+        counts = {"good_steps": saved["good_steps"], "hysteresis_left": saved["hysteresis_left"]}
+        counts.update(state["counters"])
+        for name, value in counts.items():
+            _check_int(f"saved {name}", value, 0)
         if policy != self.policy:
             logger.warning("loaded policy %r replaces %r", policy, self.policy)
         self.policy = policy
@@ -479,42 +652,60 @@ class DynamicLossScalingUpdater:
         """Run one iteration; return its :class:`StepRecord`.
 
         Raises:
-            NonFiniteGradientsError: after ``max_consecutive_nonfinite`` consecutive non-finite
-                attempts (parameters and solver state untouched).
+            NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive calls
+                applied no update (parameters and solver state untouched by them).
         """
         step = self.steps
-        attempts = 0
+        self._step_params = None
+        attempts, overflow_scale, moved = 0, None, None
         while True:
             attempts += 1
-            scale = float(self._state.scale)
-            loss_finite = self._forward_backward(scale, feed=attempts == 1)
+            seed = self._seed(self._state.scale)
+            loss_finite = self._forward_backward(seed, replay=attempts > 1)
             if self.comm is not None:
                 self._all_reduce()
-            arrays, finite, absmax, bad = self._check(scale)
-            if self.comm is not None:
-                finite = self._agree(finite)
-            if not finite and absmax is not None:
-                absmax = math.inf
+            arrays, finite, absmax, bad = self._check()
             if not finite and loss_finite is None:
                 loss_finite = self._loss_finite()
-            consecutive = 0 if finite else self.consecutive_nonfinite + 1
-            too_many = consecutive >= self.max_consecutive_nonfinite
-            last = finite or too_many or self.on_overflow == "skip" or attempts > self.max_retries
-            if last and self.recorder is not None and self.recorder.wants(step):
-                self.recorder.record(step, arrays or self._host_grads(), scale)
-            if finite:
-                self._apply(scale, arrays)
-            self._state = self.policy.update(
+            if self.comm is not None:
+                finite, bad_loss_anywhere = self._agree(finite, loss_finite is False)
+                loss_finite = False if bad_loss_anywhere else loss_finite
+                if not finite and loss_finite is None:
+                    loss_finite = self._loss_finite()
+            if not finite and absmax is not None:
+                absmax = math.inf
+            new_state = self.policy.update(
                 self._state, finite, absmax if self.policy.needs_grad_absmax else None
             )
+            retry = (
+                not finite
+                and self.on_overflow == "retry"
+                and loss_finite is not False
+                and attempts <= self.max_retries
+                and self._seed(new_state.scale) < seed
+            )
+            if not retry and self.recorder is not None and self.recorder.wants(step):
+                self.recorder.record(
+                    step,
+                    arrays or self._host_grads(),
+                    seed,
+                    loss_finite=loss_finite is not False,
+                    overflow_scale=seed if not finite and loss_finite else overflow_scale,
+                )
+            if finite:
+                self._apply(seed, arrays)
+            self._state = new_state
             self.overflows += not finite
-            self.consecutive_nonfinite = consecutive
-            if last:
+            if not retry:
                 break
+            overflow_scale = seed
+            if moved is None:
+                moved = self._forward_moved_state()
+        for var, saved in moved or ():
+            _restore(var, saved)
         record = StepRecord(
             step=step,
-            scale=scale,
-            grads_finite=finite,
+            scale=seed,
             update_applied=finite,
             new_scale=float(self._state.scale),
             grad_absmax=absmax,
@@ -524,15 +715,50 @@ class DynamicLossScalingUpdater:
         self.steps += 1
         self.updates_applied += finite
         self.skips += not finite
+        self.consecutive_nonfinite = 0 if finite else self.consecutive_nonfinite + 1
         self.history.append(record)
         if self._monitor_series is not None:
-            self._monitor_series[0].add(step, record.new_scale)
+            self._monitor_series[0].add(step, record.scale)
             self._monitor_series[1].add(step, self.skips)
-        if not finite and too_many:
+        if self.consecutive_nonfinite >= self.max_consecutive_nonfinite:
             raise self._error(record, bad)
         return record
 
     # ------------------------------------------------------------ pieces
+
+    def _legacy_setting(self, name: str):
+        mapped = _LEGACY_NAMES.get(type(self.policy).__name__, {})
+        if name not in mapped:
+            raise AttributeError(
+                f"{name} is defined for DynamicScale and NnablaLegacy policies, not for "
+                f"{type(self.policy).__name__}"
+            )
+        return getattr(self.policy, mapped[name])
+
+    def _replace_setting(self, name: str, value) -> None:
+        self._legacy_setting(name)  # raises for policies without it
+        field = _LEGACY_NAMES[type(self.policy).__name__][name]
+        changes = {field: value}
+        if isinstance(self.policy, DynamicScale) and name == "scaling_factor":
+            changes["backoff_factor"] = 1.0 / _check_positive(name, value)
+        self.policy = dataclasses.replace(self.policy, **changes)
+
+    def _seed(self, scale) -> float:
+        """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
+        seed = float(self._seed_dtype(scale))
+        if seed == 0:
+            raise ValueError(
+                f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
+                f"{np.dtype(self._seed_dtype).name}; the policy {self.policy!r} has no floor: "
+                "use one with min_scale >= 2**-24"
+            )
+        return seed
+
+    def _params(self) -> Dict[str, nn.Variable]:
+        """The solver's current parameters, read once per step."""
+        if self._step_params is None:
+            self._step_params = self.solver.get_parameters()
+        return self._step_params
 
     def _choose_check(self, requested: str) -> str:
         if requested != "auto":
@@ -550,46 +776,48 @@ class DynamicLossScalingUpdater:
             or self.clip_grad_norm is not None
             or self.recorder is not None
         )
-        large = sum(p.size for p in self._params) >= _NUMPY_CHECK_MIN_VALUES
+        large = sum(p.size for p in self._params().values()) >= _NUMPY_CHECK_MIN_VALUES
         return "numpy" if reads_anyway or large else "solver"
 
     def _input_leaves(self) -> List[nn.Variable]:
+        """Leaves of the loss graph that are not registered parameters: what a feeder writes."""
         if self._inputs is None:
-            found: Dict[int, nn.Variable] = {}
-
-            def visit(func):
-                for v in func.inputs:
-                    if v.parent is None and not v.need_grad:
-                        found.setdefault(hash(v), v)
-
-            self.loss.visit(visit)
-            self._inputs = list(found.values())
+            registered = _registered_parameters()
+            self._inputs = [v for v in _graph_leaves(self.loss) if hash(v) not in registered]
         return self._inputs
 
-    def _forward_backward(self, scale: float, feed: bool) -> bool | None:
-        """zero_grad and ``accum_grad`` rounds; ``feed=False`` replays the saved batch(es)."""
-        snapshot = (
-            self.on_overflow == "retry" and self.accum_grad > 1 and self.data_feeder is not None
-        )
-        if feed and snapshot:
-            self._saved_batches = []
+    def _forward_moved_state(self) -> List[tuple]:
+        """Copies of the registered ``need_grad=False`` leaves of the graph (running statistics
+        and frozen weights), taken before a retry re-runs the forward pass."""
+        registered = _registered_parameters()
+        return [
+            (v, _copy(v.data))
+            for v in _graph_leaves(self.loss)
+            if hash(v) in registered and not v.need_grad
+        ]
+
+    def _forward_backward(self, seed: float, replay: bool) -> bool | None:
+        """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs."""
+        keep = self.on_overflow == "retry" and self.accum_grad > 1 and self.data_feeder is not None
+        if keep and not replay:
+            self._round_inputs = []
         read_loss = self.accum_grad > 1
         loss_finite = True if read_loss else None
         self.solver.zero_grad()
         for r in range(self.accum_grad):
-            if feed:
+            if not replay:
                 if self.data_feeder is not None:
                     self.data_feeder()
                     self.batches += 1
-                if snapshot:
-                    self._saved_batches.append([v.d.copy() for v in self._input_leaves()])
-            elif snapshot:
-                for v, d in zip(self._input_leaves(), self._saved_batches[r]):
-                    v.d = d
+                if keep:
+                    self._round_inputs.append([_copy(v.data) for v in self._input_leaves()])
+            elif keep:
+                for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
+                    _restore(v, saved)
             self.loss.forward(clear_no_need_grad=self.clear_buffer)
             if read_loss:
-                loss_finite = loss_finite and self._loss_finite()
-            self.loss.backward(scale, clear_buffer=self.clear_buffer)
+                loss_finite = self._loss_finite() and loss_finite
+            self.loss.backward(seed, clear_buffer=self.clear_buffer)
             self.passes += 1
         return loss_finite
 
@@ -597,23 +825,25 @@ class DynamicLossScalingUpdater:
         return bool(np.isfinite(host_view(self.loss.data)).all())
 
     def _reduced_grads(self) -> List[nn.NdArray]:
-        return self.grads if self.grads is not None else [p.grad for p in self._params]
+        return self.grads or [p.grad for p in self._params().values()]
 
     def _all_reduce(self) -> None:
         self.comm.all_reduce(self._reduced_grads(), division=self.average_grads, inplace=False)
 
-    def _agree(self, local_finite: bool) -> bool:
-        """Sum a one-element flag (1.0 = this worker saw inf/NaN) over workers; finite if 0."""
+    def _agree(self, local_finite: bool, local_bad_loss: bool):
+        """Sum a two-element flag over workers: (this worker saw inf/NaN gradients, this
+        worker's loss was inf/NaN). Returns (finite everywhere, a loss was bad somewhere)."""
         if self._flag is None:
-            self._flag = nn.NdArray.from_numpy_array(np.zeros(1, np.float32))
-        self._flag.fill(0.0 if local_finite else 1.0)
+            self._flag = nn.NdArray.from_numpy_array(np.zeros(2, np.float32))
+        self._flag.cast(np.float32)[...] = (0.0 if local_finite else 1.0, float(local_bad_loss))
         self.comm.all_reduce(self._flag, division=False, inplace=True)
-        return bool(host_view(self._flag)[0] <= 0)
+        total = host_view(self._flag)
+        return bool(total[0] <= 0), bool(total[1] > 0)
 
     def _host_grads(self) -> List[np.ndarray]:
-        return [host_view(p.grad) for p in self._params]
+        return [host_view(p.grad) for p in self._params().values()]
 
-    def _check(self, scale: float):
+    def _check(self):
         """Return (host arrays or None, finite, absmax or None, names of non-finite params)."""
         need_absmax = self.policy.needs_grad_absmax
         if self.finite_check == "numpy":
@@ -621,7 +851,7 @@ class DynamicLossScalingUpdater:
             flags, absmax = _grad_stats(arrays, need_absmax)
             finite = all(flags)
             absmax = absmax if need_absmax else None
-            if need_absmax and self.comm is not None and self.grads is not None:
+            if need_absmax and self.comm is not None and self.grads:
                 absmax = _grad_stats([host_view(g) for g in self.grads])[1]
         else:
             arrays = None
@@ -634,20 +864,20 @@ class DynamicLossScalingUpdater:
         if not finite:
             if flags is None:
                 flags = _grad_stats(self._host_grads())[0]
-            bad = [n for n, ok in zip(self.param_names, flags) if not ok]
+            bad = [n for n, ok in zip(self._params(), flags) if not ok]
         return arrays, finite, absmax, bad
 
     def _device_absmax(self) -> float:
         import nnabla.functions as F
 
-        arrays = self.grads if (self.comm is not None and self.grads is not None) else None
-        arrays = arrays or [p.grad for p in self._params]
+        arrays = self.grads if self.comm is not None and self.grads else None
+        arrays = arrays or [p.grad for p in self._params().values()]
         return max(float(F.max(F.abs(g)).get_data("r")) for g in arrays if g.size)
 
-    def _apply(self, scale: float, arrays: List[np.ndarray] | None) -> None:
-        factor = 1.0 / scale
+    def _apply(self, seed: float, arrays: List[np.ndarray] | None) -> None:
+        factor = 1.0 / seed
         if self.clip_grad_norm is not None:
-            norm = math.sqrt(_sum_of_squares(arrays or self._host_grads())) / scale
+            norm = math.sqrt(_sum_of_squares(arrays or self._host_grads())) / seed
             if norm > self.clip_grad_norm:
                 factor *= self.clip_grad_norm / norm
         self.solver.scale_grad(factor)
@@ -669,9 +899,9 @@ class DynamicLossScalingUpdater:
                 "check the model"
             )
         return NonFiniteGradientsError(
-            f"{self.consecutive_nonfinite} consecutive non-finite gradient steps "
-            f"(max_consecutive_nonfinite={self.max_consecutive_nonfinite}) at loss scale "
-            f"{record.scale:g}: {cause}. Parameters with non-finite gradients: "
+            f"{self.consecutive_nonfinite} consecutive update() calls without an applied "
+            f"update (max_consecutive_nonfinite={self.max_consecutive_nonfinite}), the last at "
+            f"loss scale {record.scale:g}: {cause}. Parameters with non-finite gradients: "
             f"{shown or '(none found locally; another worker reported them)'}. "
             "Parameters and solver state were left untouched.",
             consecutive=self.consecutive_nonfinite,

@@ -7,7 +7,7 @@ MODE "all": grads=None (every gradient is all-reduced). An inf goes into ONE ran
 MODE "partial": grads = the fc2 gradients only. The inf in the input makes only fc1/W's gradient
     non-finite (tanh saturates, so the loss stays finite), and fc1/W is not reduced: only the
     one-element agreement reduction tells the other ranks to skip.
-Writes OUTDIR/rank{R}.npz: records (steps x 5: step, scale, grads_finite, update_applied,
+Writes OUTDIR/rank{R}.npz: records (steps x 5: step, scale, attempts, update_applied,
 new_scale), local_finite (steps: this rank's gradients all finite after update(), i.e. after
 the all-reduce of ``grads``), injected (steps: this rank's data was bad), and the parameters.
 """
@@ -70,7 +70,7 @@ records = np.zeros((steps, 5))
 local_finite = np.zeros(steps, bool)
 for k in range(steps):
     r = updater.update()
-    records[k] = (r.step, r.scale, r.grads_finite, r.update_applied, r.new_scale)
+    records[k] = (r.step, r.scale, r.attempts, r.update_applied, r.new_scale)
     local_finite[k] = all(np.isfinite(p.grad.get_data("r")).all() for p in model.params.values())
 params = {f"param/{k}": p.data.get_data("r").copy() for k, p in model.params.items()}
 np.savez(

@@ -74,6 +74,6 @@ records = np.zeros((steps, 5))
 params = np.zeros((steps, sum(model.params[n].size for n in names)))
 for k in range(steps):
     r = updater.update()
-    records[k] = (r.step, r.scale, r.grads_finite, r.update_applied, r.new_scale)
+    records[k] = (r.step, r.scale, r.attempts, r.update_applied, r.new_scale)
     params[k] = np.concatenate([model.params[n].d.ravel() for n in names])
 np.savez(out_dir / f"{name}.npz", records=records, params=params)
