@@ -193,11 +193,82 @@ def _call_once(upd, model, poison_first_only):
         model.poison = None
 
 
+def retry_cost(iters, accum=4, width=2048, batch=16, seed=0):
+    """Seconds per update in "skip" and "retry" mode when nothing overflows (cpu:float).
+
+    The model has a frozen ``width x width`` layer (``need_grad=False``, 16 MiB in float32)
+    and BatchNormalization; ``accum_grad=accum``. The two updaters train separate copies,
+    interleaved iteration by iteration. "retry" keeps each round's inputs so that a retry can
+    recompute them; frozen weights and running statistics are copied only when a retry happens.
+    """
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.parametric_functions as PF
+    import nnabla.solvers as S
+    from nnabla.ext_utils import get_extension_context
+
+    from updater import DynamicLossScalingUpdater
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    nn.clear_parameters()
+    rng = np.random.default_rng(seed)
+    updaters = {}
+    for mode in ("skip", "retry"):
+        x, t = nn.Variable((batch, width)), nn.Variable((batch, 1))
+        with nn.parameter_scope(mode):
+            h = F.relu(PF.affine(x, width, name="frozen", fix_parameters=True))
+            h = PF.batch_normalization(PF.affine(h, 64, name="fc1"), name="bn")
+            loss = F.mean(F.softmax_cross_entropy(PF.affine(F.relu(h), 10, name="fc2"), t))
+            solver = S.Momentum(0.01, 0.9)
+            solver.set_parameters(nn.get_parameters())
+
+        def feed(x=x, t=t):
+            x.d = rng.standard_normal(x.shape)
+            t.d = rng.integers(0, 10, t.shape)
+
+        updaters[mode] = DynamicLossScalingUpdater(
+            solver, loss, feed, accum_grad=accum, on_overflow=mode, scale=8.0
+        )
+    times = {mode: [] for mode in updaters}
+    for i in range(iters + 2):
+        for mode in ("skip", "retry") if i % 2 else ("retry", "skip"):
+            t0 = time.perf_counter()
+            rec = updaters[mode].update()
+            if i >= 2:  # the first two are warm-up
+                times[mode].append(time.perf_counter() - t0)
+            assert rec.attempts == 1
+    sec = {mode: float(np.median(v)) for mode, v in times.items()}
+    return {"accum": accum, "width": width, "iters": iters, "seconds": sec}
+
+
+def parameter_read_cost(repeats=2000):
+    """Microseconds per ``solver.get_parameters()`` call (the updater reads it once per step
+    on the paths that need it) for models with 6 and 300 parameter arrays."""
+    import nnabla as nn
+    import nnabla.solvers as S
+    from nnabla.ext_utils import get_extension_context
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    out = {}
+    for layers in (3, 150):
+        nn.clear_parameters()
+        _mlp(nn.Variable((1, 8)), [8] * layers, f"read{layers}")
+        solver = S.Momentum(0.01, 0.9)
+        solver.set_parameters(nn.get_parameters())
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            solver.get_parameters()
+        out[2 * layers] = 1e6 * (time.perf_counter() - t0) / repeats
+    return out
+
+
 def run(quick=False):
     """Run every updater benchmark; returns a dict of results."""
     iters = 20 if quick else 150
     blocks = 1 if quick else 9
     return {
+        "retry": retry_cost(10 if quick else 40),
+        "read": parameter_read_cost(200 if quick else 2000),
         "float": overhead("cpu:float", 784, [512, 512, 10], 64, iters, warmup=5, blocks=blocks),
         "half": overhead(
             "cpu:half", 64, [64, 10], 32, max(10, iters // 5), warmup=3, blocks=blocks
@@ -247,6 +318,24 @@ def markdown(res):
             f"{r['nan']['calls']} | {r['nan']['passes']} | {r['nan']['batches']} | "
             f"{r['nan']['raised']} |"
         )
+    r = res["retry"]
+    sec = r["seconds"]
+    read = res["read"]
+    per_step = res["float"]["seconds"]["ours"]
+    lines += [
+        "",
+        f'`on_overflow="retry"` when nothing overflows (cpu:float, a frozen {r["width"]}x'
+        f"{r['width']} layer and BatchNormalization, accum_grad={r['accum']}, median of "
+        f"{r['iters']} interleaved updates): skip {1e3 * sec['skip']:.2f} ms, retry "
+        f"{1e3 * sec['retry']:.2f} ms per update, retry / skip = "
+        f"{sec['retry'] / sec['skip']:.3f}. Only each round's inputs are kept; the frozen weights "
+        "and running statistics are copied only when a retry happens.",
+        "",
+        "Following the solver's parameters: one `solver.get_parameters()` per step (on the paths "
+        "that read gradients or all-reduce them all) costs "
+        + ", ".join(f"{us:.0f} us with {n} parameter arrays" for n, us in read.items())
+        + f"; a step of the cpu:float model above takes {1e6 * per_step:.0f} us.",
+    ]
     return "\n".join(lines)
 
 

@@ -780,10 +780,12 @@ class DynamicLossScalingUpdater:
         return "numpy" if reads_anyway or large else "solver"
 
     def _input_leaves(self) -> List[nn.Variable]:
-        """Leaves of the loss graph that are not registered parameters: what a feeder writes."""
+        """Leaves of the loss graph that are neither registered parameters nor the solver's:
+        what a feeder writes."""
         if self._inputs is None:
-            registered = _registered_parameters()
-            self._inputs = [v for v in _graph_leaves(self.loss) if hash(v) not in registered]
+            known = _registered_parameters()
+            known.update((hash(v), v) for v in self._params().values())
+            self._inputs = [v for v in _graph_leaves(self.loss) if hash(v) not in known]
         return self._inputs
 
     def _forward_moved_state(self) -> List[tuple]:

@@ -1,0 +1,50 @@
+"""The README's Python blocks run as written (all but the GPU one, which needs CUDA)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+GPU = [b for b in BLOCKS if '"cudnn"' in b]
+MPI = [b for b in BLOCKS if "MPICommunicator()" in b]
+PLAIN = [b for b in BLOCKS if b not in GPU + MPI]
+
+
+def test_the_readme_blocks_are_the_ones_these_tests_know():
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 2
+
+
+def run_script(tmp_path, code, *launcher):
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    proc = subprocess.run(
+        [*launcher, sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.nnabla
+@pytest.mark.parametrize("index", range(2))
+def test_readme_block_runs_as_written(tmp_path, index):
+    out = run_script(tmp_path, PLAIN[index])
+    if "save_checkpoint" in PLAIN[index]:
+        assert (tmp_path / "run.ckpt.npz").exists()
+        assert out.splitlines()[0].startswith("0 32768.0")
+
+
+@pytest.mark.mpi
+@pytest.mark.nnabla
+def test_readme_mpi_block_runs_under_mpiexec_on_two_ranks(tmp_path):
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("mpiexec not installed beside python; install the 'mpi' extra")
+    run_script(tmp_path, MPI[0], str(mpiexec), "-n", "2")
