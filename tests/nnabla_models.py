@@ -37,6 +37,8 @@ class TinyClassifier:
         type_config (str): "half" or "float".
         solver (str): "momentum", "adam" or "sgd".
         lr (float): learning rate.
+        batchnorm (bool): BatchNormalization after fc1 (``bn1``), and the solver set over
+            every parameter, running statistics included (``grad_only=False``).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class TinyClassifier:
         type_config: str = "half",
         solver: str = "momentum",
         lr: float = 0.05,
+        batchnorm: bool = False,
     ):
         self.scope = scope
         self.batch, self.in_dim, self.classes = batch, in_dim, classes
@@ -62,10 +65,12 @@ class TinyClassifier:
             self.weight.d = 1.0
             w1 = I.NormalInitializer(0.5, rng=rng)
             w2 = I.NormalInitializer(0.5, rng=rng)
-            h = F.tanh(PF.affine(self.x, hidden, w_init=w1, name="fc1"))
-            y = PF.affine(h, classes, w_init=w2, name="fc2")
+            h = PF.affine(self.x, hidden, w_init=w1, name="fc1")
+            if batchnorm:
+                h = PF.batch_normalization(h, batch_stat=True, name="bn1")
+            y = PF.affine(F.tanh(h), classes, w_init=w2, name="fc2")
             self.loss = F.mean(F.softmax_cross_entropy(y, self.t)) * self.weight
-            self.params = nn.get_parameters()
+            self.params = nn.get_parameters(grad_only=not batchnorm)
             makers = {
                 "momentum": lambda: S.Momentum(lr, 0.9),
                 "adam": lambda: S.Adam(lr),
@@ -149,41 +154,9 @@ class TinyBNClassifier(TinyClassifier):
 
     Its solver is set over ``nn.get_parameters(grad_only=False)``, so the running mean and
     variance (``need_grad`` False, changed by the forward pass only) have solver states that the
-    solver never writes. Same arguments as :class:`TinyClassifier` (default scope ``"tinybn"``).
+    solver never writes. Same arguments as :class:`TinyClassifier` (default scope ``"tinybn"``,
+    6 hidden units).
     """
 
-    def __init__(
-        self,
-        scope: str = "tinybn",
-        batch: int = 8,
-        in_dim: int = 4,
-        hidden: int = 6,
-        classes: int = 3,
-        seed: int = 0,
-        type_config: str = "half",
-        solver: str = "momentum",
-        lr: float = 0.05,
-    ):
-        self.scope = scope
-        self.batch, self.in_dim, self.classes = batch, in_dim, classes
-        self.ctx = cpu_context(type_config)
-        rng = np.random.RandomState(seed)
-        with nn.context_scope(self.ctx), nn.parameter_scope(scope):
-            self.x = nn.Variable((batch, in_dim))
-            self.t = nn.Variable((batch, 1))
-            self.weight = nn.Variable(())
-            self.weight.d = 1.0
-            w1 = I.NormalInitializer(0.5, rng=rng)
-            w2 = I.NormalInitializer(0.5, rng=rng)
-            h = PF.affine(self.x, hidden, w_init=w1, name="fc1")
-            h = F.tanh(PF.batch_normalization(h, batch_stat=True, name="bn1"))
-            y = PF.affine(h, classes, w_init=w2, name="fc2")
-            self.loss = F.mean(F.softmax_cross_entropy(y, self.t)) * self.weight
-            self.params = nn.get_parameters(grad_only=False)
-            makers = {
-                "momentum": lambda: S.Momentum(lr, 0.9),
-                "adam": lambda: S.Adam(lr),
-                "sgd": lambda: S.Sgd(lr),
-            }
-            self.solver = makers[solver]()
-            self.solver.set_parameters(self.params)
+    def __init__(self, scope: str = "tinybn", hidden: int = 6, **kwargs):
+        super().__init__(scope, hidden=hidden, batchnorm=True, **kwargs)

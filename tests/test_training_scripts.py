@@ -109,27 +109,14 @@ def test_clip_norm_absmax_and_error_names_cover_a_parameter_added_later():
 # ---------------------------------------------------------------- retry
 
 
-def manual_step(model, batches, seed):
-    """zero_grad, forward/backward at ``seed`` on each batch, unscale, update (the reference)."""
-    model.solver.zero_grad()
-    for x, t, w in batches:
-        model.x.d, model.t.d, model.weight.d = x, t, w
-        model.loss.forward(clear_no_need_grad=True)
-        model.loss.backward(seed, clear_buffer=True)
-    model.solver.scale_grad(1.0 / seed)
-    model.solver.update()
-
-
-def test_retry_with_accumulation_restores_inputs_that_need_grad():
-    """x.need_grad=True (e.g. for input gradients): the old code kept only need_grad=False
-    leaves, so every retried round reused the last round's x."""
-    spike = {3: SPIKE}  # the last round of the second update
+def assert_retried_update_equals_a_manual_step(build):
+    """``build() -> (model, feeder)``; the feeder's call 3 overflows. The second update of a
+    retry-mode run (accum_grad=2) must equal, bit for bit, a manual step on a second copy fed
+    calls 2 and 3 again, at the seed that worked."""
     params = []
     for run in ("ours", "manual"):
         nn.clear_parameters()
-        m = TinyClassifier("nx")
-        m.x.need_grad = True
-        feed = m.feeder(weights=spike)
+        m, feed = build()
         u = DynamicLossScalingUpdater(
             m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
             accum_grad=2, on_overflow="retry",
@@ -140,9 +127,28 @@ def test_retry_with_accumulation_restores_inputs_that_need_grad():
             assert rec.update_applied and rec.attempts > 1 and feed.calls == 4
             seed = rec.scale
         else:
-            manual_step(m, [feed.batch(2), feed.batch(3)], seed)
+            m.solver.zero_grad()
+            for k in (2, 3):
+                feed.calls = k
+                feed()
+                m.loss.forward(clear_no_need_grad=True)
+                m.loss.backward(seed, clear_buffer=True)
+            m.solver.scale_grad(1.0 / seed)
+            m.solver.update()
         params.append(param_values(m.params))
     assert_same_values(*params)
+
+
+def test_retry_with_accumulation_restores_inputs_that_need_grad():
+    """x.need_grad=True (e.g. for input gradients): the old code kept only need_grad=False
+    leaves, so every retried round reused the last round's x."""
+
+    def build():
+        m = TinyClassifier("nx")
+        m.x.need_grad = True
+        return m, m.feeder(weights={3: SPIKE})
+
+    assert_retried_update_equals_a_manual_step(build)
 
 
 class ShapeFeeder:
@@ -167,31 +173,11 @@ class ShapeFeeder:
 
 
 def test_retry_with_accumulation_handles_rounds_of_different_batch_shapes():
-    params = []
-    for run in ("ours", "manual"):
-        nn.clear_parameters()
+    def build():
         m = TinyClassifier("shape")
-        feed = ShapeFeeder(m, spike=3)
-        u = DynamicLossScalingUpdater(
-            m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
-            accum_grad=2, on_overflow="retry",
-        )  # fmt: skip
-        u.update()
-        if run == "ours":
-            rec = u.update()
-            assert rec.update_applied and rec.attempts > 1 and feed.calls == 4
-            seed = rec.scale
-        else:
-            m.solver.zero_grad()
-            for k in (2, 3):
-                feed.calls = k
-                feed()
-                m.loss.forward(clear_no_need_grad=True)
-                m.loss.backward(seed, clear_buffer=True)
-            m.solver.scale_grad(1.0 / seed)
-            m.solver.update()
-        params.append(param_values(m.params))
-    assert_same_values(*params)
+        return m, ShapeFeeder(m, spike=3)
+
+    assert_retried_update_equals_a_manual_step(build)
 
 
 @pytest.mark.parametrize(
