@@ -22,7 +22,14 @@ from typing import Dict
 
 import numpy as np
 
-from sim.run import PRESETS, _advance, jitter_factors, simulate, simulate_scalar
+from sim.run import (
+    PRESETS,
+    _advance,
+    _overflow_limits,
+    jitter_factors,
+    simulate,
+    simulate_scalar,
+)
 from sim.traces import make_trace
 
 GOAL_RATE = 1e7
@@ -62,6 +69,7 @@ def run(
     trace = make_trace("stationary", steps=steps, seed=0)
     factor = jitter_factors(steps, runs, seed=0, jitter=0.25)
     absmax = trace.absmax[:, None] * factor
+    limits = _overflow_limits(trace, factor)
     out: Dict = {
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, "
         f"Python {platform.python_version()}, NumPy {np.__version__}",
@@ -76,7 +84,7 @@ def run(
         for name in policies:
             policy = PRESETS[name]
             start = time.perf_counter()
-            _advance(policy, trace, absmax, runs, False, name)
+            _advance(policy, trace, absmax, limits, runs, False, name)
             _best(seconds, f"{name}/loop", start)
             start = time.perf_counter()
             simulate(policy, trace, runs=runs, seed=0, jitter=0.25, progress=False)

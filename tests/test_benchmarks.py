@@ -1,0 +1,28 @@
+"""The benchmark runner works end to end (a quick run into a temporary file)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.nnabla
+@pytest.mark.mpi
+def test_quick_benchmark_run_writes_every_section(tmp_path):
+    out = tmp_path / "bench.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run_all", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    for title in ("Updater cost", "float16 sweep", "Simulator", "Distributed step"):
+        assert f"## {title}" in text
+    assert "retry / skip =" in text and "parameter arrays" in text
