@@ -20,7 +20,8 @@ from typing import Dict
 import numpy as np
 from tqdm import tqdm
 
-from sim.fp16 import FP16_MIN_NORMAL, sweep
+from sim.fp16 import sweep
+from updater.float16 import FP16_SMALLEST_NORMAL
 
 GOAL_RATIO = 20.0
 """Required speed-up of the sweep over casting once per scale."""
@@ -55,7 +56,7 @@ def cast_each_scale(x: np.ndarray, exponents, times=None) -> np.ndarray:
             h = np.abs((x * np.float32(2.0**k)).astype(np.float16))
             flushed = int(np.count_nonzero(h == 0)) - zeros
             overflow = int(np.count_nonzero(np.isinf(h)))
-            normal = int(np.count_nonzero(h >= FP16_MIN_NORMAL)) - overflow
+            normal = int(np.count_nonzero(h >= FP16_SMALLEST_NORMAL)) - overflow
             subnormal = x.size - zeros - flushed - normal - overflow
             rows.append((flushed, subnormal, normal, overflow))
             if times is not None:

@@ -23,7 +23,6 @@ from typing import Dict
 import numpy as np
 
 from sim.run import (
-    PRESETS,
     _advance,
     _overflow_limits,
     jitter_factors,
@@ -31,6 +30,7 @@ from sim.run import (
     simulate_scalar,
 )
 from sim.traces import make_trace
+from updater.presets import PRESETS
 
 GOAL_RATE = 1e7
 """Policy-steps per second wanted with 1000 runs advancing together."""

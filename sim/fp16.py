@@ -31,18 +31,18 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
-from updater.policy import FP16_MAX
-
-FP16_TINY_SUBNORMAL = 2.0**-24
-"""Smallest positive float16 (a subnormal)."""
-FP16_MIN_NORMAL = 2.0**-14
-"""Smallest positive normal float16."""
-
-_FLUSH_EDGE = 2.0**-25  # |t| <= this rounds to 0
-_OVERFLOW_EDGE = 65520.0  # |t| >= this rounds to inf
+from updater.checks import check_positive
+from updater.float16 import (
+    FP16_FLUSH_BINADE,
+    FP16_FLUSH_EDGE,
+    FP16_MAX,
+    FP16_OVERFLOW,
+    FP16_SMALLEST_NORMAL,
+    FP16_SMALLEST_SUBNORMAL,
+)
 
 # Fates of a scaled binade B (value in [2**B, 2**(B+1))), by mantissa class (see _Format):
-_FLUSH_BINADE = -25  # class 0 (exact power of two) flushes, classes 1-3 become 2**-24
+# FP16FP16_FLUSH_BINADE: class 0 (exact power of two) flushes, classes 1-3 become 2**-24
 _NORMAL_BINADE = -15  # classes 2-3 (fraction >= 1 - 2**-10) round up to 2**-14, a normal
 _OVERFLOW_BINADE = 15  # class 3 (fraction >= 1 - 2**-11) rounds up to 65536, i.e. inf
 
@@ -110,16 +110,6 @@ class Fp16Counts:
 # ---------------------------------------------------------------- input checks
 
 
-def _check_scale(scale) -> float:
-    is_real = isinstance(scale, numbers.Real) and not isinstance(scale, (bool, np.bool_))
-    if not is_real:
-        raise TypeError(f"scale must be a real number, finite and > 0, got {scale!r}")
-    s = float(scale)
-    if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"scale must be finite and > 0, got {scale!r}; e.g. scale=2.0**10")
-    return s
-
-
 def _float_values(values) -> np.ndarray:
     """Return the values as a contiguous 1-D float32 or float64 array, without rounding."""
     x = np.asarray(values)
@@ -166,7 +156,7 @@ def _is_power_of_two(s: float) -> bool:
 def _fp16_spacing(p: np.ndarray) -> np.ndarray:
     """Distance between neighbouring float16 values around magnitudes ``p`` (> 0, finite)."""
     _, e = np.frexp(p)  # p in [2**(e-1), 2**e)
-    return np.maximum(np.ldexp(1.0, e - 11), FP16_TINY_SUBNORMAL)
+    return np.maximum(np.ldexp(1.0, e - 11), FP16_SMALLEST_SUBNORMAL)
 
 
 def _product_error_sign(a: np.ndarray, s: float) -> np.ndarray:
@@ -203,7 +193,7 @@ def _cast_scaled(a: np.ndarray, s: float) -> np.ndarray:
         h = p.astype(np.float16)
     if _is_power_of_two(s):
         return h
-    near = np.flatnonzero((p >= _FLUSH_EDGE) & (p <= _OVERFLOW_EDGE))
+    near = np.flatnonzero((p >= FP16_FLUSH_EDGE) & (p <= FP16_OVERFLOW))
     if near.size == 0:
         return h
     spacing = _fp16_spacing(p[near])
@@ -244,7 +234,7 @@ def classify(values, scale=1.0) -> Fp16Counts:
     >>> classify([1e-6], scale=2.0**10).rel_err_max < 2.0**-11
     True
     """
-    s = _check_scale(scale)
+    s = check_positive("scale", scale, hint="; e.g. scale=2.0**10")
     x = _float_values(values)
     total = int(x.size)
     a = np.abs(x.astype(np.float64))
@@ -255,7 +245,7 @@ def classify(values, scale=1.0) -> Fp16Counts:
     h = _cast_scaled(a, s).astype(np.float64)
     flushed = int(np.count_nonzero(h == 0))
     overflow = int(np.count_nonzero(np.isinf(h)))
-    normal = int(np.count_nonzero(h >= FP16_MIN_NORMAL)) - overflow
+    normal = int(np.count_nonzero(h >= FP16_SMALLEST_NORMAL)) - overflow
     subnormal = int(a.size) - flushed - overflow - normal
     kept = (h != 0) & ~np.isinf(h)
     if kept.any():
@@ -370,10 +360,10 @@ def _fates(hist: np.ndarray, offset: int, k: np.ndarray):
         return np.where(inside, hist[np.clip(i, 0, n - 1)][:, cls].sum(axis=1), 0)
 
     low, high = np.iinfo(np.int64).min // 2, np.iinfo(np.int64).max // 2
-    flushed = binades(low, _FLUSH_BINADE - 1) + classes(_FLUSH_BINADE, [0])
+    flushed = binades(low, FP16_FLUSH_BINADE - 1) + classes(FP16_FLUSH_BINADE, [0])
     subnormal = (
-        classes(_FLUSH_BINADE, [1, 2, 3])
-        + binades(_FLUSH_BINADE + 1, _NORMAL_BINADE - 1)
+        classes(FP16_FLUSH_BINADE, [1, 2, 3])
+        + binades(FP16_FLUSH_BINADE + 1, _NORMAL_BINADE - 1)
         + classes(_NORMAL_BINADE, [0, 1])
     )
     normal = (
@@ -521,5 +511,5 @@ def representable_window(scale) -> Tuple[float, float]:
     >>> representable_window(2.0**10)
     (5.820766091346741e-11, 63.96875)
     """
-    s = _check_scale(scale)
-    return FP16_TINY_SUBNORMAL / s, FP16_MAX / s
+    s = check_positive("scale", scale, hint="; e.g. scale=2.0**10")
+    return FP16_SMALLEST_SUBNORMAL / s, FP16_MAX / s

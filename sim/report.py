@@ -14,21 +14,21 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from sim import plots
 from sim.fp16 import classify
-from sim.run import PRESETS, format_value, markdown_table, simulate_many
+from sim.run import format_value, markdown_table, simulate_many
 from sim.traces import (
-    EXP_MIN,
     FAMILIES,
     SSD_ZERO_SHARE,
-    Trace,
     make_trace,
     sample_values,
     ssd_binade_shares,
 )
+from updater.float16 import FP16_FLUSH_BINADE
 from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
+from updater.presets import PRESETS
+from updater.trace import EXP_MIN, Trace
 
 COMPARED = ("nnabla-legacy", "pytorch", "deepspeed", "dynamic", "headroom")
 """Presets compared on every family."""
@@ -83,13 +83,21 @@ def _pct(x: float, digits: int = 3) -> str:
     )
 
 
+def _tell(progress, method: str, *args) -> None:
+    """Call a stage reporter's ``start(total)`` or ``stage(name)`` (``dls``'s StageProgress);
+    a bool or None progress has no stages."""
+    call = getattr(progress, method, None)
+    if call is not None:
+        call(*args)
+
+
 def _traces(config: ReportConfig) -> Dict[str, Trace]:
     return {f: make_trace(f, steps=config.steps, seed=config.seed) for f in FAMILIES}
 
 
 def _flushed_pooled(trace: Trace, scale: float) -> float:
     counts = trace.counts.sum(axis=0)
-    edge = int(np.clip(-25 - math.log2(scale) - EXP_MIN, 0, counts.size))
+    edge = int(np.clip(FP16_FLUSH_BINADE - math.log2(scale) - EXP_MIN, 0, counts.size))
     return float(counts[:edge].sum() / max(counts.sum(), 1))
 
 
@@ -119,6 +127,7 @@ def compare(traces: Dict[str, Trace], config: ReportConfig, progress=None):
     policies = [PRESETS[n] for n in COMPARED]
     rows, kept = [], {}
     for name, t in traces.items():
+        _tell(progress, "stage", f"policy comparison on {name} ({len(policies)} policies)")
         results = simulate_many(
             policies,
             t,
@@ -149,6 +158,8 @@ def sweep_grid(
     policies = [make(**c) for c in combos]
     per_family = {}
     for name, t in traces.items():
+        what = f"{len(policies)} settings, jitter {jitter:g}"
+        _tell(progress, "stage", f"{make.__name__} sweep on {name} ({what})")
         results = simulate_many(
             policies,
             t,
@@ -225,37 +236,6 @@ def ssd_numbers(config: ReportConfig) -> Dict[str, Any]:
     return out
 
 
-# ---------------------------------------------------------------- figures
-
-
-def _trajectory_figure(results, family: str) -> Figure:
-    fig = Figure(figsize=(9.0, 2.3 * len(results)), dpi=plots.DPI)
-    axes = fig.subplots(len(results), 1, sharex=True)
-    for ax, r in zip(np.atleast_1d(axes), results):
-        plots.plot_trajectory(r, ax=ax, title=f"{r.label} on {family} (run 0)")
-        ax.set_xlabel("")
-    np.atleast_1d(axes)[-1].set_xlabel("training step")
-    fig.tight_layout()
-    return fig
-
-
-def _comparison_figure(rows) -> Figure:
-    fig = Figure(figsize=(14.0, 8.5), dpi=plots.DPI)
-    axes = fig.subplots(2, 2)
-    panels = [
-        ("signal_lost", "log"),
-        ("skipped", "symlog"),
-        ("mean_flushed", "log"),
-        ("below_half_safe", "linear"),
-    ]
-    for ax, (metric, yscale) in zip(axes.ravel(), panels):
-        plots.plot_policy_comparison(rows, metric, ax=ax, yscale=yscale, legend=False)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), title="policy")
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    return fig
-
-
 # ---------------------------------------------------------------- the markdown
 
 
@@ -328,7 +308,8 @@ def build_report(
         out_dir (str or Path, default "reports"): output folder (created if missing). Only the
             files listed in the returned ``files`` are written.
         config (ReportConfig, default ReportConfig()): sizes and seeds.
-        progress (bool, optional): tqdm bars; default when stderr is a terminal.
+        progress (bool or reporter, optional): tqdm bars; default when stderr is a terminal;
+            or a stage reporter such as ``sim.cli.StageProgress`` (named stages).
 
     Returns:
         dict with ``files`` (paths written), ``compare`` (summary rows), ``dynamic_sweep``,
@@ -340,15 +321,20 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     files: List[Path] = []
     traces = _traces(config)
+    _tell(progress, "start", 4 * len(traces) + 2)  # per family: compare, 3 sweeps; figures; SSD
 
     rows, kept = compare(traces, config, progress)
+    _tell(progress, "stage", "figures")
     for family, results in kept.items():
         files.append(
             plots.save_figure(
-                _trajectory_figure(results, family), out / f"trajectories_{family}.png"
+                plots.plot_trajectory_panels(results), out / f"trajectories_{family}.png"
             )
         )
-    files.append(plots.save_figure(_comparison_figure(rows), out / "policy_comparison.png"))
+    every_run = [r for results in kept.values() for r in results]
+    files.append(
+        plots.save_figure(plots.plot_comparison_panels(every_run), out / "policy_comparison.png")
+    )
     files.append(plots.save_figure(plots.plot_histogram(traces["ssd"]), out / "histogram_ssd.png"))
     files.append(
         plots.save_figure(
@@ -379,6 +365,7 @@ def build_report(
     # margins above 2 land more than a factor 2 below the largest safe scale: they cannot meet
     # HeadroomScale's goal (within a factor 2 after at most 3 steps), so they are not eligible.
     head_best = choose([r for r in head_main if r["margin"] <= 2], HeadroomScale().settings())
+    _tell(progress, "stage", "exact float16 counts on SSD samples; README.md")
     ssd = ssd_numbers(config)
 
     text = _markdown(config, traces, rows, dyn_rows, head_rows, dyn_best, head_best, ssd)

@@ -50,57 +50,11 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.traces import EXP_MIN, FP16_OVERFLOW, NBINS, Trace
-from updater.policy import (
-    DynamicScale,
-    HeadroomScale,
-    NnablaLegacy,
-    StaticScale,
-    check_int_at_least,
-    largest_safe_scale,
-)
-
-PRESETS = {
-    "nnabla-legacy": NnablaLegacy(scale=8.0, scaling_factor=2.0, N=2000),
-    "pytorch": DynamicScale(
-        init_scale=2.0**15,
-        growth_factor=2.0,
-        backoff_factor=0.5,
-        growth_interval=2000,
-        min_scale=2.0**-24,
-        max_scale=2.0**15,
-        hysteresis=1,
-    ),
-    "deepspeed": DynamicScale(
-        init_scale=2.0**15,
-        growth_factor=2.0,
-        backoff_factor=0.5,
-        growth_interval=1000,
-        min_scale=1.0,
-        max_scale=2.0**15,
-        hysteresis=2,
-    ),
-    "dynamic": DynamicScale(),
-    "headroom": HeadroomScale(),
-    "static": StaticScale(1.0),
-}
-"""Named policies. ``pytorch``: GradScaler's 2**16 start capped to 2**15 (the largest power of
-two a float16 backward seed holds), x2 / x0.5 / 2000, no hysteresis and no floor (min_scale
-2**-24).
-``deepspeed``: hysteresis 2 refilled only by growth (DeepSpeed's default,
-``consecutive_hysteresis`` false), min scale 1, window 1000, same capped start. ``dynamic`` and
-``headroom``: the project's defaults. ``nnabla-legacy``: the old updater (start 8, N=2000)."""
-
-METRICS = (
-    "overflows",
-    "skipped",
-    "mean_flushed",
-    "signal_lost",
-    "steps_to_safe",
-    "below_half_safe",
-    "final_scale",
-)
-"""Per-run metric names in :attr:`RunResult.metrics`."""
+from updater.checks import check_int, check_number
+from updater.float16 import FP16_FLUSH_BINADE, FP16_OVERFLOW
+from updater.policy import largest_safe_scale
+from updater.presets import PRESETS
+from updater.trace import EXP_MIN, NBINS, Trace
 
 
 @dataclass
@@ -119,7 +73,6 @@ class RunResult:
             ``s * unscaled absmax <= 65504`` and below the step's recorded overflow threshold
             (capped at the policy's ``max_scale`` if it has one).
         flushed (float64 array (steps, runs)): share of nonzero values flushed at that scale.
-        final_scale (float64 array (runs,)): the scale after the last step.
         metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
     """
 
@@ -131,7 +84,6 @@ class RunResult:
     skipped: np.ndarray
     safe_scale: np.ndarray
     flushed: np.ndarray
-    final_scale: np.ndarray
     metrics: Dict[str, np.ndarray]
 
     @property
@@ -153,16 +105,14 @@ class RunResult:
 
 
 def _check_runs_seed_jitter(runs, seed, jitter) -> None:
-    check_int_at_least("runs", runs, 1)
-    check_int_at_least("seed", seed, 0)
-    ok = isinstance(jitter, (int, float, np.integer, np.floating)) and not isinstance(jitter, bool)
-    if not ok or not math.isfinite(jitter) or not 0 <= jitter <= 8:
-        raise ValueError(f"jitter must be a number in [0, 8] (log2 units), got {jitter!r}")
+    check_int("runs", runs, 1)
+    check_int("seed", seed, 0)
+    check_number("jitter", jitter, 0.0, 8.0, hint=" (log2 units)")
 
 
 def _check_trace(trace) -> None:
     if not isinstance(trace, Trace):
-        raise TypeError(f"trace must be a sim.traces.Trace, got {type(trace).__name__}")
+        raise TypeError(f"trace must be an updater.trace.Trace, got {type(trace).__name__}")
 
 
 def _check_policy(policy) -> None:
@@ -222,7 +172,7 @@ def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.nd
         float64 array of shares in [0, 1] with the broadcast shape of ``scale`` against
         ``(steps, 1)`` (a 1-D ``scale`` of length steps gives ``(steps,)``).
 
-    >>> from sim.traces import Trace, binade_histogram
+    >>> from updater.trace import Trace, binade_histogram
     >>> t = Trace.from_steps([[2.0**-30, 2.0**-27, 2.0**-20, 1.0]])
     >>> flushed_share(t, 1.0).tolist(), flushed_share(t, 8.0).tolist()
     ([0.5], [0.25])
@@ -234,8 +184,9 @@ def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.nd
     steps = trace.steps
     shape = np.broadcast_shapes(s2.shape, (steps, 1))
     with np.errstate(divide="ignore"):
-        pos = -25.0 - EXP_MIN - np.log2(s2)
-    # bins below index -25 - k - EXP_MIN are flushed at scale 2**k; fractional x interpolates
+        pos = FP16_FLUSH_BINADE - EXP_MIN - np.log2(s2)
+    # bins below index FP16_FLUSH_BINADE - k - EXP_MIN are flushed at scale 2**k; a fractional
+    # index interpolates
     pos = np.clip(np.broadcast_to(pos, shape), 0.0, float(NBINS))
     i0 = pos.astype(np.int64)  # floor, as pos >= 0
     frac = pos - i0
@@ -249,13 +200,29 @@ def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.nd
 # ---------------------------------------------------------------- the simulation
 
 
-def _progress(iterable, total: int, progress: bool | None, desc: str):
+def _progress(iterable, total: int, progress, desc: str):
+    """Wrap a simulation's step loop for progress display.
+
+    Args:
+        iterable: the loop.
+        total (int): its length.
+        progress: None (a tqdm bar when stderr is a terminal), a bool (a bar or none), or a
+            reporter with a ``bar(iterable, total, desc)`` method (the ``dls`` command's, which
+            names stages and prints status lines when stderr is not a terminal).
+        desc (str): the policies' labels joined by ``+``; more than three are shown by number.
+    """
+    bar = getattr(progress, "bar", None)
+    if bar is not None:
+        return bar(iterable, total, desc)
     if progress is None:
         progress = sys.stderr.isatty()
     if not progress:
         return iterable
     from tqdm.auto import tqdm
 
+    labels = desc.split("+")
+    if len(labels) > 3:
+        desc = f"{len(labels)} policies ({labels[0]}, ..., {labels[-1]})"
     return tqdm(iterable, total=total, desc=desc, mininterval=0.5, leave=False)
 
 
@@ -287,6 +254,7 @@ def simulate(
         RunResult: trajectories (steps x runs) and per-run metrics.
 
     >>> from sim.traces import lognormal_trace
+    >>> from updater.policy import DynamicScale
     >>> r = simulate(DynamicScale(hysteresis=1), lognormal_trace(steps=50), runs=4)
     >>> r.scale.shape, bool(r.overflow[0].all()), float(r.scale[1, 0])
     ((50, 4), True, 16384.0)
@@ -377,7 +345,6 @@ def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunRes
         skipped=skipped,
         safe_scale=safe,
         flushed=flushed,
-        final_scale=scale_all[-1].copy(),
         metrics=metrics,
     )
 
@@ -446,9 +413,10 @@ def stack_policies(policies: Sequence, runs: int = 1):
     """One policy object whose settings are arrays: policy ``i``'s settings fill runs
     ``i * runs`` to ``(i + 1) * runs - 1``.
 
-    The policies' ``init``/``update`` are elementwise in their settings as well as in their
-    state (no ``if`` on values), so the stacked object advances every setting at once. Each
-    policy was validated when it was built; all must be of one class.
+    The policy contract (:mod:`updater.policy`) makes ``init``/``update`` elementwise in the
+    settings as well as in the state, so the stacked object advances every setting at once. It
+    is built through the class's constructor, which validates array settings element by
+    element; all policies must be of one class.
 
     Args:
         policies (sequence of policies of one class): at least one.
@@ -466,11 +434,8 @@ def stack_policies(policies: Sequence, runs: int = 1):
                 f"{type(p).__name__}"
             )
     _check_runs_seed_jitter(runs, 0, 0.0)
-    stacked = object.__new__(cls)
-    for f in dataclasses.fields(cls):
-        values = np.repeat(np.asarray([getattr(p, f.name) for p in policies]), runs)
-        object.__setattr__(stacked, f.name, values)  # frozen dataclass: bypass on purpose
-    return stacked
+    columns = {f.name: [getattr(p, f.name) for p in policies] for f in dataclasses.fields(cls)}
+    return cls(**{name: np.repeat(np.asarray(v), runs) for name, v in columns.items()})
 
 
 def simulate_many(
@@ -568,45 +533,28 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
 # ---------------------------------------------------------------- policy choice and tables
 
 
-def _field_types(cls) -> Dict[str, type]:
-    kinds = {"int": int, int: int, "bool": bool, bool: bool}
-    return {f.name: kinds.get(f.type, float) for f in dataclasses.fields(cls)}
+def format_value(value, digits: int = 3, name: str | None = None) -> str:
+    """Format a table cell or a setting as people write it.
 
-
-def make_policy(name: str, **settings):
-    """A preset (or policy class name) with some settings replaced.
+    Strings stay as they are, bools print as ``True``/``False``, ints as ints and NaN as
+    ``n/a``. A float named as a scale (``scale``, ``*_scale``, ``*_factor``, ``safe_*``,
+    ``margin``) that is a power of two ``2**k`` with ``|k| >= 4`` prints as ``2^k``; any other
+    float prints as an integer when it is one and else to ``digits`` significant digits, so
+    counts (overflows, skipped steps, steps) never print as powers of two. Without a ``name``
+    the value is taken for a scale.
 
     Args:
-        name (str): a key of :data:`PRESETS` or a class name (``DynamicScale``, ...).
-        **settings: settings to change, e.g. ``growth_interval=200``.
+        value: the value (str, bool, int, float or NumPy scalar).
+        digits (int, default 3): significant digits of non-integral floats.
+        name (str, optional): what the value is (a column or setting name).
 
-    >>> make_policy("dynamic", growth_interval=200).growth_interval
-    200
+    >>> format_value(16.0, name="overflows"), format_value(16.0, name="final_scale")
+    ('16', '2^4')
+    >>> format_value(2.0**-24, name="min_scale"), format_value(0.5, name="backoff_factor")
+    ('2^-24', '0.5')
+    >>> format_value(2000, name="growth_interval"), format_value(21.59, name="skipped")
+    ('2000', '21.6')
     """
-    classes = {c.__name__: c for c in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}
-    if name in PRESETS:
-        base = PRESETS[name]
-    elif name in classes:
-        base = classes[name]()
-    else:
-        raise ValueError(f"policy must be one of {sorted(PRESETS) + sorted(classes)}, got {name!r}")
-    types = _field_types(type(base))
-    unknown = sorted(set(settings) - set(types))
-    if unknown:
-        raise ValueError(
-            f"unknown settings {unknown} for {name} ({type(base).__name__}); "
-            f"accepted: {sorted(types)}"
-        )
-    return dataclasses.replace(base, **settings)
-
-
-def setting_types(name: str) -> Dict[str, type]:
-    """Setting names of a preset or class and the type of each (int, float or bool)."""
-    return _field_types(type(make_policy(name)))
-
-
-def format_value(value, digits: int = 3) -> str:
-    """Format a table cell: ints plainly, powers of two as ``2^k``, NaN as ``n/a``."""
     if isinstance(value, str):
         return value
     if isinstance(value, (bool, np.bool_)):
@@ -616,17 +564,35 @@ def format_value(value, digits: int = 3) -> str:
     v = float(value)
     if math.isnan(v):
         return "n/a"
-    if v > 0 and math.frexp(v)[0] == 0.5 and abs(math.log2(v)) >= 4:
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    scale = name is None or (
+        name == "scale"
+        or name.endswith(("_scale", "_factor"))
+        or name.startswith("safe_")
+        or name == "margin"
+    )
+    if scale and v > 0 and math.frexp(v)[0] == 0.5 and abs(math.log2(v)) >= 4:
         return f"2^{int(math.log2(v))}"
-    if v == int(v) and abs(v) < 1e9:
+    if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return f"{v:.{digits}g}"
 
 
 def markdown_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None) -> str:
-    """A markdown table of ``rows`` (dicts) restricted to ``columns``."""
+    """A markdown table of ``rows`` (dicts) restricted to ``columns``.
+
+    Cells go through :func:`format_value` with the column as ``name``: scale columns show
+    powers of two as ``2^k``, counts show as integers.
+
+    >>> print(markdown_table([{"skipped": 16.0, "final_scale": 16.0}], ["skipped", "final_scale"]))
+    | skipped | final_scale |
+    |---|---|
+    | 16 | 2^4 |
+    """
     headers = list(headers or columns)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in rows:
-        lines.append("| " + " | ".join(format_value(row.get(c, "")) for c in columns) + " |")
+        cells = (format_value(row.get(c, ""), name=c) for c in columns)
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

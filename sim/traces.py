@@ -1,181 +1,17 @@
-"""Gradient traces: per-step gradient-magnitude histograms that a policy can be replayed over.
+"""Synthetic gradient traces: families of per-step gradient-magnitude histograms.
 
-A trace holds, for each training step, a histogram of nonzero finite gradient magnitudes by
-binade (bin ``i`` counts values ``v`` with ``floor(log2|v|) == EXP_MIN + i``; values outside the
-range land in the end bins), the count of exact zeros, the largest magnitude (unscaled),
-whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
-the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
-never was). The updater's gradient recorder writes the same format, so recorded and synthetic
-traces replay alike.
-
-Overflow versus bad batch. A bad batch (``nonfinite``) is skipped at every scale. An overflow is
-a property of a scale: a step recorded as overflowing at scale ``s_o`` (finite loss, inf/NaN
-gradients) overflows at every scale ``>= s_o`` and replays as a normal step below it, unless its
-``absmax`` says otherwise (see :mod:`sim.run`). The threshold is stored, not derived from
-``absmax``, because the overflow can happen in intermediate backward values that no parameter
-gradient shows. Synthetic families record no overflow (``overflow_scale`` all inf): their
-overflows follow from ``absmax`` alone.
+The trace format itself (:class:`updater.trace.Trace`, its binning and file format) lives in
+:mod:`updater.trace`, shared with the updater's recorder; this module makes traces of it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Union
 
 import numpy as np
 
-from updater.policy import check_int_at_least
-
-EXP_MIN = -80
-"""Binade of the first histogram bin (values below 2**EXP_MIN are counted there)."""
-EXP_MAX = 40
-"""Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
-NBINS = EXP_MAX - EXP_MIN + 1
-FORMAT_VERSION = 2
-"""Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf)."""
-FP16_OVERFLOW = 65520.0
-"""Smallest magnitude that float16 rounds to inf."""
-
-
-def binade_histogram(values) -> tuple:
-    """Histogram one step's gradient values by binade.
-
-    Args:
-        values (array-like of float): gradient values (any float dtype, any shape).
-
-    Returns:
-        ``(counts, zeros, absmax, finite)``: int64 counts of length :data:`NBINS` over nonzero
-        finite magnitudes, the number of exact zeros, the largest finite magnitude (0.0 if none)
-        and whether every value was finite.
-
-    >>> counts, zeros, absmax, finite = binade_histogram([0.0, 0.75, -3.0, 1e-30])
-    >>> int(counts[-1 - EXP_MIN]), int(counts[1 - EXP_MIN]), zeros, absmax, finite
-    (1, 1, 1, 3.0, True)
-    """
-    a = np.abs(np.asarray(values, dtype=np.float64).ravel())
-    fin = np.isfinite(a)
-    all_finite = bool(fin.all())
-    if not all_finite:
-        a = a[fin]
-    nonzero = a[a > 0]
-    _, exp = np.frexp(nonzero)
-    binade = np.clip(exp.astype(np.int64) - 1, EXP_MIN, EXP_MAX) - EXP_MIN
-    counts = np.bincount(binade, minlength=NBINS).astype(np.int64)
-    absmax = float(nonzero.max()) if nonzero.size else 0.0
-    return counts, int(a.size - nonzero.size), absmax, all_finite
-
-
-@dataclass
-class Trace:
-    """Per-step gradient-magnitude statistics.
-
-    Attributes:
-        counts: int64 array ``(steps, NBINS)`` of nonzero finite magnitudes per binade.
-        zeros: int64 array ``(steps,)`` of exact zeros per step.
-        absmax: float64 array ``(steps,)`` of the largest finite magnitude per step (unscaled).
-        nonfinite: bool array ``(steps,)``, True where the step is bad whatever the scale
-            (a non-finite loss: bad data, not overflow).
-        name: a label for plots and tables.
-        overflow_scale: float64 array ``(steps,)``, > 0: the smallest loss scale at which the
-            step was seen to overflow (finite loss, inf/NaN gradients); inf where it never was.
-            The step overflows at every scale at or above it. None (the default) means all inf.
-    """
-
-    counts: np.ndarray
-    zeros: np.ndarray
-    absmax: np.ndarray
-    nonfinite: np.ndarray
-    name: str = "trace"
-    overflow_scale: np.ndarray | None = None
-
-    def __post_init__(self):
-        self.counts = np.asarray(self.counts, dtype=np.int64)
-        self.zeros = np.asarray(self.zeros, dtype=np.int64)
-        self.absmax = np.asarray(self.absmax, dtype=np.float64)
-        self.nonfinite = np.asarray(self.nonfinite, dtype=bool)
-        steps = self.counts.shape[0]
-        if self.counts.ndim != 2 or self.counts.shape[1] != NBINS:
-            raise ValueError(f"counts must have shape (steps, {NBINS}), got {self.counts.shape}")
-        if self.overflow_scale is None:
-            self.overflow_scale = np.full(steps, np.inf)
-        self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
-        for name in ("zeros", "absmax", "nonfinite", "overflow_scale"):
-            shape = getattr(self, name).shape
-            if shape != (steps,):
-                raise ValueError(f"{name} must have shape ({steps},), got {shape}")
-        if not (self.overflow_scale > 0).all():  # also catches NaN
-            bad = self.overflow_scale[~(self.overflow_scale > 0)][0]
-            raise ValueError(
-                f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
-                f"got {bad!r}"
-            )
-
-    @property
-    def steps(self) -> int:
-        """Number of steps."""
-        return int(self.counts.shape[0])
-
-    @classmethod
-    def from_steps(cls, step_values, name: str = "trace") -> Trace:
-        """Build a trace from an iterable of per-step gradient arrays (unscaled).
-
-        A step holding inf/NaN is a bad batch (``nonfinite``); no overflow is recorded: overflow
-        follows from ``absmax`` at replay. (Recording overflows from a run: the updater's
-        ``GradientRecorder``.)
-        """
-        rows = [binade_histogram(v) for v in step_values]
-        if not rows:
-            raise ValueError("step_values must hold at least one step, got none")
-        counts, zeros, absmax, finite = zip(*rows)
-        return cls(np.stack(counts), zeros, absmax, ~np.asarray(finite), name=name)
-
-    def save(self, path: Union[str, Path]) -> Path:
-        """Write the trace to ``path`` (.npz) atomically; return the path."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(
-            tmp,
-            format_version=FORMAT_VERSION,
-            exp_min=EXP_MIN,
-            exp_max=EXP_MAX,
-            counts=self.counts,
-            zeros=self.zeros,
-            absmax=self.absmax,
-            nonfinite=self.nonfinite,
-            overflow_scale=self.overflow_scale,
-            name=self.name,
-        )
-        tmp.replace(path)
-        return path
-
-    @classmethod
-    def load(cls, path: Union[str, Path]) -> Trace:
-        """Read a trace written by :meth:`save` (or by the updater's gradient recorder).
-
-        Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
-        their recorded overflows were stored as ``nonfinite`` and stay bad batches.
-        """
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("counts", "zeros", "absmax", "nonfinite") if k not in z]
-            if missing:
-                raise ValueError(f"{path} is not a gradient trace: missing arrays {missing}")
-            version = int(z["format_version"]) if "format_version" in z else 1
-            if version > FORMAT_VERSION:
-                raise ValueError(
-                    f"{path} has trace format_version {version}; this version reads up to "
-                    f"{FORMAT_VERSION} (upgrade the package)"
-                )
-            if int(z["exp_min"]) != EXP_MIN or int(z["exp_max"]) != EXP_MAX:
-                raise ValueError(
-                    f"{path} uses binades [{int(z['exp_min'])}, {int(z['exp_max'])}], "
-                    f"this version reads [{EXP_MIN}, {EXP_MAX}]"
-                )
-            name = str(z["name"]) if "name" in z else Path(path).stem
-            over = z["overflow_scale"] if "overflow_scale" in z else None
-            return cls(z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over)
-
+from updater.checks import check_int, check_number
+from updater.trace import EXP_MAX, EXP_MIN, NBINS, Trace
 
 # ---------------------------------------------------------------- synthetic families
 #
@@ -191,13 +27,6 @@ class Trace:
 # gradient is bounded and stable from step to step), while the lower side spreads over many
 # binades. Without the cut the largest of 2**16 log-normal values would wander by more than a
 # binade from step to step, an artefact of the model, not of training.
-
-
-def _check_float(name: str, value, low: float = -np.inf, high: float = np.inf) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not np.isfinite(value) or not low <= value <= high:
-        raise ValueError(f"{name} must be a finite number in [{low}, {high}], got {value!r}")
-    return float(value)
 
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
@@ -254,12 +83,12 @@ def _sample_steps(shares, steps, values_per_step, zero_share, rng) -> tuple:
 
 
 def _lognormal_counts(means, log2_std, tail_z, steps, values_per_step, zero_share, seed):
-    check_int_at_least("steps", steps, 1)
-    check_int_at_least("values_per_step", values_per_step, 1)
-    _check_float("log2_std", log2_std, 1e-3, 40.0)
-    _check_float("tail_z", tail_z, 0.1, 40.0)
-    _check_float("zero_share", zero_share, 0.0, 1.0)
-    check_int_at_least("seed", seed, 0)
+    check_int("steps", steps, 1)
+    check_int("values_per_step", values_per_step, 1)
+    check_number("log2_std", log2_std, 1e-3, 40.0)
+    check_number("tail_z", tail_z, 0.1, 40.0)
+    check_number("zero_share", zero_share, 0.0, 1.0)
+    check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
     means = np.broadcast_to(np.asarray(means, dtype=np.float64), (steps,))
     shares = lognormal_binade_shares(means, log2_std, tail_z)
@@ -298,7 +127,7 @@ def lognormal_trace(
     >>> t.counts.shape, int(t.counts[0].sum()), bool(4.0 <= t.absmax.min() <= t.absmax.max() <= 8.0)
     ((3, 121), 65536, True)
     """
-    _check_float("log2_mean", log2_mean, -70.0, 30.0)
+    check_number("log2_mean", log2_mean, -70.0, 30.0)
     counts, zeros, absmax = _lognormal_counts(
         log2_mean, log2_std, tail_z, steps, values_per_step, zero_share, seed
     )
@@ -334,9 +163,9 @@ def drifting_trace(
         seed (int, default 0): seed, >= 0.
         name (str, default "drifting"): the trace's label.
     """
-    _check_float("log2_mean_start", log2_mean_start, -70.0, 30.0)
-    _check_float("log2_mean_end", log2_mean_end, -70.0, 30.0)
-    check_int_at_least("steps", steps, 1)
+    check_number("log2_mean_start", log2_mean_start, -70.0, 30.0)
+    check_number("log2_mean_end", log2_mean_end, -70.0, 30.0)
+    check_int("steps", steps, 1)
     means = np.linspace(log2_mean_start, log2_mean_end, steps)
     counts, zeros, absmax = _lognormal_counts(
         means, log2_std, tail_z, steps, values_per_step, zero_share, seed
@@ -377,11 +206,11 @@ def spiky_trace(
         seed (int, default 0): seed, >= 0.
         name (str, default "spikes"): the trace's label.
     """
-    _check_float("spike_prob", spike_prob, 0.0, 1.0)
-    check_int_at_least("spike_log2_factor", spike_log2_factor, 1)
+    check_number("spike_prob", spike_prob, 0.0, 1.0)
+    check_int("spike_log2_factor", spike_log2_factor, 1)
     if spike_log2_factor > 60:
         raise ValueError(f"spike_log2_factor must be an int in [1, 60], got {spike_log2_factor!r}")
-    check_int_at_least("spike_values", spike_values, 1)
+    check_int("spike_values", spike_values, 1)
     base = lognormal_trace(
         steps, values_per_step, log2_mean, log2_std, tail_z, zero_share, seed=seed, name=name
     )
@@ -431,7 +260,7 @@ def nan_trace(
         seed (int, default 0): seed, >= 0.
         name (str, default "nan"): the trace's label.
     """
-    _check_float("nan_prob", nan_prob, 0.0, 1.0)
+    check_number("nan_prob", nan_prob, 0.0, 1.0)
     base = lognormal_trace(
         steps, values_per_step, log2_mean, log2_std, tail_z, zero_share, seed=seed, name=name
     )
@@ -499,9 +328,9 @@ def ssd_trace(
         seed (int, default 0): seed, >= 0.
         name (str, default "ssd"): the trace's label.
     """
-    check_int_at_least("steps", steps, 1)
-    check_int_at_least("values_per_step", values_per_step, 1)
-    check_int_at_least("seed", seed, 0)
+    check_int("steps", steps, 1)
+    check_int("values_per_step", values_per_step, 1)
+    check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
     counts, zeros = _sample_steps(ssd_binade_shares(), steps, values_per_step, SSD_ZERO_SHARE, rng)
     absmax = _absmax_from_counts(counts, rng)
@@ -524,9 +353,9 @@ def sample_values(shares, n: int, zero_share: float = 0.0, seed: int = 0) -> np.
     >>> v.dtype, v.shape
     (dtype('float32'), (1000,))
     """
-    check_int_at_least("n", n, 1)
-    _check_float("zero_share", zero_share, 0.0, 1.0)
-    check_int_at_least("seed", seed, 0)
+    check_int("n", n, 1)
+    check_number("zero_share", zero_share, 0.0, 1.0)
+    check_int("seed", seed, 0)
     shares = np.asarray(shares, dtype=np.float64)
     if shares.shape != (NBINS,) or (shares < 0).any() or not np.isclose(shares.sum(), 1.0):
         raise ValueError(f"shares must be {NBINS} non-negative numbers summing to 1")

@@ -19,8 +19,7 @@ from nnabla_models import (
     solver_state_values,
 )
 
-import updater.checkpoint as checkpoint
-from updater import DynamicScale
+from updater import DynamicScale, files
 from updater.checkpoint import load_checkpoint, save_checkpoint
 from updater.updater import DynamicLossScalingUpdater
 
@@ -324,8 +323,8 @@ def test_a_save_killed_midway_leaves_no_orphan_after_the_next_save(tmp_path):
 def test_a_save_never_deletes_the_temporary_file_of_a_live_save(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    live = checkpoint._temp_path(tmp_path / "b.ckpt")  # this process: alive
-    elsewhere = live.name.replace(f".{checkpoint._HOST}.", ".otherhost.", 1)
+    live = files._temp_path(tmp_path / "b.ckpt")  # this process: alive
+    elsewhere = live.name.replace(f".{files._HOST}.", ".otherhost.", 1)
     elsewhere = elsewhere.replace(f".{os.getpid()}.", f".{dead.pid}.", 1)  # cannot tell: keep
     for name in (live.name, elsewhere, f"user.{dead.pid}.tmp"):
         (tmp_path / name).write_bytes(b"being written")

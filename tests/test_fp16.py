@@ -15,13 +15,13 @@ from hypothesis.extra.numpy import array_shapes, arrays
 import sim.fp16 as fp16
 from sim.fp16 import (
     FP16_MAX,
-    FP16_MIN_NORMAL,
-    FP16_TINY_SUBNORMAL,
+    FP16_SMALLEST_NORMAL,
     Fp16Counts,
     classify,
     representable_window,
     sweep,
 )
+from updater.float16 import FP16_SMALLEST_SUBNORMAL
 
 FIELDS = ("total", "zeros_in", "nonfinite_in", "flushed", "subnormal", "normal", "overflow")
 # Rounding boundaries of float16 (and 65504, 2**-24, 2**-14 themselves).
@@ -173,10 +173,14 @@ def test_relative_error_of_known_roundings():
 def test_representable_window_bounds_the_survivors():
     for s in (1.0, 2.0**-5, 2.0**12, 3.0):
         lo, hi = representable_window(s)
-        assert (lo, hi) == (FP16_TINY_SUBNORMAL / s, FP16_MAX / s)
+        assert (lo, hi) == (FP16_SMALLEST_SUBNORMAL / s, FP16_MAX / s)
         c = classify([lo, hi, lo / 2, hi * 1.001], s)
         assert (c.subnormal, c.normal, c.flushed, c.overflow) == (1, 1, 1, 1)
-    assert (FP16_TINY_SUBNORMAL, FP16_MIN_NORMAL, FP16_MAX) == (2.0**-24, 2.0**-14, 65504.0)
+    assert (FP16_SMALLEST_SUBNORMAL, FP16_SMALLEST_NORMAL, FP16_MAX) == (
+        2.0**-24,
+        2.0**-14,
+        65504.0,
+    )
 
 
 def test_counts_add_up_and_shares():

@@ -1,4 +1,4 @@
-"""GradientRecorder (updater/recorder.py): overflow versus bad batch, and replays of its traces.
+"""GradientRecorder (updater/trace.py): overflow versus bad batch, and replays of its traces.
 
 A recorded overflow (finite loss, inf/NaN gradients at scale s) must replay as an overflow at
 scales >= s and as a normal step below; a non-finite loss (bad data) is skipped at every scale.
@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 
 from sim.run import simulate
-from sim.traces import EXP_MIN, NBINS, Trace
 from updater import DynamicScale, StaticScale
-from updater.recorder import GradientRecorder
+from updater.trace import EXP_MIN, NBINS, GradientRecorder, Trace
 
 SPIKE = 1e3  # loss weight of a spike batch: TinyClassifier overflows float16 from scale 2**7
 SPIKE_OVERFLOWS_FROM = 2.0**7  # measured below (test_spike_threshold_of_the_tiny_model)
 
 
-def _trace(*calls, path="t.npz"):
-    """A trace from ``record`` calls given as (grads, scale, kwargs) tuples."""
-    rec = GradientRecorder(path)
+def _trace(*calls):
+    """A trace from ``record`` calls given as (grads, scale, kwargs) tuples (no file written)."""
+    rec = GradientRecorder("unused.npz")
+    rec._exit_hook.detach()  # only the in-memory trace is wanted
     for step, (grads, scale, kwargs) in enumerate(calls):
         rec.record(step, grads, scale, **kwargs)
     return rec.trace()
@@ -234,7 +234,7 @@ def test_recorded_spikes_replay_as_overflows_at_and_above_their_scale_and_normal
     replay = simulate(recorded_policy, trace, runs=2, jitter=0.0)
     assert replay.scale[:, 0].tolist() == [r.scale for r in records]
     assert replay.overflow[:, 0].tolist() == overflowed == replay.skipped[:, 0].tolist()
-    assert replay.final_scale[0] == records[-1].new_scale
+    assert replay.metrics["final_scale"][0] == records[-1].new_scale
     assert replay.metrics["overflows"][0] == 2 and replay.metrics["skipped"][0] == 2
 
     # below the recorded overflow scale (and below the real threshold): normal steps
@@ -245,7 +245,7 @@ def test_recorded_spikes_replay_as_overflows_at_and_above_their_scale_and_normal
     replay = simulate(low, trace, runs=1, jitter=0.0)
     assert replay.scale[:, 0].tolist() == [r.scale for r in real]
     assert not replay.skipped.any() and replay.metrics["overflows"][0] == 0
-    assert replay.final_scale[0] == real[-1].new_scale
+    assert replay.metrics["final_scale"][0] == real[-1].new_scale
 
     # at and above the recorded overflow scale: overflows, counted as such
     for scale in (2.0**11, 2.0**12):
@@ -270,7 +270,7 @@ def test_recorded_nan_loss_batch_stays_skipped_at_every_scale(tmp_path, tiny):
     assert np.isinf(trace.overflow_scale).all()
     replay = simulate(policy, trace, runs=1, jitter=0.0)
     assert replay.scale[:, 0].tolist() == [r.scale for r in records]
-    assert replay.final_scale[0] == records[-1].new_scale
+    assert replay.metrics["final_scale"][0] == records[-1].new_scale
     for replayed in (policy, StaticScale(2.0**-4), StaticScale(1.0), StaticScale(2.0**15)):
         r = simulate(replayed, trace, runs=1, jitter=0.0)
         assert r.skipped[:, 0].tolist() == trace.nonfinite.tolist()
@@ -296,3 +296,36 @@ def test_retry_records_the_smallest_scale_an_earlier_attempt_overflowed_at(tmp_p
     at = simulate(StaticScale(SPIKE_OVERFLOWS_FROM), trace, runs=1, jitter=0.0)
     assert below.overflow[:, 0].tolist() == [False, False, False]
     assert at.overflow[:, 0].tolist() == [False, True, False]
+
+
+def test_a_recorder_never_closed_writes_its_trace_at_exit(tmp_path):
+    """README usage without close() or a with block: the steps reach the file anyway."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "grads.npz"
+    code = (
+        "import numpy as np\n"
+        "from updater import GradientRecorder\n"
+        f"rec = GradientRecorder({str(path)!r})\n"
+        "rec.record(0, [np.array([1.0, 0.5], np.float16)], 8.0)\n"
+        "rec.record(1, [np.array([2.0, 0.25], np.float16)], 8.0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert Trace.load(path).steps == 2
+
+
+def test_closing_writes_once_and_the_exit_hook_adds_only_later_steps(tmp_path):
+    rec = GradientRecorder(tmp_path / "t.npz")
+    rec.record(0, [np.array([1.0], np.float32)], 1.0)
+    assert rec.close() == tmp_path / "t.npz"
+    first = (tmp_path / "t.npz").stat().st_mtime_ns
+    rec._exit_hook()  # what interpreter exit runs: nothing new since close(), nothing written
+    assert (tmp_path / "t.npz").stat().st_mtime_ns == first
+    later = GradientRecorder(tmp_path / "u.npz")
+    later.record(0, [np.array([1.0], np.float32)], 1.0)
+    later.close()
+    later.record(1, [np.array([2.0], np.float32)], 1.0)
+    later._exit_hook()
+    assert Trace.load(tmp_path / "u.npz").steps == 2

@@ -9,19 +9,19 @@ from hypothesis import strategies as st
 
 from sim.fp16 import classify
 from sim.run import (
-    FP16_OVERFLOW,
-    PRESETS,
     flushed_share,
     jitter_factors,
-    make_policy,
     run_metrics,
     simulate,
     simulate_many,
     simulate_scalar,
     stack_policies,
 )
-from sim.traces import Trace, make_trace
+from sim.traces import make_trace
+from updater.float16 import FP16_OVERFLOW
 from updater.policy import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
+from updater.presets import PRESETS, make_policy
+from updater.trace import Trace
 
 POLICIES = [
     PRESETS["nnabla-legacy"],
@@ -54,7 +54,7 @@ def test_vectorized_equals_per_run_scalar_loop(policy, family):
     result = simulate(policy, trace, runs=4, seed=5, jitter=0.5)
     scale, overflow = simulate_scalar(policy, trace, runs=4, seed=5, jitter=0.5)
     assert np.array_equal(result.scale, scale[:-1])
-    assert np.array_equal(result.final_scale, scale[-1])
+    assert np.array_equal(result.metrics["final_scale"], scale[-1])
     assert np.array_equal(result.overflow, overflow)
 
 
@@ -260,7 +260,7 @@ def test_real_updater_and_simulator_give_the_same_trajectory(policy):
     sim = simulate(policy, trace, runs=2, jitter=0.0)
     assert [r.scale for r in records] == sim.scale[:, 0].tolist()
     assert [not r.update_applied for r in records] == sim.skipped[:, 0].tolist()
-    assert records[-1].new_scale == sim.final_scale[0]
+    assert records[-1].new_scale == sim.metrics["final_scale"][0]
     # the sequence exercised both directions
     assert sim.overflow[:, 0].any() and len(set(sim.scale[:, 0])) >= 3
 
@@ -336,7 +336,7 @@ def test_simulate_many_and_scalar_agree_on_recorded_overflows(jitter):
         alone = simulate(policy, trace, runs=3, seed=7, jitter=jitter)
         scale, overflow = simulate_scalar(policy, trace, runs=3, seed=7, jitter=jitter)
         assert np.array_equal(m.scale, alone.scale) and np.array_equal(m.scale, scale[:-1])
-        assert np.array_equal(m.final_scale, scale[-1])
+        assert np.array_equal(m.metrics["final_scale"], scale[-1])
         assert np.array_equal(m.overflow, alone.overflow) and np.array_equal(m.overflow, overflow)
         for key, value in alone.metrics.items():
             assert np.array_equal(m.metrics[key], value, equal_nan=True), key

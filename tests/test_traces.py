@@ -8,14 +8,8 @@ import pytest
 from sim.fp16 import classify
 from sim.run import flushed_share
 from sim.traces import (
-    EXP_MAX,
-    EXP_MIN,
     FAMILIES,
-    FORMAT_VERSION,
-    NBINS,
     SSD_ZERO_SHARE,
-    Trace,
-    binade_histogram,
     drifting_trace,
     lognormal_binade_shares,
     lognormal_trace,
@@ -26,6 +20,7 @@ from sim.traces import (
     ssd_binade_shares,
     ssd_trace,
 )
+from updater.trace import EXP_MAX, EXP_MIN, FORMAT_VERSION, NBINS, Trace, binade_histogram
 
 STEPS = 400
 
@@ -278,7 +273,7 @@ def test_gradient_recorder_file_from_a_real_run_loads_and_replays(tmp_path):
     assert replay.overflow[:, 0].tolist() == overflowed
     assert replay.skipped[:, 0].tolist() == overflowed
     assert replay.scale[:, 0].tolist() == [r.scale for r in records]
-    assert replay.final_scale[0] == records[-1].new_scale
+    assert replay.metrics["final_scale"][0] == records[-1].new_scale
     assert replay.metrics["overflows"][0] == 1 and replay.metrics["skipped"][0] == 1
 
 

@@ -263,8 +263,8 @@ def test_retried_batches_move_batchnorm_statistics_exactly_once(accum):
 def test_retry_copies_nothing_but_the_round_inputs_when_nothing_overflows(monkeypatch):
     """A frozen layer and BatchNorm statistics are copied only when a retry happens."""
     copied = []
-    real_copy = driver._copy
-    monkeypatch.setattr(driver, "_copy", lambda a: copied.append(a.size) or real_copy(a))
+    real_copy = driver.copy_array
+    monkeypatch.setattr(driver, "copy_array", lambda a: copied.append(a.size) or real_copy(a))
     m = TinyBNClassifier("frozen", solver="sgd")
     with nn.context_scope(m.ctx), nn.parameter_scope("frozen"):
         frozen = nn.parameter.get_parameter_or_create(

@@ -20,12 +20,11 @@ from nnabla_models import (
 )
 
 from updater import DynamicScale, HeadroomScale, StaticScale
-from updater.hostview import host_view
+from updater.arrays import grad_stats, host_view
 from updater.updater import (
     DynamicLossScalingUpdater,
     NonFiniteGradientsError,
     StepRecord,
-    _grad_stats,
 )
 
 pytestmark = pytest.mark.nnabla
@@ -294,7 +293,7 @@ def test_finite_check_equals_nnabla_check(case, type_config, need_absmax):
     _set_grads(m, values)
     arrays = [p.grad.get_data("r") for p in m.solver.get_parameters().values()]
     assert arrays[0].dtype == dtype
-    flags, absmax = _grad_stats(arrays, need_absmax)
+    flags, absmax = grad_stats(arrays, need_absmax)
     nnabla_says_bad = m.solver.check_inf_or_nan_grad()
     assert all(flags) == (not nnabla_says_bad)
     bad = {n for n, p in m.params.items() if not np.isfinite(values[n]).all()}
@@ -322,7 +321,7 @@ def test_finite_check_equals_nnabla_check_on_generated_float16(values):
     p = m.params[name]
     filled = np.resize(values, p.shape).astype(np.float16)
     _set_grads(m, {name: filled})
-    flags, absmax = _grad_stats([q.grad.get_data("r") for q in m.params.values()])
+    flags, absmax = grad_stats([q.grad.get_data("r") for q in m.params.values()])
     assert all(flags) == (not m.solver.check_inf_or_nan_grad())
     if all(flags):
         assert absmax == np.abs(filled.astype(np.float64)).max()

@@ -17,9 +17,12 @@ from .policy import (
 
 _LAZY = {
     "DynamicLossScalingUpdater": "updater.updater",
-    "NonFiniteGradientsError": "updater.updater",
-    "StepRecord": "updater.updater",
-    "GradientRecorder": "updater.recorder",
+    "NonFiniteGradientsError": "updater.records",
+    "StepRecord": "updater.records",
+    "PRESETS": "updater.presets",
+    "make_policy": "updater.presets",
+    "GradientRecorder": "updater.trace",
+    "Trace": "updater.trace",
     "get_context": "updater.context",
     "MPICommunicator": "updater.comm",
     "save_checkpoint": "updater.checkpoint",

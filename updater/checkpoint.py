@@ -1,11 +1,9 @@
 """Save and restore a training run (parameters, solver state, loss-scaling state) in one file.
 
-The checkpoint is one uncompressed ``.npz`` written atomically: to a temporary file
-``<name>.<host>.<pid>.<8 hex>.ckpt-tmp`` in the same folder, fsynced, then ``os.replace``d over
-the target, so a crash mid-save never leaves a truncated checkpoint under the real name. Every
-save first deletes the temporary files left in its folder by killed saves: those named with this
-host and the id of a process that no longer exists here (a live save's file is never touched, nor
-one written from another host; on Windows none is deleted). Layout (all arrays, no pickles):
+The checkpoint is one uncompressed ``.npz`` written by :func:`updater.files.atomic_write`: a
+crash mid-save never leaves a truncated checkpoint under the real name, the file gets the mode
+of any new file, and each save first deletes the temporary files that killed saves on this host
+left in the folder. Layout (all arrays, no pickles):
 
 - ``param/<name>``: each parameter's values (float32 for float16/float32 parameters, so the
   float32 master values of nnabla's half mode survive bit for bit);
@@ -20,13 +18,8 @@ one written from another host; on Windows none is deleted). Layout (all arrays, 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import re
-import secrets
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Union
@@ -34,11 +27,11 @@ from typing import Dict, List, Mapping, Union
 import nnabla as nn
 import numpy as np
 
+from .files import atomic_write
+
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-_HOST = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "host"
-_TEMP = re.compile(rf".+\.{re.escape(_HOST)}\.(\d+)\.[0-9a-f]{{8}}\.ckpt-tmp")
 
 
 def _values(array: nn.NdArray) -> np.ndarray:
@@ -57,31 +50,6 @@ def _check_shape(array: nn.NdArray, values: np.ndarray, what: str) -> None:
 
 def _write(array: nn.NdArray, values: np.ndarray) -> None:
     array.cast(values.dtype)[...] = values
-
-
-def _temp_path(path: Path) -> Path:
-    return path.with_name(f"{path.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.ckpt-tmp")
-
-
-def _alive(pid: int) -> bool:
-    if os.name != "posix":  # os.kill(pid, 0) would terminate the process on Windows
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _remove_orphans(folder: Path) -> None:
-    """Delete temporary files of killed saves on this host in ``folder`` (best effort)."""
-    for entry in os.scandir(folder):
-        match = _TEMP.fullmatch(entry.name)
-        if match and not _alive(int(match.group(1))):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
 
 
 def save_checkpoint(
@@ -114,20 +82,7 @@ def save_checkpoint(
             arrays[f"solver/{name}/{key}"] = _values(var.data)
         arrays[f"solver_t/{name}"] = np.array(state.t, dtype=np.int64)
     arrays["updater_state"] = np.array(json.dumps(updater.state_dict()))
-    _remove_orphans(path.parent)
-    tmp = _temp_path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: np.savez(f, **arrays))
     return path
 
 

@@ -49,7 +49,8 @@ import time
 import nnabla as nn
 import numpy as np
 
-from .hostview import array_dtype, host_view
+from .arrays import array_dtype, host_view
+from .checks import check_bool
 
 _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "
@@ -110,9 +111,7 @@ class MPICommunicator:
                 f"comm must be an mpi4py.MPI.Intracomm (e.g. MPI.COMM_WORLD) or None, "
                 f"got {type(comm).__name__}"
             )
-        if not isinstance(check_arguments, bool):
-            raise TypeError(f"check_arguments must be a bool, got {check_arguments!r}")
-        self.check_arguments = check_arguments
+        self.check_arguments = check_bool("check_arguments", check_arguments)
         self._comm = comm
         self._node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.rank = comm.Get_rank()

@@ -17,6 +17,8 @@ import importlib
 import logging
 from typing import Tuple
 
+from .checks import check_int
+
 logger = logging.getLogger(__name__)
 
 EXTENSIONS = ("cudnn", "cuda", "cpu")
@@ -69,10 +71,7 @@ def get_context(kind: str = "auto", device_id: int = 0):
     from nnabla.ext_utils import get_extension_context
 
     ext, type_config = _parse(kind)
-    if not isinstance(device_id, int) or isinstance(device_id, bool):
-        raise TypeError(f"device_id must be an int >= 0, got {device_id!r}")
-    if device_id < 0:
-        raise ValueError(f"device_id must be an int >= 0, got {device_id!r}")
+    device_id = check_int("device_id", device_id, 0)
     if ext == "auto":
         ext = "cudnn" if cuda_device_count() > 0 else "cpu"
         logger.info("auto context: %s", "GPU found" if ext == "cudnn" else "no GPU, using CPU")

@@ -32,7 +32,7 @@ from typing import Dict, List, Union
 
 import numpy as np
 
-from .policy import check_int_at_least, check_positive_finite
+from .checks import check_int, check_positive
 
 LOSS_WEIGHT = 2.0**-19
 HIDDEN = 64
@@ -163,7 +163,11 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight) -
     scales, skipped_at, flushed = [], [], []
     seconds = 0.0
     label = dict(VARIANTS)[key]
-    for step in tqdm(range(steps), desc=f"{label:26s}", disable=not progress, leave=True):
+    if hasattr(progress, "bar"):  # a stage reporter (dls train's): bars only on a terminal
+        step_loop = progress.bar(range(steps), steps, label)
+    else:
+        step_loop = tqdm(range(steps), desc=f"{label:26s}", disable=not progress, leave=True)
+    for step in step_loop:
         if step % probe_every == 0:
             flushed.append(probe())
         calls_before = feed.calls
@@ -217,16 +221,14 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
         ax (matplotlib Axes or None, default None): draw into this axes; a new figure if None.
 
     Returns:
-        matplotlib.figure.Figure: the figure drawn.
+        matplotlib.figure.Figure: the figure drawn (built directly: no pyplot, no backend
+        switch).
     """
-    import matplotlib
+    from matplotlib.figure import Figure
 
     if ax is None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = ax.figure if ax is not None else plt.figure(figsize=(8, 4.5), dpi=100)
-    ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
+        ax = Figure(figsize=(8, 4.5), dpi=100, layout="constrained").add_subplot()
+    fig = ax.figure
     styles = {"float16 + nnabla updater": ("tab:red", "--"), "float16 + this updater": ("k", "-")}
     for row in rows:
         if row["variant"] not in styles:
@@ -240,15 +242,16 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
             what = "batch dropped, new one fed" if "nnabla" in row["variant"] else "step skipped"
             ax.plot(at + 1, log2[at], "x", color=color, markersize=7,
                     label=f"overflow ({what})")  # fmt: skip
-    ax.axhline(math.log2(65504.0), color="tab:gray", linewidth=1, linestyle=":")
-    ax.text(1, math.log2(65504.0) + 0.15, "float16 max (65504)", color="tab:gray", fontsize=8)
+    top = math.log2(65504.0)  # 15.9993: on this axis it sits on 16, so the label says so
+    ax.axhline(top, color="tab:gray", linewidth=1, linestyle=":")
+    ax.text(0.01, top - 0.08, f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
+            transform=ax.get_yaxis_transform(), color="tab:gray", fontsize=8, va="top")  # fmt: skip
     ax.set_xlabel("training step (update() call)")
     ax.set_ylabel("loss scale after the step (log2)")
     ax.set_title("Loss scale while training on 8x8 digits in cpu:half")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(True, alpha=0.3)
     if path is not None:
-        fig.tight_layout()
         fig.savefig(path)
     return fig
 
@@ -269,7 +272,9 @@ def run_comparison(
         seed (int, default 0): seed for the split, the initial weights and the batch order.
         out_dir (str or Path or None, default "reports"): folder for the scale-trajectory PNG
             (``train_scale_trajectory.png``; created if missing); None writes nothing.
-        progress (bool, default True): show tqdm progress bars.
+        progress (bool or reporter, default True): show tqdm progress bars; or a stage
+            reporter with ``start``/``stage``/``bar`` (``dls train``'s: named stages, status
+            lines when stderr is not a terminal).
         probe_every (int or None, default None): steps between flushed-gradient probes, >= 1;
             None means ``max(1, steps // 30)``.
         loss_weight (float, default 2**-19): multiplier of the loss (the learning rate is
@@ -282,24 +287,26 @@ def run_comparison(
         nonzero in float32 but zero in the variant), ``final_scale``; plus ``_scales`` and
         ``_skipped_at`` (per-step trajectory, for plotting).
     """
-    steps = check_int_at_least("steps", steps, 1)
-    seed = check_int_at_least("seed", seed, 0)
-    if probe_every is None:
-        probe_every = max(1, steps // 30)
-    if not isinstance(probe_every, int) or isinstance(probe_every, bool) or probe_every < 1:
-        raise ValueError(f"probe_every must be an int >= 1 or None, got {probe_every!r}")
-    loss_weight = check_positive_finite("loss_weight", loss_weight)
+    steps = check_int("steps", steps, 1)
+    seed = check_int("seed", seed, 0)
+    probe_every = check_int("probe_every", probe_every, 1, none_ok=True) or max(1, steps // 30)
+    loss_weight = check_positive("loss_weight", loss_weight)
+    if out_dir is not None:  # a bad output folder fails now, not after the training
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
     data = load_data(seed)
-    rows = [
-        _train_variant(key, data, steps, seed, progress, probe_every, float(loss_weight))
-        for key, _ in VARIANTS
-    ]
+    if hasattr(progress, "stage"):  # a stage reporter (dls train's): one stage per variant
+        progress.start(len(VARIANTS))
+    rows = []
+    for key, label in VARIANTS:
+        if hasattr(progress, "stage"):
+            progress.stage(f"{label}: {steps} steps")
+        rows.append(
+            _train_variant(key, data, steps, seed, progress, probe_every, float(loss_weight))
+        )
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        import matplotlib.pyplot as plt
-
-        plt.close(plot_scale_trajectories(rows, out / PLOT_NAME))
+        plot_scale_trajectories(rows, out / PLOT_NAME)
     return rows
 
 

@@ -1,8 +1,21 @@
 """Loss-scaling policies: pure state machines shared by the nnabla updater and the simulator.
 
-A policy is a frozen dataclass of settings. Its state is a :class:`ScaleState` of three fields.
-``update`` uses only elementwise NumPy operations, so the same call advances one run (scalars) or
-many runs at once (arrays of equal shape). No module here imports nnabla.
+The policy contract, which every policy here keeps and a new one must keep:
+
+- A policy is a frozen dataclass of settings, subclassing ``_Policy`` and listed in
+  :data:`POLICIES`. Its ``_validate()`` checks scalar settings (wrong type ``TypeError``, wrong
+  value ``ValueError``, see :mod:`updater.checks`); a policy built with array-valued settings
+  (many settings at once, :func:`sim.run.stack_policies`) is validated element by element.
+- ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
+- ``update(state, grads_finite, grad_absmax=None)`` returns the next state. It uses only
+  elementwise NumPy operations, with no ``if`` on values, in the state AND in the settings: the
+  same call advances one run (scalars), many runs (arrays), or many runs with different
+  settings. ``grads_finite`` is True for a good step; ``grad_absmax`` (the largest scaled
+  |gradient|) is passed only to policies with ``needs_grad_absmax = True``.
+- The scale stays finite, > 0 and within the policy's ``[min_scale, max_scale]`` if it has them.
+
+Named configurations (``pytorch``, ``deepspeed``, ...) are in :mod:`updater.presets`. No module
+here imports nnabla.
 
 Example:
     >>> p = DynamicScale(init_scale=8.0, growth_interval=2, hysteresis=1)
@@ -17,14 +30,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Dict, NamedTuple
 
 import numpy as np
 
-FP16_MAX = 65504.0
-"""Largest finite float16 value."""
+from .checks import check_bool, check_int, check_positive
+from .float16 import FP16_MAX
 
 
 class ScaleState(NamedTuple):
@@ -66,24 +78,8 @@ def _make_state(scale, good_steps, hysteresis_left) -> ScaleState:
 # ---------------------------------------------------------------- validation helpers
 
 
-def check_positive_finite(name: str, value, hint: str = "") -> float:
-    """Return ``float(value)``; ``ValueError`` naming ``name`` unless a finite number > 0."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}{hint}")
-    return float(value)
-
-
-def check_int_at_least(name: str, value, low: int) -> int:
-    """Return ``int(value)``; ``ValueError`` naming ``name`` unless an int (not bool) >= low."""
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
 def _growth(name: str, value) -> None:
-    check_positive_finite(name, value)
+    check_positive(name, value)
     if value <= 1:
         raise ValueError(
             f"{name} must be > 1 (it multiplies the scale on growth), got {value!r}; "
@@ -92,7 +88,7 @@ def _growth(name: str, value) -> None:
 
 
 def _backoff(name: str, value) -> None:
-    check_positive_finite(name, value)
+    check_positive(name, value)
     if value >= 1:
         raise ValueError(
             f"{name} must be in (0, 1) (it multiplies the scale on overflow), got {value!r}; "
@@ -101,14 +97,19 @@ def _backoff(name: str, value) -> None:
 
 
 def _bounds(init_name: str, init, min_scale, max_scale) -> None:
-    check_positive_finite("min_scale", min_scale)
-    check_positive_finite("max_scale", max_scale)
-    check_positive_finite(init_name, init)
+    check_positive("min_scale", min_scale)
+    check_positive("max_scale", max_scale)
+    check_positive(init_name, init)
     if not min_scale <= init <= max_scale:
         raise ValueError(
             f"need 0 < min_scale <= {init_name} <= max_scale, got min_scale={min_scale!r}, "
             f"{init_name}={init!r}, max_scale={max_scale!r}"
         )
+
+
+def _set(policy, name: str, value) -> None:
+    """Store a checked (normalised) setting on a frozen policy, e.g. 2000.0 as 2000."""
+    object.__setattr__(policy, name, value)
 
 
 def _finite_flags(grads_finite) -> np.ndarray:
@@ -119,9 +120,23 @@ def _finite_flags(grads_finite) -> np.ndarray:
 
 
 class _Policy:
-    """Shared plumbing: settings dict, state dict and the ``needs_grad_absmax`` flag."""
+    """Shared plumbing: validation, settings dict, state dict, the ``needs_grad_absmax`` flag."""
 
     needs_grad_absmax: ClassVar[bool] = False
+
+    def __post_init__(self):
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
+        if not arrays:
+            self._validate()
+            return
+        shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+        for index in np.ndindex(shape):  # each element as a scalar policy, validated
+            type(self)(**{**values, **{k: np.broadcast_to(a, shape)[index].item()
+                                       for k, a in arrays.items()}})  # fmt: skip
+
+    def _validate(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
 
     def settings(self) -> Dict[str, Any]:
         """Return the settings as a plain dict of Python numbers."""
@@ -148,8 +163,8 @@ class StaticScale(_Policy):
 
     scale: float = 1.0
 
-    def __post_init__(self):
-        check_positive_finite("scale", self.scale)
+    def _validate(self):
+        check_positive("scale", self.scale)
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -228,16 +243,12 @@ class DynamicScale(_Policy):
     hysteresis: int = 1
     consecutive_hysteresis: bool = False
 
-    def __post_init__(self):
+    def _validate(self):
         _growth("growth_factor", self.growth_factor)
         _backoff("backoff_factor", self.backoff_factor)
-        check_int_at_least("growth_interval", self.growth_interval, 1)
-        check_int_at_least("hysteresis", self.hysteresis, 1)
-        if not isinstance(self.consecutive_hysteresis, (bool, np.bool_)):
-            raise TypeError(
-                f"consecutive_hysteresis must be a bool (True or False), got "
-                f"{self.consecutive_hysteresis!r} ({type(self.consecutive_hysteresis).__name__})"
-            )
+        _set(self, "growth_interval", check_int("growth_interval", self.growth_interval, 1))
+        _set(self, "hysteresis", check_int("hysteresis", self.hysteresis, 1))
+        check_bool("consecutive_hysteresis", self.consecutive_hysteresis)
         _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
 
     def init(self, shape=()) -> ScaleState:
@@ -284,10 +295,10 @@ class NnablaLegacy(_Policy):
     scaling_factor: float = 2.0
     N: int = 2000
 
-    def __post_init__(self):
-        check_positive_finite("scale", self.scale)
+    def _validate(self):
+        check_positive("scale", self.scale)
         _growth("scaling_factor", self.scaling_factor)
-        check_int_at_least("N", self.N, 1)
+        _set(self, "N", check_int("N", self.N, 1))
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -338,8 +349,8 @@ class HeadroomScale(_Policy):
     min_scale: float = 1.0
     max_scale: float = 2.0**15
 
-    def __post_init__(self):
-        check_positive_finite("margin", self.margin)
+    def _validate(self):
+        check_positive("margin", self.margin)
         if self.margin < 1:
             raise ValueError(f"margin must be >= 1, got {self.margin!r}")
         _backoff("backoff_factor", self.backoff_factor)
@@ -386,11 +397,6 @@ def policy_from_dict(d: Dict[str, Any]):
     if unknown:
         raise ValueError(f"unknown settings {unknown} for {name}; accepted: {sorted(known)}")
     return cls(**d)
-
-
-def index_state(state: ScaleState, index) -> ScaleState:
-    """Return the sub-state at ``index`` of a vectorized state."""
-    return _make_state(*(np.asarray(f)[index] for f in state))
 
 
 def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):

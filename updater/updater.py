@@ -18,28 +18,31 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import nnabla as nn
 import numpy as np
 
-from .hostview import host_view
+from .arrays import (
+    copy_array,
+    grad_stats,
+    graph_leaves,
+    host_view,
+    on_cpu,
+    registered_parameters,
+    restore_array,
+    seed_dtype,
+    sum_of_squares,
+)
+from .checks import check_bool, check_choice, check_int, check_number, check_positive
+from .legacy import LEGACY_NAMES, check_scale, policy_from_arguments
 from .policy import DynamicScale, ScaleState, policy_from_dict
+from .records import NonFiniteGradientsError, StepRecord
 
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
-SMALLEST_SCALE = 2.0**-24
-"""Smallest loss scale accepted: float16's smallest positive value (a half seed below is 0)."""
-_LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
-# nnabla's attribute names -> the policy setting behind them, per policy class.
-_LEGACY_NAMES = {
-    "DynamicScale": {"scaling_factor": "growth_factor", "N": "growth_interval"},
-    "NnablaLegacy": {"scaling_factor": "scaling_factor", "N": "N"},
-}
 _COUNTERS = (
     "steps",
     "updates_applied",
@@ -51,298 +54,6 @@ _COUNTERS = (
 )
 # "auto" finite check on CPU: NumPy views from this many gradient values on (see _choose_check).
 _NUMPY_CHECK_MIN_VALUES = 2**17
-# |x| bit masks and the exponent-all-ones threshold (inf/NaN) for each float width.
-_BITS = {
-    2: (np.uint16, 0x7FFF, 0x7C00),
-    4: (np.uint32, 0x7FFFFFFF, 0x7F800000),
-    8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
-}
-
-
-class NonFiniteGradientsError(FloatingPointError):
-    """Raised after ``max_consecutive_nonfinite`` consecutive steps with inf/NaN gradients.
-
-    Parameters and solver state are left exactly as they were before the failing steps.
-
-    Attributes:
-        consecutive (int): consecutive non-finite steps counted.
-        loss_finite (bool or None): whether the loss of the last failing step was finite
-            (False means the data or the model produce inf/NaN, not loss-scale overflow).
-        param_names (list of str): parameters whose gradients held inf/NaN on the last step.
-        scale (float): the loss scale used by the last failing step.
-    """
-
-    def __init__(self, message, *, consecutive, loss_finite, param_names, scale):
-        super().__init__(message)
-        self.consecutive = consecutive
-        self.loss_finite = loss_finite
-        self.param_names = list(param_names)
-        self.scale = scale
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """What one ``update()`` call did.
-
-    Attributes:
-        step (int): 0-based index of the ``update()`` call.
-        scale (float): the backward seed of the last attempt: the loss scale rounded to the
-            loss's precision (float16 in half mode), which is what the gradients were divided by.
-        update_applied (bool): whether ``solver.update()`` ran, i.e. whether the last attempt's
-            gradients were finite (agreed across workers when a communicator is set).
-        new_scale (float): scale for the next step, after the policy advanced.
-        grad_absmax (float or None): largest |gradient| as scaled (before unscaling) of the last
-            attempt, inf when non-finite, when the policy uses it (``policy.needs_grad_absmax``,
-            e.g. ``HeadroomScale``); None for other policies (not measured, to save a pass).
-        loss_finite (bool or None): whether every accumulation round's loss was finite (False
-            on any worker makes it False everywhere); None when not read: the loss is read on
-            every round when ``accum_grad > 1`` and otherwise only when gradients are
-            non-finite, so a finite step with ``accum_grad == 1`` leaves it None.
-        attempts (int): forward/backward attempts (1 unless ``on_overflow="retry"`` retried).
-    """
-
-    step: int
-    scale: float
-    update_applied: bool
-    new_scale: float
-    grad_absmax: float | None
-    loss_finite: bool | None
-    attempts: int
-
-
-# ---------------------------------------------------------------- validation helpers
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int >= {low}, got {value!r} ({type(value).__name__})")
-    if value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
-def _check_whole(name: str, value, low: int) -> int:
-    """Like :func:`_check_int`, but a float with a whole value (``2000.0``) is accepted too."""
-    if _is_number(value) and not _is_int(value):
-        if not (math.isfinite(value) and float(value).is_integer()):
-            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
-        value = int(value)
-    return _check_int(name, value, low)
-
-
-def _check_positive(name: str, value, allow_none: bool = False, allow_zero: bool = False):
-    if value is None and allow_none:
-        return None
-    rng = ">= 0" if allow_zero else "> 0"
-    if not _is_number(value):
-        raise TypeError(f"{name} must be a finite number {rng}, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
-    return float(value)
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
-
-
-def _check_seedable(name: str, value) -> float:
-    """``value`` as a float; ``ValueError`` unless it is a loss scale the backward seed can hold."""
-    value = _check_positive(name, value)
-    if value < SMALLEST_SCALE:
-        raise ValueError(
-            f"{name} must be >= 2**-24 = {SMALLEST_SCALE!r}, got {value!r}: the loss scale "
-            "seeds the backward pass, and in nnabla's half mode a seed below 2**-24 (float16's "
-            "smallest positive value) rounds to 0, so every gradient would be 0"
-        )
-    return value
-
-
-def _policy_bounds(policy):
-    """``(min_scale, max_scale)`` of a policy; a policy without one gets 0 or inf."""
-    return getattr(policy, "min_scale", 0.0), getattr(policy, "max_scale", math.inf)
-
-
-def _check_scale(policy, value, name: str = "scale") -> float:
-    """A scale ``policy`` may hold: seedable and within the policy's bounds."""
-    value = _check_seedable(name, value)
-    low, high = _policy_bounds(policy)
-    if not low <= value <= high:
-        raise ValueError(
-            f"{name} must be in [min_scale, max_scale] = [{low!r}, {high!r}] of "
-            f"{type(policy).__name__}, got {value!r}"
-        )
-    return value
-
-
-def _legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicScale:
-    """Map nnabla's (scale, scaling_factor, N) to a bounded DynamicScale, naming legacy args."""
-    _check_positive("scale", scale)
-    _check_positive("scaling_factor", scaling_factor)
-    if scaling_factor <= 1:
-        hint = f"; did you mean {1 / scaling_factor!r}?" if scaling_factor < 1 else ""
-        raise ValueError(
-            f"scaling_factor must be > 1 (the scale is multiplied by it on growth and divided "
-            f"by it on overflow), got {scaling_factor!r}{hint}"
-        )
-    N = _check_whole("N", N, 1)
-    if not min_scale <= scale <= max_scale:
-        raise ValueError(
-            f"scale must be in [min_scale, max_scale] = [{min_scale!r}, {max_scale!r}], got "
-            f"{scale!r}; pass min_scale=/max_scale= to widen the range (in nnabla's half mode "
-            "the backward seed is float16, so scales above 65504 overflow at once)"
-        )
-    return DynamicScale(
-        init_scale=float(scale),
-        growth_factor=float(scaling_factor),
-        backoff_factor=1.0 / float(scaling_factor),
-        growth_interval=N,
-        min_scale=min_scale,
-        max_scale=max_scale,
-        hysteresis=1,  # nnabla's meaning: every overflow divides the scale
-    )
-
-
-def _make_policy(policy, scale, scaling_factor, N, min_scale, max_scale):
-    """The policy the constructor arguments ask for (see the class docstring)."""
-    legacy = {"scale": scale, "scaling_factor": scaling_factor, "N": N}
-    given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
-             if v is not None}  # fmt: skip
-    if policy is not None:
-        if not (callable(getattr(policy, "init", None)) and callable(policy.update)):
-            raise TypeError(
-                f"policy must be a policy from updater.policy, got {type(policy).__name__}"
-            )
-        if given:
-            raise ValueError(
-                f"pass either policy= or the legacy scale/scaling_factor/N (and "
-                f"min_scale/max_scale), not both; got policy={policy!r} and {given}"
-            )
-    else:
-        low = _check_seedable("min_scale", 1.0 if min_scale is None else min_scale)
-        high = _check_positive("max_scale", 2.0**15 if max_scale is None else max_scale)
-        if all(v is None for v in legacy.values()):
-            start = min(max(DynamicScale.init_scale, low), high)
-            policy = DynamicScale(init_scale=start, min_scale=low, max_scale=high)
-        else:
-            legacy = {k: _LEGACY_DEFAULTS[k] if v is None else v for k, v in legacy.items()}
-            policy = _legacy_policy(**legacy, min_scale=low, max_scale=high)
-    if hasattr(policy, "min_scale"):
-        _check_seedable("min_scale", policy.min_scale)
-    _check_seedable("scale", float(policy.init().scale))
-    return policy
-
-
-def _registered_parameters(scope=None) -> Dict[int, nn.Variable]:
-    """Every Variable in nnabla's parameter registry (all scopes, need_grad or not), by hash."""
-    found: Dict[int, nn.Variable] = {}
-    for value in (nn.parameter.root_scope if scope is None else scope).values():
-        if isinstance(value, dict):
-            found.update(_registered_parameters(value))
-        else:
-            found[hash(value)] = value
-    return found
-
-
-def _graph_leaves(loss) -> List[nn.Variable]:
-    """The Variables without a parent that feed the graph of ``loss``, each once."""
-    found: Dict[int, nn.Variable] = {}
-
-    def visit(func):
-        for v in func.inputs:
-            if v.parent is None:
-                found.setdefault(hash(v), v)
-
-    loss.visit(visit)
-    return list(found.values())
-
-
-def _copy(array: nn.NdArray) -> nn.NdArray:
-    """A copy of ``array`` on its own device and in its own dtype (on the host for an array
-    that was only ever ``fill``-ed: nnabla fills lazily and cannot copy such an array)."""
-    try:
-        return nn.NdArray(array.shape).copy_from(array, use_current_context=False)
-    except (RuntimeError, IndexError):  # nnabla 1.39 raises either, by fill state
-        return nn.NdArray.from_numpy_array(np.array(array.data))
-
-
-def _restore(var: nn.Variable, saved: nn.NdArray) -> None:
-    """Write ``saved`` back into ``var``'s data, reshaping ``var`` if a feeder changed its shape."""
-    if tuple(var.shape) != tuple(saved.shape):
-        var.reset_shape(saved.shape, force=True)
-    var.data.copy_from(saved, use_current_context=False)
-
-
-def _seed_dtype(loss) -> type:
-    """float16 when the function producing ``loss`` computes in half (its backward reads the
-    seed as float16), else float32."""
-    parent = loss.parent
-    half = parent is not None and str(parent.context.backend[0]).endswith(":half")
-    return np.float16 if half else np.float32
-
-
-def _on_cpu() -> bool:
-    """True when gradients surely live in host memory: the current context is a CPU one and
-    nnabla's CUDA extension is not loaded (a graph built in a GPU context scope would not show
-    in the current context)."""
-    backend = nn.get_current_context().backend
-    cpu = bool(backend) and str(backend[0]).startswith("cpu")
-    return cpu and "nnabla_ext.cuda" not in sys.modules
-
-
-def _grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
-    """One pass over gradient arrays: per-array finite flags and, if asked, the largest |value|.
-
-    float32/float64 arrays without ``need_absmax`` use one BLAS dot product (inf and NaN
-    propagate into the sum of squares; a finite sum proves every value finite) and fall back to
-    the exact bit test when the sum is not finite (a sum of huge finite squares can overflow).
-    The bit test clears the sign bit: the integer order of the bits is then the order of |value|,
-    and bits >= the exponent-all-ones pattern mean inf or NaN. Exact for every float width; no
-    float16 arithmetic, so no false overflow.
-
-    Returns:
-        ``(finite_flags list of bool, absmax float or None)``; absmax is inf when any value is
-        non-finite and None when not measured.
-    """
-    flags = []
-    absmax = 0.0
-    for a in arrays:
-        if a.size == 0:
-            flags.append(True)
-            continue
-        if not need_absmax and a.dtype != np.float16:
-            flat = a.ravel()
-            if math.isfinite(float(np.dot(flat, flat))):
-                flags.append(True)
-                continue
-        uint, mask, inf_bits = _BITS[a.dtype.itemsize]
-        top = np.bitwise_and(a.view(uint), uint(mask)).max()
-        finite = bool(top < inf_bits)
-        flags.append(finite)
-        if not finite:
-            absmax = math.inf
-        elif need_absmax:
-            absmax = max(absmax, float(np.array(top, dtype=uint).view(a.dtype)))
-    if not need_absmax and all(flags):
-        return flags, None
-    return flags, absmax
-
-
-def _sum_of_squares(arrays: List[np.ndarray]) -> float:
-    total = 0.0
-    for a in arrays:
-        flat = a.ravel().astype(np.float64)
-        total += float(np.dot(flat, flat))
-    return total
 
 
 # ---------------------------------------------------------------- the updater
@@ -491,13 +202,9 @@ class DynamicLossScalingUpdater:
             )
         if data_feeder is not None and not callable(data_feeder):
             raise TypeError(f"data_feeder must be callable or None, got {data_feeder!r}")
-        policy = _make_policy(policy, scale, scaling_factor, N, min_scale, max_scale)
-        if on_overflow not in ("skip", "retry"):
-            raise ValueError(f"on_overflow must be 'skip' or 'retry', got {on_overflow!r}")
-        if finite_check not in ("auto", "numpy", "solver"):
-            raise ValueError(
-                f"finite_check must be 'auto', 'numpy' or 'solver', got {finite_check!r}"
-            )
+        policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale)
+        check_choice("on_overflow", on_overflow, ("skip", "retry"))
+        check_choice("finite_check", finite_check, ("auto", "numpy", "solver"))
         if comm is not None and not callable(getattr(comm, "all_reduce", None)):
             raise TypeError(
                 f"comm must offer all_reduce(data, division, inplace), got {type(comm).__name__}"
@@ -522,20 +229,20 @@ class DynamicLossScalingUpdater:
         self.solver = solver
         self.loss = loss
         self.data_feeder = data_feeder
-        self.clear_buffer = _check_bool("clear_buffer", clear_buffer)
-        self.accum_grad = _check_int("accum_grad", accum_grad, 1)
-        self.weight_decay = _check_positive("weight_decay", weight_decay, True, True)
+        self.clear_buffer = check_bool("clear_buffer", clear_buffer)
+        self.accum_grad = check_int("accum_grad", accum_grad, 1)
+        self.weight_decay = check_number("weight_decay", weight_decay, 0.0, none_ok=True)
         self.comm = comm
         self.grads = list(grads or [])
         self.policy = policy
         self.on_overflow = on_overflow
-        self.max_retries = _check_int("max_retries", max_retries, 0)
-        self.max_consecutive_nonfinite = _check_int(
+        self.max_retries = check_int("max_retries", max_retries, 0)
+        self.max_consecutive_nonfinite = check_int(
             "max_consecutive_nonfinite", max_consecutive_nonfinite, 1
         )
-        self.clip_grad_norm = _check_positive("clip_grad_norm", clip_grad_norm, True)
-        self.average_grads = _check_bool("average_grads", average_grads)
-        self.history = deque(maxlen=_check_int("history", history, 0))
+        self.clip_grad_norm = check_positive("clip_grad_norm", clip_grad_norm, none_ok=True)
+        self.average_grads = check_bool("average_grads", average_grads)
+        self.history = deque(maxlen=check_int("history", history, 0))
         self.recorder = recorder
         self._state: ScaleState = policy.init()
         for name in _COUNTERS:
@@ -548,7 +255,7 @@ class DynamicLossScalingUpdater:
                 MonitorSeries("loss_scale", monitor, interval=1, verbose=False),
                 MonitorSeries("skipped_steps", monitor, interval=1, verbose=False),
             )
-        self._seed_dtype = _seed_dtype(loss)
+        self.seed_dtype = seed_dtype(loss)
         self._step_params = None  # the solver's parameters, read once per step when needed
         self.finite_check = self._choose_check(finite_check)
         self._flag = None  # two-element agreement flag, made on first use
@@ -564,7 +271,7 @@ class DynamicLossScalingUpdater:
 
     @scale.setter
     def scale(self, value) -> None:
-        self._state = self._state._replace(scale=np.float64(_check_scale(self.policy, value)))
+        self._state = self._state._replace(scale=np.float64(check_scale(self.policy, value)))
 
     @property
     def scaling_factor(self) -> float:
@@ -582,7 +289,7 @@ class DynamicLossScalingUpdater:
 
     @N.setter
     def N(self, value) -> None:
-        self._replace_setting("N", _check_whole("N", value, 1))
+        self._replace_setting("N", check_int("N", value, 1))
 
     @property
     def param_names(self) -> List[str]:
@@ -634,11 +341,11 @@ class DynamicLossScalingUpdater:
         scale_state = ScaleState.from_dict(saved)
         if np.ndim(scale_state.scale) != 0:
             raise ValueError(f"saved scale must be one number, got {saved['scale']!r}")
-        _check_scale(policy, saved["scale"], "saved scale")
+        check_scale(policy, saved["scale"], "saved scale")
         counts = {"good_steps": saved["good_steps"], "hysteresis_left": saved["hysteresis_left"]}
         counts.update(state["counters"])
         for name, value in counts.items():
-            _check_int(f"saved {name}", value, 0)
+            check_int(f"saved {name}", value, 0)
         if policy != self.policy:
             logger.warning("loaded policy %r replaces %r", policy, self.policy)
         self.policy = policy
@@ -702,7 +409,7 @@ class DynamicLossScalingUpdater:
             if moved is None:
                 moved = self._forward_moved_state()
         for var, saved in moved or ():
-            _restore(var, saved)
+            restore_array(var, saved)
         record = StepRecord(
             step=step,
             scale=seed,
@@ -727,7 +434,7 @@ class DynamicLossScalingUpdater:
     # ------------------------------------------------------------ pieces
 
     def _legacy_setting(self, name: str):
-        mapped = _LEGACY_NAMES.get(type(self.policy).__name__, {})
+        mapped = LEGACY_NAMES.get(type(self.policy).__name__, {})
         if name not in mapped:
             raise AttributeError(
                 f"{name} is defined for DynamicScale and NnablaLegacy policies, not for "
@@ -737,19 +444,19 @@ class DynamicLossScalingUpdater:
 
     def _replace_setting(self, name: str, value) -> None:
         self._legacy_setting(name)  # raises for policies without it
-        field = _LEGACY_NAMES[type(self.policy).__name__][name]
+        field = LEGACY_NAMES[type(self.policy).__name__][name]
         changes = {field: value}
         if isinstance(self.policy, DynamicScale) and name == "scaling_factor":
-            changes["backoff_factor"] = 1.0 / _check_positive(name, value)
+            changes["backoff_factor"] = 1.0 / check_positive(name, value)
         self.policy = dataclasses.replace(self.policy, **changes)
 
     def _seed(self, scale) -> float:
         """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
-        seed = float(self._seed_dtype(scale))
+        seed = float(self.seed_dtype(scale))
         if seed == 0:
             raise ValueError(
                 f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
-                f"{np.dtype(self._seed_dtype).name}; the policy {self.policy!r} has no floor: "
+                f"{np.dtype(self.seed_dtype).name}; the policy {self.policy!r} has no floor: "
                 "use one with min_scale >= 2**-24"
             )
         return seed
@@ -763,7 +470,7 @@ class DynamicLossScalingUpdater:
     def _choose_check(self, requested: str) -> str:
         if requested != "auto":
             return requested
-        if not _on_cpu():
+        if not on_cpu():
             return "solver"
         # Measured in training loops on CPU (nnabla 1.39): reading the gradients through
         # data_ptr views plus one BLAS dot (float32) or bit test (float16) per array beats
@@ -783,18 +490,18 @@ class DynamicLossScalingUpdater:
         """Leaves of the loss graph that are neither registered parameters nor the solver's:
         what a feeder writes."""
         if self._inputs is None:
-            known = _registered_parameters()
+            known = registered_parameters()
             known.update((hash(v), v) for v in self._params().values())
-            self._inputs = [v for v in _graph_leaves(self.loss) if hash(v) not in known]
+            self._inputs = [v for v in graph_leaves(self.loss) if hash(v) not in known]
         return self._inputs
 
     def _forward_moved_state(self) -> List[tuple]:
         """Copies of the registered ``need_grad=False`` leaves of the graph (running statistics
         and frozen weights), taken before a retry re-runs the forward pass."""
-        registered = _registered_parameters()
+        registered = registered_parameters()
         return [
-            (v, _copy(v.data))
-            for v in _graph_leaves(self.loss)
+            (v, copy_array(v.data))
+            for v in graph_leaves(self.loss)
             if hash(v) in registered and not v.need_grad
         ]
 
@@ -812,10 +519,10 @@ class DynamicLossScalingUpdater:
                     self.data_feeder()
                     self.batches += 1
                 if keep:
-                    self._round_inputs.append([_copy(v.data) for v in self._input_leaves()])
+                    self._round_inputs.append([copy_array(v.data) for v in self._input_leaves()])
             elif keep:
                 for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
-                    _restore(v, saved)
+                    restore_array(v, saved)
             self.loss.forward(clear_no_need_grad=self.clear_buffer)
             if read_loss:
                 loss_finite = self._loss_finite() and loss_finite
@@ -850,11 +557,11 @@ class DynamicLossScalingUpdater:
         need_absmax = self.policy.needs_grad_absmax
         if self.finite_check == "numpy":
             arrays = self._host_grads()
-            flags, absmax = _grad_stats(arrays, need_absmax)
+            flags, absmax = grad_stats(arrays, need_absmax)
             finite = all(flags)
             absmax = absmax if need_absmax else None
             if need_absmax and self.comm is not None and self.grads:
-                absmax = _grad_stats([host_view(g) for g in self.grads])[1]
+                absmax = grad_stats([host_view(g) for g in self.grads])[1]
         else:
             arrays = None
             finite = not self.solver.check_inf_or_nan_grad()
@@ -865,7 +572,7 @@ class DynamicLossScalingUpdater:
         bad = []
         if not finite:
             if flags is None:
-                flags = _grad_stats(self._host_grads())[0]
+                flags = grad_stats(self._host_grads())[0]
             bad = [n for n, ok in zip(self._params(), flags) if not ok]
         return arrays, finite, absmax, bad
 
@@ -879,7 +586,7 @@ class DynamicLossScalingUpdater:
     def _apply(self, seed: float, arrays: List[np.ndarray] | None) -> None:
         factor = 1.0 / seed
         if self.clip_grad_norm is not None:
-            norm = math.sqrt(_sum_of_squares(arrays or self._host_grads())) / seed
+            norm = math.sqrt(sum_of_squares(arrays or self._host_grads())) / seed
             if norm > self.clip_grad_norm:
                 factor *= self.clip_grad_norm / norm
         self.solver.scale_grad(factor)

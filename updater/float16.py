@@ -1,0 +1,20 @@
+"""float16 facts used across the package, in one place.
+
+A magnitude ``x`` rounds to float16 as: 0 when ``x <= 2**-25`` (the tie at ``2**-25`` rounds to
+even, 0), a subnormal multiple of ``2**-24`` below ``2**-14``, a normal up to 65504, and inf
+from 65520 on (the tie at 65520 rounds to even, inf).
+"""
+
+FP16_MAX = 65504.0
+"""Largest finite float16 value."""
+FP16_OVERFLOW = 65520.0
+"""Smallest magnitude that float16 rounds to inf."""
+FP16_SMALLEST_NORMAL = 2.0**-14
+"""Smallest positive normal float16 value."""
+FP16_SMALLEST_SUBNORMAL = 2.0**-24
+"""Smallest positive float16 value; a float16 loss-scale seed below it rounds to 0."""
+FP16_FLUSH_EDGE = 2.0**-25
+"""Magnitudes at or below this round to 0."""
+FP16_FLUSH_BINADE = -25
+"""Binade of ``FP16_FLUSH_EDGE``: values in lower binades flush to 0; in this binade only the
+exact power of two flushes, the rest round up to ``2**-24``."""

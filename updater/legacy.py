@@ -1,0 +1,110 @@
+"""nnabla's updater arguments and attributes mapped onto policies, and the scales a backward
+seed can hold.
+
+``DynamicLossScalingUpdater(solver, loss, feed)`` builds the recommended ``DynamicScale()``;
+nnabla's ``scale``/``scaling_factor``/``N`` build a ``DynamicScale`` with nnabla's meaning;
+``policy=`` is taken as given. Every scale the updater holds is at least 2**-24.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .checks import check_int, check_positive
+from .float16 import FP16_SMALLEST_SUBNORMAL
+from .policy import DynamicScale
+
+LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
+"""nnabla's defaults, used for the legacy arguments not given when one of them is."""
+LEGACY_NAMES = {
+    "DynamicScale": {"scaling_factor": "growth_factor", "N": "growth_interval"},
+    "NnablaLegacy": {"scaling_factor": "scaling_factor", "N": "N"},
+}
+"""nnabla's attribute names -> the policy setting behind them, per policy class."""
+
+
+def check_seedable(name: str, value) -> float:
+    """``value`` as a float; ``ValueError`` unless it is a loss scale the backward seed can hold."""
+    value = check_positive(name, value)
+    if value < FP16_SMALLEST_SUBNORMAL:
+        raise ValueError(
+            f"{name} must be >= 2**-24 = {FP16_SMALLEST_SUBNORMAL!r}, got {value!r}: the loss "
+            "scale seeds the backward pass, and in nnabla's half mode a seed below 2**-24 "
+            "(float16's smallest positive value) rounds to 0, so every gradient would be 0"
+        )
+    return value
+
+
+def policy_bounds(policy):
+    """``(min_scale, max_scale)`` of a policy; a policy without one gets 0 or inf."""
+    return getattr(policy, "min_scale", 0.0), getattr(policy, "max_scale", math.inf)
+
+
+def check_scale(policy, value, name: str = "scale") -> float:
+    """A scale ``policy`` may hold: seedable and within the policy's bounds."""
+    value = check_seedable(name, value)
+    low, high = policy_bounds(policy)
+    if not low <= value <= high:
+        raise ValueError(
+            f"{name} must be in [min_scale, max_scale] = [{low!r}, {high!r}] of "
+            f"{type(policy).__name__}, got {value!r}"
+        )
+    return value
+
+
+def legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicScale:
+    """Map nnabla's (scale, scaling_factor, N) to a bounded DynamicScale, naming legacy args."""
+    check_positive("scale", scale)
+    check_positive("scaling_factor", scaling_factor)
+    if scaling_factor <= 1:
+        hint = f"; did you mean {1 / scaling_factor!r}?" if scaling_factor < 1 else ""
+        raise ValueError(
+            f"scaling_factor must be > 1 (the scale is multiplied by it on growth and divided "
+            f"by it on overflow), got {scaling_factor!r}{hint}"
+        )
+    N = check_int("N", N, 1)
+    if not min_scale <= scale <= max_scale:
+        raise ValueError(
+            f"scale must be in [min_scale, max_scale] = [{min_scale!r}, {max_scale!r}], got "
+            f"{scale!r}; pass min_scale=/max_scale= to widen the range (in nnabla's half mode "
+            "the backward seed is float16, so scales above 65504 overflow at once)"
+        )
+    return DynamicScale(
+        init_scale=float(scale),
+        growth_factor=float(scaling_factor),
+        backoff_factor=1.0 / float(scaling_factor),
+        growth_interval=N,
+        min_scale=min_scale,
+        max_scale=max_scale,
+        hysteresis=1,  # nnabla's meaning: every overflow divides the scale
+    )
+
+
+def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale):
+    """The policy the constructor arguments ask for (see the class docstring)."""
+    legacy = {"scale": scale, "scaling_factor": scaling_factor, "N": N}
+    given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
+             if v is not None}  # fmt: skip
+    if policy is not None:
+        if not (callable(getattr(policy, "init", None)) and callable(policy.update)):
+            raise TypeError(
+                f"policy must be a policy from updater.policy, got {type(policy).__name__}"
+            )
+        if given:
+            raise ValueError(
+                f"pass either policy= or the legacy scale/scaling_factor/N (and "
+                f"min_scale/max_scale), not both; got policy={policy!r} and {given}"
+            )
+    else:
+        low = check_seedable("min_scale", 1.0 if min_scale is None else min_scale)
+        high = check_positive("max_scale", 2.0**15 if max_scale is None else max_scale)
+        if all(v is None for v in legacy.values()):
+            start = min(max(DynamicScale.init_scale, low), high)
+            policy = DynamicScale(init_scale=start, min_scale=low, max_scale=high)
+        else:
+            legacy = {k: LEGACY_DEFAULTS[k] if v is None else v for k, v in legacy.items()}
+            policy = legacy_policy(**legacy, min_scale=low, max_scale=high)
+    if hasattr(policy, "min_scale"):
+        check_seedable("min_scale", policy.min_scale)
+    check_seedable("scale", float(policy.init().scale))
+    return policy

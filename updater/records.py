@@ -1,0 +1,57 @@
+"""What an ``update()`` call reports: its :class:`StepRecord`, and the error a persistent
+non-finite gradient raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class NonFiniteGradientsError(FloatingPointError):
+    """Raised after ``max_consecutive_nonfinite`` consecutive steps with inf/NaN gradients.
+
+    Parameters and solver state are left exactly as they were before the failing steps.
+
+    Attributes:
+        consecutive (int): consecutive non-finite steps counted.
+        loss_finite (bool or None): whether the loss of the last failing step was finite
+            (False means the data or the model produce inf/NaN, not loss-scale overflow).
+        param_names (list of str): parameters whose gradients held inf/NaN on the last step.
+        scale (float): the loss scale used by the last failing step.
+    """
+
+    def __init__(self, message, *, consecutive, loss_finite, param_names, scale):
+        super().__init__(message)
+        self.consecutive = consecutive
+        self.loss_finite = loss_finite
+        self.param_names = list(param_names)
+        self.scale = scale
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one ``update()`` call did.
+
+    Attributes:
+        step (int): 0-based index of the ``update()`` call.
+        scale (float): the backward seed of the last attempt: the loss scale rounded to the
+            loss's precision (float16 in half mode), which is what the gradients were divided by.
+        update_applied (bool): whether ``solver.update()`` ran, i.e. whether the last attempt's
+            gradients were finite (agreed across workers when a communicator is set).
+        new_scale (float): scale for the next step, after the policy advanced.
+        grad_absmax (float or None): largest |gradient| as scaled (before unscaling) of the last
+            attempt, inf when non-finite, when the policy uses it (``policy.needs_grad_absmax``,
+            e.g. ``HeadroomScale``); None for other policies (not measured, to save a pass).
+        loss_finite (bool or None): whether every accumulation round's loss was finite (False
+            on any worker makes it False everywhere); None when not read: the loss is read on
+            every round when ``accum_grad > 1`` and otherwise only when gradients are
+            non-finite, so a finite step with ``accum_grad == 1`` leaves it None.
+        attempts (int): forward/backward attempts (1 unless ``on_overflow="retry"`` retried).
+    """
+
+    step: int
+    scale: float
+    update_applied: bool
+    new_scale: float
+    grad_absmax: float | None
+    loss_finite: bool | None
+    attempts: int
