@@ -24,12 +24,8 @@ import zipfile
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from sim.run import (
-    format_value,
-    markdown_table,
-    simulate,
-    simulate_many,
-)
+from sim.run import simulate, simulate_many
+from sim.tables import format_value, markdown_table
 from sim.traces import FAMILIES, Trace, make_trace
 from updater.presets import PRESETS, make_policy, setting_types
 

@@ -21,8 +21,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from sim.fp16 import representable_window, sweep
-from sim.run import RunResult, flushed_share
+from sim.run import RunResult
 from sim.traces import EXP_MIN, NBINS, Trace
+from sim.underflow import flushed_share
 from updater.float16 import FP16_OVERFLOW
 
 DPI = 100

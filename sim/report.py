@@ -17,7 +17,8 @@ import numpy as np
 
 from sim import plots
 from sim.fp16 import classify
-from sim.run import format_value, markdown_table, simulate_many
+from sim.run import simulate_many
+from sim.tables import format_value, markdown_table
 from sim.traces import (
     FAMILIES,
     SSD_ZERO_SHARE,

@@ -31,30 +31,25 @@ Seeds (why many runs differ). Run ``r`` multiplies every gradient of step ``t`` 
 ``numpy.random.default_rng(seed)``: batch-to-batch variation of the gradient's overall size on
 top of the trace. With ``jitter=0`` every run sees the trace exactly and all runs are equal.
 
-Underflow share (binade approximation). A trace stores counts per binade ``e`` (values in
-``[2**e, 2**(e+1))``). At a power-of-two effective scale ``2**k`` binade ``e`` moves to
-``e + k`` and is counted as flushed iff ``e + k <= -26``; binade -25 is counted as surviving
-(float16 rounds (2**-25, 2**-24) up to 2**-24; only the exact tie 2**-25 flushes, ignored here).
-For an effective scale ``2**x`` that is not a power of two (jitter, or scales such as 3.0) the
-share is interpolated linearly in ``x`` between ``floor(x)`` and ``floor(x) + 1``, which is exact
-when values are log-uniform inside each binade. The share counts only nonzero finite values.
+Underflow shares come from :mod:`sim.underflow`, metrics from :mod:`sim.metrics`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
+from sim.metrics import run_metrics, summarize
+from sim.underflow import flushed_share
 from updater.checks import check_int, check_number
-from updater.float16 import FP16_FLUSH_BINADE, FP16_OVERFLOW
+from updater.float16 import FP16_OVERFLOW
 from updater.policy import largest_safe_scale
 from updater.presets import PRESETS
-from updater.trace import EXP_MIN, NBINS, Trace
+from updater.trace import Trace
 
 
 @dataclass
@@ -147,54 +142,6 @@ def jitter_factors(steps: int, runs: int, seed: int = 0, jitter: float = 0.25) -
         return np.ones((steps, 1))
     z = np.random.default_rng(seed).standard_normal((runs, steps), dtype=np.float32)
     return np.exp2(jitter * z.T.astype(np.float64))  # run r's noise: row r of z
-
-
-def flushed_table(trace: Trace) -> np.ndarray:
-    """Cumulative share table ``F (steps, NBINS + 1)``: ``F[t, i]`` is the share of step ``t``'s
-    nonzero values in bins below ``i`` (0 for a step without nonzero values)."""
-    _check_trace(trace)
-    counts = trace.counts
-    total = counts.sum(axis=1, keepdims=True)
-    cum = np.concatenate([np.zeros((trace.steps, 1)), np.cumsum(counts, axis=1)], axis=1)
-    return cum / np.maximum(total, 1)
-
-
-def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.ndarray:
-    """Share of nonzero values flushed to zero at effective ``scale``, per step (binade model).
-
-    Args:
-        trace (Trace): the trace.
-        scale (float or array broadcastable to (steps, runs)): effective scale per step (the
-            loss scale times any jitter factor); 0 means everything is flushed.
-        table (array, optional): :func:`flushed_table` of ``trace``, to reuse.
-
-    Returns:
-        float64 array of shares in [0, 1] with the broadcast shape of ``scale`` against
-        ``(steps, 1)`` (a 1-D ``scale`` of length steps gives ``(steps,)``).
-
-    >>> from updater.trace import Trace, binade_histogram
-    >>> t = Trace.from_steps([[2.0**-30, 2.0**-27, 2.0**-20, 1.0]])
-    >>> flushed_share(t, 1.0).tolist(), flushed_share(t, 8.0).tolist()
-    ([0.5], [0.25])
-    """
-    table = flushed_table(trace) if table is None else table
-    s = np.asarray(scale, dtype=np.float64)
-    one_d = s.ndim <= 1
-    s2 = s.reshape(-1, 1) if one_d else s
-    steps = trace.steps
-    shape = np.broadcast_shapes(s2.shape, (steps, 1))
-    with np.errstate(divide="ignore"):
-        pos = FP16_FLUSH_BINADE - EXP_MIN - np.log2(s2)
-    # bins below index FP16_FLUSH_BINADE - k - EXP_MIN are flushed at scale 2**k; a fractional
-    # index interpolates
-    pos = np.clip(np.broadcast_to(pos, shape), 0.0, float(NBINS))
-    i0 = pos.astype(np.int64)  # floor, as pos >= 0
-    frac = pos - i0
-    i0 += (np.arange(steps, dtype=np.int64) * (NBINS + 1))[:, None]
-    step_up = np.zeros_like(table)
-    step_up[:, :-1] = np.diff(table, axis=1)  # F[i + 1] - F[i]; 0 past the last edge
-    share = table.ravel().take(i0) + frac * step_up.ravel().take(i0)
-    return share[:, 0] if one_d else share
 
 
 # ---------------------------------------------------------------- the simulation
@@ -349,66 +296,6 @@ def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunRes
     )
 
 
-def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str, np.ndarray]:
-    """Per-run metrics from (steps, runs) trajectories.
-
-    - ``overflows``: steps that overflowed (recorded overflows included; bad batches not
-      counted, even when their gradients would overflow too);
-    - ``skipped``: steps skipped for any reason (overflow or bad batch);
-    - ``mean_flushed``: share of nonzero values flushed to zero, averaged over applied steps
-      (NaN if every step was skipped);
-    - ``signal_lost``: share of nonzero gradient values that never reach an update, averaged
-      over all steps (a skipped step loses all of them, an applied step its flushed share);
-    - ``steps_to_safe``: steps before the scale is first within a factor 2 of the largest safe
-      scale (``safe / 2 <= scale <= 2 * safe``); NaN if never;
-    - ``below_half_safe``: share of steps with ``scale < safe / 2``.
-    """
-    steps = scale.shape[0]
-    n_skipped = skipped.sum(axis=0)
-    n_applied = steps - n_skipped
-    flushed_applied = np.where(skipped, 0.0, flushed).sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_flushed = flushed_applied / n_applied
-        ratio = scale / safe
-    within = (ratio >= 0.5) & (ratio <= 2.0)
-    first = np.argmax(within, axis=0)
-    reached = within[first, np.arange(scale.shape[1])]
-    return {
-        "overflows": (overflow & ~np.asarray(nonfinite)[:, None]).sum(axis=0),
-        "skipped": n_skipped,
-        "mean_flushed": mean_flushed,
-        "signal_lost": (flushed_applied + n_skipped) / steps,
-        "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
-        "below_half_safe": (ratio < 0.5).sum(axis=0) / steps,
-    }
-
-
-def summarize(metrics: Dict[str, np.ndarray], steps: int, **labels) -> Dict[str, Any]:
-    """Average per-run metrics into one row.
-
-    Means over runs for counts and shares; the median for ``steps_to_safe`` over runs that got
-    there (``never_safe`` counts the others) and the median of ``final_scale``.
-    """
-    to_safe = metrics["steps_to_safe"]
-    got = to_safe[~np.isnan(to_safe)]
-    row = dict(labels)
-    row.update(
-        steps=steps,
-        runs=int(to_safe.size),
-        overflows=float(np.mean(metrics["overflows"])),
-        skipped=float(np.mean(metrics["skipped"])),
-        mean_flushed=float(np.nanmean(metrics["mean_flushed"]))
-        if np.isfinite(metrics["mean_flushed"]).any()
-        else math.nan,
-        signal_lost=float(np.mean(metrics["signal_lost"])),
-        steps_to_safe=float(np.median(got)) if got.size else math.nan,
-        never_safe=int(to_safe.size - got.size),
-        below_half_safe=float(np.mean(metrics["below_half_safe"])),
-        final_scale=float(np.median(metrics["final_scale"])),
-    )
-    return row
-
-
 def stack_policies(policies: Sequence, runs: int = 1):
     """One policy object whose settings are arrays: policy ``i``'s settings fill runs
     ``i * runs`` to ``(i + 1) * runs - 1``.
@@ -528,71 +415,3 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
             state = policy.update(state, bool(finite), a if policy.needs_grad_absmax else None)
         scale[trace.steps, r] = float(state.scale)
     return scale, overflow
-
-
-# ---------------------------------------------------------------- policy choice and tables
-
-
-def format_value(value, digits: int = 3, name: str | None = None) -> str:
-    """Format a table cell or a setting as people write it.
-
-    Strings stay as they are, bools print as ``True``/``False``, ints as ints and NaN as
-    ``n/a``. A float named as a scale (``scale``, ``*_scale``, ``*_factor``, ``safe_*``,
-    ``margin``) that is a power of two ``2**k`` with ``|k| >= 4`` prints as ``2^k``; any other
-    float prints as an integer when it is one and else to ``digits`` significant digits, so
-    counts (overflows, skipped steps, steps) never print as powers of two. Without a ``name``
-    the value is taken for a scale.
-
-    Args:
-        value: the value (str, bool, int, float or NumPy scalar).
-        digits (int, default 3): significant digits of non-integral floats.
-        name (str, optional): what the value is (a column or setting name).
-
-    >>> format_value(16.0, name="overflows"), format_value(16.0, name="final_scale")
-    ('16', '2^4')
-    >>> format_value(2.0**-24, name="min_scale"), format_value(0.5, name="backoff_factor")
-    ('2^-24', '0.5')
-    >>> format_value(2000, name="growth_interval"), format_value(21.59, name="skipped")
-    ('2000', '21.6')
-    """
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    v = float(value)
-    if math.isnan(v):
-        return "n/a"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    scale = name is None or (
-        name == "scale"
-        or name.endswith(("_scale", "_factor"))
-        or name.startswith("safe_")
-        or name == "margin"
-    )
-    if scale and v > 0 and math.frexp(v)[0] == 0.5 and abs(math.log2(v)) >= 4:
-        return f"2^{int(math.log2(v))}"
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
-    return f"{v:.{digits}g}"
-
-
-def markdown_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None) -> str:
-    """A markdown table of ``rows`` (dicts) restricted to ``columns``.
-
-    Cells go through :func:`format_value` with the column as ``name``: scale columns show
-    powers of two as ``2^k``, counts show as integers.
-
-    >>> print(markdown_table([{"skipped": 16.0, "final_scale": 16.0}], ["skipped", "final_scale"]))
-    | skipped | final_scale |
-    |---|---|
-    | 16 | 2^4 |
-    """
-    headers = list(headers or columns)
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in rows:
-        cells = (format_value(row.get(c, ""), name=c) for c in columns)
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)

@@ -20,7 +20,8 @@ import pytest
 from sim.cli import StageProgress, main, memory_estimate
 from sim.fp16 import classify
 from sim.report import QUICK, build_report, choose
-from sim.run import format_value, markdown_table, simulate, simulate_many
+from sim.run import simulate, simulate_many
+from sim.tables import format_value, markdown_table
 from sim.traces import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from updater.presets import PRESETS, make_policy
 

@@ -8,16 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.fp16 import classify
+from sim.metrics import run_metrics
 from sim.run import (
-    flushed_share,
     jitter_factors,
-    run_metrics,
     simulate,
     simulate_many,
     simulate_scalar,
     stack_policies,
 )
 from sim.traces import make_trace
+from sim.underflow import flushed_share
 from updater.float16 import FP16_OVERFLOW
 from updater.policy import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 from updater.presets import PRESETS, make_policy

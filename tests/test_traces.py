@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from sim.fp16 import classify
-from sim.run import flushed_share
 from sim.traces import (
     FAMILIES,
     SSD_ZERO_SHARE,
@@ -20,6 +19,7 @@ from sim.traces import (
     ssd_binade_shares,
     ssd_trace,
 )
+from sim.underflow import flushed_share
 from updater.trace import EXP_MAX, EXP_MIN, FORMAT_VERSION, NBINS, Trace, binade_histogram
 
 STEPS = 400

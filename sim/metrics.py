@@ -1,0 +1,68 @@
+"""Per-run metrics of a simulated run, and their average over runs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict
+
+import numpy as np
+
+
+def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str, np.ndarray]:
+    """Per-run metrics from (steps, runs) trajectories.
+
+    - ``overflows``: steps that overflowed (recorded overflows included; bad batches not
+      counted, even when their gradients would overflow too);
+    - ``skipped``: steps skipped for any reason (overflow or bad batch);
+    - ``mean_flushed``: share of nonzero values flushed to zero, averaged over applied steps
+      (NaN if every step was skipped);
+    - ``signal_lost``: share of nonzero gradient values that never reach an update, averaged
+      over all steps (a skipped step loses all of them, an applied step its flushed share);
+    - ``steps_to_safe``: steps before the scale is first within a factor 2 of the largest safe
+      scale (``safe / 2 <= scale <= 2 * safe``); NaN if never;
+    - ``below_half_safe``: share of steps with ``scale < safe / 2``.
+    """
+    steps = scale.shape[0]
+    n_skipped = skipped.sum(axis=0)
+    n_applied = steps - n_skipped
+    flushed_applied = np.where(skipped, 0.0, flushed).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_flushed = flushed_applied / n_applied
+        ratio = scale / safe
+    within = (ratio >= 0.5) & (ratio <= 2.0)
+    first = np.argmax(within, axis=0)
+    reached = within[first, np.arange(scale.shape[1])]
+    return {
+        "overflows": (overflow & ~np.asarray(nonfinite)[:, None]).sum(axis=0),
+        "skipped": n_skipped,
+        "mean_flushed": mean_flushed,
+        "signal_lost": (flushed_applied + n_skipped) / steps,
+        "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
+        "below_half_safe": (ratio < 0.5).sum(axis=0) / steps,
+    }
+
+
+def summarize(metrics: Dict[str, np.ndarray], steps: int, **labels) -> Dict[str, Any]:
+    """Average per-run metrics into one row.
+
+    Means over runs for counts and shares; the median for ``steps_to_safe`` over runs that got
+    there (``never_safe`` counts the others) and the median of ``final_scale``.
+    """
+    to_safe = metrics["steps_to_safe"]
+    got = to_safe[~np.isnan(to_safe)]
+    row = dict(labels)
+    row.update(
+        steps=steps,
+        runs=int(to_safe.size),
+        overflows=float(np.mean(metrics["overflows"])),
+        skipped=float(np.mean(metrics["skipped"])),
+        mean_flushed=float(np.nanmean(metrics["mean_flushed"]))
+        if np.isfinite(metrics["mean_flushed"]).any()
+        else math.nan,
+        signal_lost=float(np.mean(metrics["signal_lost"])),
+        steps_to_safe=float(np.median(got)) if got.size else math.nan,
+        never_safe=int(to_safe.size - got.size),
+        below_half_safe=float(np.mean(metrics["below_half_safe"])),
+        final_scale=float(np.median(metrics["final_scale"])),
+    )
+    return row

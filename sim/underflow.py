@@ -1,0 +1,66 @@
+"""How much of a trace's gradient signal float16 flushes to zero at a given scale.
+
+Underflow share (binade approximation). A trace stores counts per binade ``e`` (values in
+``[2**e, 2**(e+1))``). At a power-of-two effective scale ``2**k`` binade ``e`` moves to
+``e + k`` and is counted as flushed iff ``e + k <= -26``; binade -25 is counted as surviving
+(float16 rounds (2**-25, 2**-24) up to 2**-24; only the exact tie 2**-25 flushes, ignored here).
+For an effective scale ``2**x`` that is not a power of two (jitter, or scales such as 3.0) the
+share is interpolated linearly in ``x`` between ``floor(x)`` and ``floor(x) + 1``, which is exact
+when values are log-uniform inside each binade. The share counts only nonzero finite values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from updater.float16 import FP16_FLUSH_BINADE
+from updater.trace import EXP_MIN, NBINS, Trace
+
+
+def flushed_table(trace: Trace) -> np.ndarray:
+    """Cumulative share table ``F (steps, NBINS + 1)``: ``F[t, i]`` is the share of step ``t``'s
+    nonzero values in bins below ``i`` (0 for a step without nonzero values)."""
+    if not isinstance(trace, Trace):
+        raise TypeError(f"trace must be an updater.trace.Trace, got {type(trace).__name__}")
+    counts = trace.counts
+    total = counts.sum(axis=1, keepdims=True)
+    cum = np.concatenate([np.zeros((trace.steps, 1)), np.cumsum(counts, axis=1)], axis=1)
+    return cum / np.maximum(total, 1)
+
+
+def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.ndarray:
+    """Share of nonzero values flushed to zero at effective ``scale``, per step (binade model).
+
+    Args:
+        trace (Trace): the trace.
+        scale (float or array broadcastable to (steps, runs)): effective scale per step (the
+            loss scale times any jitter factor); 0 means everything is flushed.
+        table (array, optional): :func:`flushed_table` of ``trace``, to reuse.
+
+    Returns:
+        float64 array of shares in [0, 1] with the broadcast shape of ``scale`` against
+        ``(steps, 1)`` (a 1-D ``scale`` of length steps gives ``(steps,)``).
+
+    >>> from updater.trace import Trace, binade_histogram
+    >>> t = Trace.from_steps([[2.0**-30, 2.0**-27, 2.0**-20, 1.0]])
+    >>> flushed_share(t, 1.0).tolist(), flushed_share(t, 8.0).tolist()
+    ([0.5], [0.25])
+    """
+    table = flushed_table(trace) if table is None else table
+    s = np.asarray(scale, dtype=np.float64)
+    one_d = s.ndim <= 1
+    s2 = s.reshape(-1, 1) if one_d else s
+    steps = trace.steps
+    shape = np.broadcast_shapes(s2.shape, (steps, 1))
+    with np.errstate(divide="ignore"):
+        pos = FP16_FLUSH_BINADE - EXP_MIN - np.log2(s2)
+    # bins below index FP16_FLUSH_BINADE - k - EXP_MIN are flushed at scale 2**k; a fractional
+    # index interpolates
+    pos = np.clip(np.broadcast_to(pos, shape), 0.0, float(NBINS))
+    i0 = pos.astype(np.int64)  # floor, as pos >= 0
+    frac = pos - i0
+    i0 += (np.arange(steps, dtype=np.int64) * (NBINS + 1))[:, None]
+    step_up = np.zeros_like(table)
+    step_up[:, :-1] = np.diff(table, axis=1)  # F[i + 1] - F[i]; 0 past the last edge
+    share = table.ravel().take(i0) + frac * step_up.ravel().take(i0)
+    return share[:, 0] if one_d else share
