@@ -24,9 +24,11 @@ import zipfile
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from sim.provenance import current_commit
 from sim.run import simulate, simulate_many
 from sim.tables import format_value, markdown_table
 from sim.traces import FAMILIES, Trace, make_trace
+from updater.files import atomic_write_text
 from updater.presets import PRESETS, make_policy, setting_types
 
 POLICY_HELP = (
@@ -547,11 +549,12 @@ def _cmd_report(parser, args) -> int:
 
 def _cmd_train(parser, args) -> int:
     _check_output_dir(parser, "--out", args.out)
+    import sim.demo as demo
+
     try:
-        import updater.demo as demo
+        demo.load_data(args.seed)  # needs scikit-learn: say so before any work
     except ImportError as e:
-        print(f"dls train needs nnabla and updater.demo: {e}", file=sys.stderr)
-        return 1
+        parser.error(str(e))
     with StageProgress("train") as progress:
         rows = demo.run_comparison(
             steps=args.steps, seed=args.seed, out_dir=args.out, progress=progress
@@ -559,11 +562,13 @@ def _cmd_train(parser, args) -> int:
     table = demo.format_table(rows)
     print(table)
     path = Path(args.out) / "train.md"
-    path.write_text(
+    atomic_write_text(
+        path,
         f"# `dls train --steps {args.steps} --seed {args.seed}`\n\n"
+        f"Generated at commit {current_commit()}. "
         "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways; the time "
         "column is wall time on the machine that ran it, not a benchmark.\n\n"
-        f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n"
+        f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n",
     )
     print(f"wrote {path}")
     return 0

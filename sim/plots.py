@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter
 from sim.fp16 import representable_window, sweep
 from sim.run import RunResult
 from sim.traces import EXP_MIN, NBINS, Trace
-from sim.underflow import flushed_share
+from sim.underflow import pooled_flushed_share
 from updater.float16 import FP16_OVERFLOW
 
 DPI = 100
@@ -435,14 +435,7 @@ def underflow_curve(source, exponents: Sequence[int]) -> np.ndarray:
     """
     k = np.asarray(list(exponents), dtype=np.int64)
     if isinstance(source, Trace):
-        pooled = Trace(
-            source.counts.sum(axis=0, keepdims=True),
-            [source.zeros.sum()],
-            [source.absmax.max()],
-            [False],
-            name=source.name,
-        )
-        return np.array([flushed_share(pooled, 2.0 ** int(e))[0] for e in k])
+        return pooled_flushed_share(source, np.exp2(k.astype(np.float64)))
     result = sweep(source, k)
     nonzero = result.counts(int(k[0])).nonzero_in if k.size else 0
     return np.asarray(result.flushed, dtype=np.float64) / max(nonzero, 1)

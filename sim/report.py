@@ -26,10 +26,10 @@ from sim.traces import (
     sample_values,
     ssd_binade_shares,
 )
-from updater.float16 import FP16_FLUSH_BINADE
+from sim.underflow import pooled_flushed_share
 from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
 from updater.presets import PRESETS
-from updater.trace import EXP_MIN, Trace
+from updater.trace import Trace
 
 COMPARED = ("nnabla-legacy", "pytorch", "deepspeed", "dynamic", "headroom")
 """Presets compared on every family."""
@@ -96,12 +96,6 @@ def _traces(config: ReportConfig) -> Dict[str, Trace]:
     return {f: make_trace(f, steps=config.steps, seed=config.seed) for f in FAMILIES}
 
 
-def _flushed_pooled(trace: Trace, scale: float) -> float:
-    counts = trace.counts.sum(axis=0)
-    edge = int(np.clip(FP16_FLUSH_BINADE - math.log2(scale) - EXP_MIN, 0, counts.size))
-    return float(counts[:edge].sum() / max(counts.sum(), 1))
-
-
 def family_rows(traces: Dict[str, Trace]) -> List[Dict[str, Any]]:
     """One row per trace: safe scale at the start/end, flushed shares, bad steps."""
     rows = []
@@ -114,9 +108,9 @@ def family_rows(traces: Dict[str, Trace]) -> List[Dict[str, Any]]:
                 "what": FAMILY_NOTES.get(name, ""),
                 "safe_first": float(np.median(safe[:tenth])),
                 "safe_last": float(np.median(safe[-tenth:])),
-                "flushed_1": _pct(_flushed_pooled(t, 1.0)),
-                "flushed_8": _pct(_flushed_pooled(t, 8.0)),
-                "flushed_32k": _pct(_flushed_pooled(t, 2.0**15)),
+                "flushed_1": _pct(pooled_flushed_share(t, 1.0)),
+                "flushed_8": _pct(pooled_flushed_share(t, 8.0)),
+                "flushed_32k": _pct(pooled_flushed_share(t, 2.0**15)),
                 "bad_steps": int(t.nonfinite.sum()),
             }
         )

@@ -47,10 +47,15 @@ def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.nd
     ([0.5], [0.25])
     """
     table = flushed_table(trace) if table is None else table
+    return flushed_share_of_table(table, scale)
+
+
+def flushed_share_of_table(table: np.ndarray, scale) -> np.ndarray:
+    """:func:`flushed_share` from a cumulative share table (one row per step)."""
     s = np.asarray(scale, dtype=np.float64)
     one_d = s.ndim <= 1
     s2 = s.reshape(-1, 1) if one_d else s
-    steps = trace.steps
+    steps = table.shape[0]
     shape = np.broadcast_shapes(s2.shape, (steps, 1))
     with np.errstate(divide="ignore"):
         pos = FP16_FLUSH_BINADE - EXP_MIN - np.log2(s2)
@@ -64,3 +69,24 @@ def flushed_share(trace: Trace, scale, table: np.ndarray | None = None) -> np.nd
     step_up[:, :-1] = np.diff(table, axis=1)  # F[i + 1] - F[i]; 0 past the last edge
     share = table.ravel().take(i0) + frac * step_up.ravel().take(i0)
     return share[:, 0] if one_d else share
+
+
+def pooled_flushed_share(trace: Trace, scale) -> np.ndarray:
+    """Share of all the trace's nonzero values (every step pooled) flushed at ``scale``.
+
+    Args:
+        trace (Trace): the trace.
+        scale (float or array of floats > 0): effective scale(s).
+
+    Returns:
+        float64 array with the shape of ``scale``.
+
+    >>> from updater.trace import Trace
+    >>> t = Trace.from_steps([[2.0**-30, 2.0**-27], [2.0**-20, 1.0]])
+    >>> pooled_flushed_share(t, [1.0, 8.0]).tolist()
+    [0.5, 0.25]
+    """
+    counts = trace.counts.sum(axis=0, keepdims=True)
+    cum = np.concatenate([[0.0], np.cumsum(counts[0])]) / max(counts.sum(), 1)
+    s = np.asarray(scale, dtype=np.float64)
+    return flushed_share_of_table(cum[None, :], s.reshape(-1)).reshape(s.shape)

@@ -212,7 +212,7 @@ def test_choose_rule_prefers_current_defaults_on_ties():
 @pytest.mark.nnabla
 def test_train_runs_the_demo(tmp_path, capsys):
     pytest.importorskip("nnabla")
-    pytest.importorskip("updater.demo")
+    pytest.importorskip("sim.demo")
     assert main(["train", "--steps", "3", "--seed", "1", "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "| variant |" in out and "float16 + this updater" in out
@@ -542,3 +542,21 @@ def test_venv_sh_rebuilds_a_venv_of_the_wrong_or_a_broken_python(
     )
     assert version.stdout.strip() == "3.10"
     assert (checkout / "pip.log").read_text().count("-e .[test,mpi,dev]") == 2
+
+
+def test_train_without_scikit_learn_says_what_to_install(tmp_path):
+    """The digits demo's one extra dependency: a one-line error before any work."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['sklearn'] = None  # as if scikit-learn were not installed\n"
+        "from sim.cli import main\n"
+        f"main(['train', '--steps', '5', '--out', {str(tmp_path)!r}])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "pip install 'nnabla-dls[demo]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

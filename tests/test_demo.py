@@ -6,7 +6,7 @@ import matplotlib.image as mpimg
 import nnabla as nn
 import pytest
 
-from updater.demo import PLOT_NAME, VARIANTS, format_table, load_data, run_comparison
+from sim.demo import PLOT_NAME, VARIANTS, format_table, load_data, run_comparison
 
 pytestmark = [pytest.mark.nnabla, pytest.mark.slow]
 

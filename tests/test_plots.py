@@ -67,7 +67,7 @@ def ssd():
 
 def test_importing_changes_no_matplotlib_setting():
     code = (
-        "import sys, matplotlib; import sim.plots, updater.demo; "
+        "import sys, matplotlib; import sim.plots, sim.demo; "
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
         "assert 'matplotlib.pyplot' not in sys.modules"
     )
@@ -329,7 +329,7 @@ def test_functions_draw_on_a_given_axes(tmp_path):
 
 
 def test_demo_plot_draws_the_float16_max_at_65504(tmp_path):
-    from updater.demo import plot_scale_trajectories
+    from sim.demo import plot_scale_trajectories
 
     scales = [2.0**10] * 5 + [2.0**16, 2.0**15, 2.0**15]
     rows = [

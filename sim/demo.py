@@ -32,7 +32,7 @@ from typing import Dict, List, Union
 
 import numpy as np
 
-from .checks import check_int, check_positive
+from updater.checks import check_int, check_positive
 
 LOSS_WEIGHT = 2.0**-19
 HIDDEN = 64
@@ -60,7 +60,13 @@ def load_data(seed: int = 0):
     Returns:
         ``(x_train, y_train, x_test, y_test)`` as float32 / int arrays.
     """
-    from sklearn.datasets import load_digits
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as e:
+        raise ImportError(
+            "the digits demo needs scikit-learn (its bundled 8x8 digits): "
+            "pip install 'nnabla-dls[demo]'"
+        ) from e
 
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(np.float32)
@@ -109,8 +115,7 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight) -
     )
     from tqdm import tqdm
 
-    from .context import get_context
-    from .updater import DynamicLossScalingUpdater
+    from updater import DynamicLossScalingUpdater, get_context
 
     x_train, y_train, x_test, y_test = data
     ctx = get_context("cpu:float" if key == "float32" else "cpu:half")
