@@ -33,6 +33,7 @@ from typing import Dict, List, Union
 import numpy as np
 
 from updater.checks import check_int, check_positive
+from updater.float16 import FP16_MAX
 
 LOSS_WEIGHT = 2.0**-19
 HIDDEN = 64
@@ -229,11 +230,9 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
         matplotlib.figure.Figure: the figure drawn (built directly: no pyplot, no backend
         switch).
     """
-    from matplotlib.figure import Figure
+    from sim.plot_common import new_axes, save_figure
 
-    if ax is None:
-        ax = Figure(figsize=(8, 4.5), dpi=100, layout="constrained").add_subplot()
-    fig = ax.figure
+    fig, ax = new_axes(ax, (8, 4.5))
     styles = {"float16 + nnabla updater": ("tab:red", "--"), "float16 + this updater": ("k", "-")}
     for row in rows:
         if row["variant"] not in styles:
@@ -247,7 +246,7 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
             what = "batch dropped, new one fed" if "nnabla" in row["variant"] else "step skipped"
             ax.plot(at + 1, log2[at], "x", color=color, markersize=7,
                     label=f"overflow ({what})")  # fmt: skip
-    top = math.log2(65504.0)  # 15.9993: on this axis it sits on 16, so the label says so
+    top = math.log2(FP16_MAX)  # 15.9993: on this axis it sits on 16, so the label says so
     ax.axhline(top, color="tab:gray", linewidth=1, linestyle=":")
     ax.text(0.01, top - 0.08, f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
             transform=ax.get_yaxis_transform(), color="tab:gray", fontsize=8, va="top")  # fmt: skip
@@ -257,7 +256,7 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(True, alpha=0.3)
     if path is not None:
-        fig.savefig(path)
+        save_figure(fig, path)
     return fig
 
 

@@ -1,11 +1,72 @@
-"""Per-run metrics of a simulated run, and their average over runs."""
+"""Per-run metrics of a simulated run, their average over runs, and what each one is called.
+
+:data:`METRICS` is the one list of summary metrics: their order in tables, their short table
+heads, their long labels (figure axes and titles) and their kind, which says how to print them.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Dict
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How people read one summary metric.
+
+    Attributes:
+        head (str): short column head (report tables).
+        label (str): long label (figure axes and titles).
+        kind (str): ``"count"`` (mean over runs), ``"share"`` (in [0, 1], printed as a
+            percentage), ``"steps"`` (a median step count) or ``"scale"`` (a loss scale).
+        lower_is_better (bool): whether a lower value is better.
+        per_run (bool, default True): :attr:`sim.run.RunResult.metrics` holds one value per
+            run (else the metric exists only in the summary row).
+    """
+
+    head: str
+    label: str
+    kind: str
+    lower_is_better: bool
+    per_run: bool = True
+
+
+METRICS: Dict[str, Metric] = {
+    "overflows": Metric("overflows", "overflows per run", "count", True),
+    "skipped": Metric("skipped", "skipped steps per run", "count", True),
+    "mean_flushed": Metric(
+        "flushed (applied steps)",
+        "share of nonzero values flushed (applied steps)",
+        "share",
+        True,
+    ),
+    "signal_lost": Metric(
+        "signal lost", "share of gradient values lost (skips + underflow)", "share", True
+    ),
+    "steps_to_safe": Metric(
+        "steps to 2x of safe (median)",
+        "steps until within 2x of the safe scale (median)",
+        "steps",
+        True,
+    ),
+    "never_safe": Metric(
+        "runs never there", "runs never within 2x of the safe scale", "count", True, False
+    ),
+    "below_half_safe": Metric(
+        "steps below safe/2", "share of steps below half the safe scale", "share", True
+    ),
+    "final_scale": Metric("final scale (median)", "final scale (median)", "scale", False),
+}
+"""The summary metrics of :func:`summarize`, in table order (an ordered mapping)."""
+
+SUMMARY_COLUMNS = ("label", "trace", "runs", *METRICS)
+"""Columns of a summary table: what ran, then every metric."""
+
+SHARES = tuple(name for name, m in METRICS.items() if m.kind == "share")
+"""Metrics printed as percentages."""
 
 
 def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str, np.ndarray]:

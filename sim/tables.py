@@ -1,9 +1,10 @@
-"""Numbers and tables as people read them (markdown)."""
+"""Numbers, settings and tables as people read them (markdown), and notes on cells that
+could not be measured."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
 
@@ -54,6 +55,34 @@ def format_value(value, digits: int = 3, name: str | None = None) -> str:
     return f"{v:.{digits}g}"
 
 
+def format_percent(value, digits: int = 3) -> str:
+    """A share in [0, 1] as a percentage to ``digits`` significant digits; None or NaN print
+    as ``n/a``.
+
+    >>> format_percent(0.6321), format_percent(0.6321, digits=4), format_percent(float("nan"))
+    ('63.2%', '63.21%', 'n/a')
+    """
+    if value is None or math.isnan(value):
+        return "n/a"
+    return f"{100 * value:.{digits}g}%"
+
+
+def with_percents(
+    rows: Iterable[Dict[str, Any]], columns: Iterable[str], digits: int = 3
+) -> List[Dict[str, Any]]:
+    """Copies of ``rows`` whose numeric ``columns`` (shares) are percentage strings
+    (:func:`format_percent`); other cells and missing columns stay as they are."""
+    columns = list(columns)
+    out = []
+    for row in rows:
+        row = dict(row)
+        for c in columns:
+            if c in row and isinstance(row[c], (float, int, np.floating, np.integer)):
+                row[c] = format_percent(row[c], digits)
+        out.append(row)
+    return out
+
+
 def markdown_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None) -> str:
     """A markdown table of ``rows`` (dicts) restricted to ``columns``.
 
@@ -71,3 +100,39 @@ def markdown_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], heade
         cells = (format_value(row.get(c, ""), name=c) for c in columns)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def describe_policy(name: str, policy, swept: Sequence[str] = ()) -> str:
+    """``dynamic = DynamicScale(init_scale=2^15, ...)``, values as people write them.
+
+    Args:
+        name (str): the preset or class name the policy was made from.
+        policy: the policy (its ``settings()`` are listed).
+        swept (sequence of str, default ()): settings shown as ``<grid>`` (a sweep's axes).
+
+    >>> from updater.presets import make_policy
+    >>> describe_policy("static", make_policy("static", scale=2.0**10))
+    'static = StaticScale(scale=2^10)'
+    """
+    cls = type(policy).__name__
+    parts = [
+        f"{k}=<grid>" if k in swept else f"{k}={format_value(v, name=k)}"
+        for k, v in policy.settings().items()
+    ]
+    head = cls if name == cls else f"{name} = {cls}"
+    return f"{head}({', '.join(parts)})"
+
+
+def na_notes(rows: List[Dict[str, object]]) -> List[str]:
+    """One line for each metric some row could not measure (``n/a``), saying why."""
+    notes = []
+    if any(r["mean_flushed"] != r["mean_flushed"] for r in rows):
+        notes.append(
+            "mean_flushed n/a: every step of every run was skipped (overflow or bad batch), so "
+            "no applied step had values to flush; signal_lost counts those steps as lost."
+        )
+    if any(r["steps_to_safe"] != r["steps_to_safe"] for r in rows):
+        notes.append(
+            "steps_to_safe n/a: no run came within a factor 2 of the safe scale (never_safe)."
+        )
+    return notes

@@ -305,8 +305,7 @@ def ssd_trace(
     """A stationary trace calibrated to the Multibox SSD activation gradients.
 
     Calibrated to Micikevicius et al., "Mixed Precision Training" (ICLR 2018), Fig. 3 and
-    Sec. 3.2, and NVIDIA's mixed-precision training guide as relayed in
-    ``reference/other-loss-scalers.md``:
+    Sec. 3.2, and NVIDIA's mixed-precision training guide (its SSD histogram discussion):
 
     - 66.8% of values are exact zeros (the paper: 67%);
     - a float16 cast at scale 1 flushes 94.7% of the nonzero values (31.4% of all values, "another

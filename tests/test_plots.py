@@ -1,5 +1,6 @@
-"""Figures of sim/plots.py (and the demo's): what each draws, checked on its artists, and that
-it renders to a real file of the expected size and format."""
+"""Figures of sim/plot_runs.py, sim/plot_gradients.py and the demo, and the figure files of
+sim/plot_common.py: what each draws, checked on its artists, and that it renders to a real file
+of the expected size and format."""
 
 import math
 import os
@@ -12,7 +13,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from sim import plots
+from sim import plot_common, plot_gradients, plot_runs
 from sim.run import simulate, simulate_many
 from sim.traces import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from updater.float16 import FP16_OVERFLOW
@@ -67,7 +68,8 @@ def ssd():
 
 def test_importing_changes_no_matplotlib_setting():
     code = (
-        "import sys, matplotlib; import sim.plots, sim.demo; "
+        "import sys, matplotlib; import sim.plot_common, sim.plot_gradients, sim.plot_runs; "
+        "import sim.demo; "
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
         "assert 'matplotlib.pyplot' not in sys.modules"
     )
@@ -79,8 +81,8 @@ def test_importing_changes_no_matplotlib_setting():
     "name,fmt", [("t.png", "png"), ("T.PDF", "pdf"), ("t.svg", "svg"), ("t.jpg", "jpg")]
 )
 def test_check_figure_path_accepts_matplotlib_formats(tmp_path, name, fmt):
-    assert fmt in plots.figure_formats()
-    assert plots.check_figure_path(tmp_path / name) == fmt
+    assert fmt in plot_common.figure_formats()
+    assert plot_common.check_figure_path(tmp_path / name) == fmt
 
 
 @pytest.mark.parametrize(
@@ -89,29 +91,29 @@ def test_check_figure_path_accepts_matplotlib_formats(tmp_path, name, fmt):
 )
 def test_check_figure_path_rejects_other_extensions(tmp_path, name, fragment):
     with pytest.raises(ValueError, match=fragment) as err:
-        plots.check_figure_path(tmp_path / name)
+        plot_common.check_figure_path(tmp_path / name)
     assert "png" in str(err.value) and "pdf" in str(err.value)
     assert "\n" not in str(err.value)  # one line for the CLI
 
 
 def test_check_figure_path_rejects_a_missing_folder_and_non_paths(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
-        plots.check_figure_path(tmp_path / "nope" / "t.png")
+        plot_common.check_figure_path(tmp_path / "nope" / "t.png")
     with pytest.raises(TypeError, match="str or Path"):
-        plots.check_figure_path(3)
+        plot_common.check_figure_path(3)
 
 
 def test_save_figure_writes_the_format_of_the_extension(tmp_path, ssd):
-    fig = plots.plot_trajectory(ssd[2])
+    fig = plot_runs.plot_trajectory(ssd[2])
     magic = {"png": b"\x89PNG", "pdf": b"%PDF", "svg": b"<?xml", "jpg": b"\xff\xd8"}
     for fmt, head in magic.items():
-        path = plots.save_figure(fig, tmp_path / f"t.{fmt}")
+        path = plot_common.save_figure(fig, tmp_path / f"t.{fmt}")
         assert path.read_bytes().startswith(head)
     assert b"Matplotlib v" not in (tmp_path / "t.pdf").read_bytes()
     first = (tmp_path / "t.png").read_bytes()
-    assert plots.save_figure(fig, tmp_path / "t.png").read_bytes() == first  # same bytes
+    assert plot_common.save_figure(fig, tmp_path / "t.png").read_bytes() == first  # same bytes
     with pytest.raises(ValueError, match="xyz"):
-        plots.save_figure(fig, tmp_path / "t.xyz")
+        plot_common.save_figure(fig, tmp_path / "t.xyz")
     assert not (tmp_path / "t.xyz").exists()
 
 
@@ -119,17 +121,17 @@ def test_save_figure_writes_the_format_of_the_extension(tmp_path, ssd):
 
 
 def test_trajectory_png(tmp_path, nan_results):
-    fig = plots.plot_trajectory(nan_results[1], runs=(0, 1))
+    fig = plot_runs.plot_trajectory(nan_results[1], runs=(0, 1))
     ax = fig.axes[0]
     assert ax.get_yscale() == "log" and ax.get_xlabel() == "training step"
     assert "log2" in ax.get_ylabel()
     labels = _legend_labels(ax.get_legend())
     assert any("safe band" in s for s in labels) and any("bad batch" in s for s in labels)
-    _check_png(plots.save_figure(fig, tmp_path / "traj.png"), 800, 450)
+    _check_png(plot_common.save_figure(fig, tmp_path / "traj.png"), 800, 450)
 
 
 def test_trajectory_legend_is_outside_and_markers_are_not_clipped(stationary):
-    fig = plots.plot_trajectory(stationary[1])  # pytorch: overflows at steps 0 and 1
+    fig = plot_runs.plot_trajectory(stationary[1])  # pytorch: overflows at steps 0 and 1
     ax = fig.axes[0]
     assert _extent(fig, ax.get_legend()).x0 > ax.get_window_extent().x1
     marker = _line(ax, "overflow")
@@ -140,7 +142,7 @@ def test_trajectory_legend_is_outside_and_markers_are_not_clipped(stationary):
 
 def test_jumpy_scale_is_thin_with_a_rolling_median(stationary):
     headroom = stationary[3]
-    ax = plots.plot_trajectory(headroom).axes[0]
+    ax = plot_runs.plot_trajectory(headroom).axes[0]
     thin = _line(ax, "each step")
     median = _line(ax, "rolling median")
     assert thin.get_linewidth() < 1 < median.get_linewidth()
@@ -150,22 +152,22 @@ def test_jumpy_scale_is_thin_with_a_rolling_median(stationary):
     assert y.shape == s.shape and s.min() <= y.min() and y.max() <= s.max()
     assert np.count_nonzero(np.diff(y)) < np.count_nonzero(np.diff(s)) / 5
     # a policy that rarely changes keeps its one plain line
-    labels = [ln.get_label() for ln in plots.plot_trajectory(stationary[1]).axes[0].get_lines()]
+    labels = [ln.get_label() for ln in plot_runs.plot_trajectory(stationary[1]).axes[0].get_lines()]
     assert "scale" in labels and not any("median" in s for s in labels)
 
 
 def test_safe_band_says_whether_it_is_capped(ssd):
     legacy, pytorch = ssd[0], ssd[1]
-    band = _legend_labels(plots.plot_trajectory(legacy).axes[0].get_legend())[0]
+    band = _legend_labels(plot_runs.plot_trajectory(legacy).axes[0].get_legend())[0]
     assert "no max_scale: not capped" in band
-    band = _legend_labels(plots.plot_trajectory(pytorch).axes[0].get_legend())[0]
+    band = _legend_labels(plot_runs.plot_trajectory(pytorch).axes[0].get_legend())[0]
     assert "capped at max_scale $2^{15}$" in band
-    top = plots.plot_trajectory(pytorch).axes[0].collections[0].get_paths()[0].vertices[:, 1]
+    top = plot_runs.plot_trajectory(pytorch).axes[0].collections[0].get_paths()[0].vertices[:, 1]
     assert top.max() == 2.0**15
 
 
 def test_flat_and_coinciding_trajectories_are_noted(tmp_path, ssd):
-    fig = plots.plot_trajectory_panels(ssd)
+    fig = plot_runs.plot_trajectory_panels(ssd)
     axes = fig.axes
     assert [ax.get_title() for ax in axes] == [f"{n} on ssd (run 0)" for n in NAMES]
     notes = [_legend_labels(ax.get_legend()) for ax in axes]
@@ -175,9 +177,9 @@ def test_flat_and_coinciding_trajectories_are_noted(tmp_path, ssd):
     assert not any("same scale" in s for s in notes[3])  # headroom starts at 2^10
     low, high = axes[1].get_ylim()
     assert low < 2.0**14 and high > 2.0**15  # a flat line is not drawn on the frame
-    one = plots.plot_trajectory(ssd[1], runs=(0, 1)).axes[0]
+    one = plot_runs.plot_trajectory(ssd[1], runs=(0, 1)).axes[0]
     assert "runs 0, 1 coincide" in _legend_labels(one.get_legend())
-    _check_png(plots.save_figure(fig, tmp_path / "panels.png"), 1100, 960)
+    _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1100, 960)
 
 
 # ---------------------------------------------------------------- histograms
@@ -185,7 +187,7 @@ def test_flat_and_coinciding_trajectories_are_noted(tmp_path, ssd):
 
 def test_histogram_png_with_windows(tmp_path):
     trace = make_trace("ssd", steps=50)
-    fig = plots.plot_histogram(trace, scales=(1.0, 8.0, 2.0**15))
+    fig = plot_gradients.plot_histogram(trace, scales=(1.0, 8.0, 2.0**15))
     ax = fig.axes[0]
     labels = _legend_labels(ax.get_legend())
     assert labels[:3] == [
@@ -200,9 +202,9 @@ def test_histogram_png_with_windows(tmp_path):
         -27,
         -39,
     ]
-    _check_png(plots.save_figure(fig, tmp_path / "hist.png"), 800, 500)
-    fig = plots.plot_histogram(trace, step=3, figsize=(6.0, 4.0))
-    _check_png(plots.save_figure(fig, tmp_path / "hist_step.png"), 600, 400)
+    _check_png(plot_common.save_figure(fig, tmp_path / "hist.png"), 800, 500)
+    fig = plot_gradients.plot_histogram(trace, step=3, figsize=(6.0, 4.0))
+    _check_png(plot_common.save_figure(fig, tmp_path / "hist_step.png"), 600, 400)
 
 
 def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
@@ -214,12 +216,14 @@ def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
             if ln.get_label().startswith("scale")
         }
 
-    ssd = plots.plot_histogram(make_trace("ssd", steps=20), scales=(1.0, 8.0, 2.0**15))
-    drift = plots.plot_histogram(make_trace("drifting", steps=20), scales=(8.0, 2.0**8, 2.0**15))
+    ssd = plot_gradients.plot_histogram(make_trace("ssd", steps=20), scales=(1.0, 8.0, 2.0**15))
+    drift = plot_gradients.plot_histogram(
+        make_trace("drifting", steps=20), scales=(8.0, 2.0**8, 2.0**15)
+    )
     a, b = colours(ssd), colours(drift)
     for k in (3, 15):
         name = f"scale $2^{{{k}}}$"
-        assert a[name] == b[name] == to_hex(plots.scale_color(2.0**k))
+        assert a[name] == b[name] == to_hex(plot_common.scale_color(2.0**k))
     assert len(set(a.values())) == 3 and len(set(b.values())) == 3
     ax = ssd.axes[0]
     assert _extent(ssd, ax.get_legend()).y1 < ax.get_window_extent().y0
@@ -231,7 +235,7 @@ def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
 def test_underflow_vs_scale_png(tmp_path):
     values = sample_values(ssd_binade_shares(), 2**14, SSD_ZERO_SHARE)
     sources = {"stationary": make_trace("stationary", steps=100), "ssd values": values}
-    fig = plots.plot_underflow_vs_scale(sources, exponents=range(0, 20))
+    fig = plot_gradients.plot_underflow_vs_scale(sources, exponents=range(0, 20))
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     labels = _legend_labels(ax.get_legend())
@@ -242,7 +246,7 @@ def test_underflow_vs_scale_png(tmp_path):
     assert len({(ln.get_linestyle(), ln.get_marker()) for ln in curves}) == 2
     assert all(ln.get_markerfacecolor() == "none" for ln in curves)
     # the overflow limit of the stationary trace: a vertical line, pale curve from there
-    limit = plots.first_overflow_scale(sources["stationary"])
+    limit = plot_gradients.first_overflow_scale(sources["stationary"])
     assert limit == FP16_OVERFLOW / sources["stationary"].absmax.max()
     vertical = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [limit, limit]]
     assert len(vertical) == 1 and to_hex(vertical[0].get_color()) == to_hex(curves[0].get_color())
@@ -250,11 +254,11 @@ def test_underflow_vs_scale_png(tmp_path):
     assert np.nanmax(solid) < limit
     pale = [ln for ln in ax.get_lines() if ln.get_alpha() == 0.3][0]
     assert np.nanmax(pale.get_xdata()) > limit
-    _check_png(plots.save_figure(fig, tmp_path / "under.png"), 800, 550)
+    _check_png(plot_common.save_figure(fig, tmp_path / "under.png"), 800, 550)
     # the curve for values is float16's exact flushed share
-    curve = plots.underflow_curve(values, [0, 3])
+    curve = plot_gradients.underflow_curve(values, [0, 3])
     assert 0.9 < curve[0] < 1.0 and curve[1] < curve[0]
-    assert plots.first_overflow_scale(values) == FP16_OVERFLOW / np.abs(values).max()
+    assert plot_gradients.first_overflow_scale(values) == FP16_OVERFLOW / np.abs(values).max()
 
 
 # ---------------------------------------------------------------- policy comparison
@@ -271,19 +275,19 @@ def test_policy_comparison_png(tmp_path, nan_results):
             labels=["dynamic", "headroom"],
         )
     ]
-    fig = plots.plot_policy_comparison(rows, "skipped")
+    fig = plot_runs.plot_policy_comparison(rows, "skipped")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["nan", "stationary"]
     assert len(ax.containers) == 3  # one dot series per policy (missing ones are NaN)
     assert ax.get_yscale() == "linear" and ax.get_title().endswith(", lower is better")
-    _check_png(plots.save_figure(fig, tmp_path / "cmp.png"), 900, 450)
+    _check_png(plot_common.save_figure(fig, tmp_path / "cmp.png"), 900, 450)
 
 
 def test_policy_comparison_shows_the_spread_over_runs(nan_results):
-    fig = plots.plot_policy_comparison(nan_results, "signal_lost")
+    fig = plot_runs.plot_policy_comparison(nan_results, "signal_lost")
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
-    assert ax.get_title() == plots.METRIC_LABELS["signal_lost"] + ", lower is better"
+    assert ax.get_title() == plot_runs.METRIC_LABELS["signal_lost"] + ", lower is better"
     for container, r in zip(ax.containers, nan_results):
         assert container.get_label() == r.label
         (dot_x,), (dot_y,) = container.lines[0].get_data()
@@ -291,41 +295,41 @@ def test_policy_comparison_shows_the_spread_over_runs(nan_results):
         (segment,) = container.lines[2][0].get_segments()
         per_run = r.metrics["signal_lost"]
         assert segment[:, 1] == pytest.approx([per_run.min(), per_run.max()])
-    assert plots.SPREAD_NOTE.replace("; ", "\n") == ax.get_legend().get_title().get_text()
+    assert plot_runs.SPREAD_NOTE.replace("; ", "\n") == ax.get_legend().get_title().get_text()
 
 
 def test_all_zero_groups_and_zeros_on_a_log_axis_are_written(ssd):
     rows = [{"trace": "ssd", "label": r.label, "skipped": 0.0} for r in ssd]
     rows += [{"trace": "stationary", "label": "pytorch", "skipped": 5.0}]
-    ax = plots.plot_policy_comparison(rows, "skipped").axes[0]
+    ax = plot_runs.plot_policy_comparison(rows, "skipped").axes[0]
     assert "all 0" in [t.get_text() for t in ax.texts]
     rows = [{"trace": "a", "label": "p", "signal_lost": 0.0}]
     rows += [{"trace": "a", "label": "q", "signal_lost": 0.01}]
-    ax = plots.plot_policy_comparison(rows, "signal_lost").axes[0]
+    ax = plot_runs.plot_policy_comparison(rows, "signal_lost").axes[0]
     assert [t.get_text() for t in ax.texts] == ["0"]
     assert ax.texts[0].get_position()[0] < 0  # at p's dot position
 
 
 def test_comparison_panels_share_one_legend_above(tmp_path, ssd, nan_results):
-    fig = plots.plot_comparison_panels([*ssd, *nan_results])
+    fig = plot_runs.plot_comparison_panels([*ssd, *nan_results])
     assert len(fig.axes) == 4 and len(fig.legends) == 1
-    assert plots.SPREAD_NOTE in fig.legends[0].get_title().get_text()
+    assert plot_runs.SPREAD_NOTE in fig.legends[0].get_title().get_text()
     assert [ax.get_yscale() for ax in fig.axes] == ["log", "linear", "log", "linear"]
     assert all("lower is better" in ax.get_title() for ax in fig.axes)
-    _check_png(plots.save_figure(fig, tmp_path / "panels.png"), 1400, 850)
+    _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1400, 850)
 
 
 # ---------------------------------------------------------------- shared conventions
 
 
 def test_functions_draw_on_a_given_axes(tmp_path):
-    fig = Figure(figsize=(10.0, 4.0), dpi=plots.DPI)
+    fig = Figure(figsize=(10.0, 4.0), dpi=plot_common.DPI)
     left, right = fig.subplots(1, 2)
     trace = make_trace("drifting", steps=400)
     result = simulate(PRESETS["pytorch"], trace, runs=1)
-    assert plots.plot_trajectory(result, ax=left) is fig
-    assert plots.plot_histogram(trace, ax=right) is fig
-    _check_png(plots.save_figure(fig, tmp_path / "both.png"), 1000, 400)
+    assert plot_runs.plot_trajectory(result, ax=left) is fig
+    assert plot_gradients.plot_histogram(trace, ax=right) is fig
+    _check_png(plot_common.save_figure(fig, tmp_path / "both.png"), 1000, 400)
 
 
 def test_demo_plot_draws_the_float16_max_at_65504(tmp_path):
@@ -347,14 +351,14 @@ def test_demo_plot_draws_the_float16_max_at_65504(tmp_path):
 
 def test_bad_arguments(nan_results):
     with pytest.raises(ValueError, match="runs"):
-        plots.plot_trajectory(nan_results[0], runs=(5,))
+        plot_runs.plot_trajectory(nan_results[0], runs=(5,))
     with pytest.raises(ValueError, match="metric"):
-        plots.plot_policy_comparison([nan_results[0].summary()], "speed")
+        plot_runs.plot_policy_comparison([nan_results[0].summary()], "speed")
     with pytest.raises(ValueError, match="yscale"):
-        plots.plot_policy_comparison([nan_results[0].summary()], yscale="symlog")
+        plot_runs.plot_policy_comparison([nan_results[0].summary()], yscale="symlog")
     with pytest.raises(ValueError, match="step"):
-        plots.plot_histogram(make_trace("stationary", steps=5), step=5)
+        plot_gradients.plot_histogram(make_trace("stationary", steps=5), step=5)
     with pytest.raises(ValueError, match="sources"):
-        plots.plot_underflow_vs_scale({})
+        plot_gradients.plot_underflow_vs_scale({})
     with pytest.raises(ValueError, match="results"):
-        plots.plot_trajectory_panels([])
+        plot_runs.plot_trajectory_panels([])

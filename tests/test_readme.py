@@ -11,11 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 GPU = [b for b in BLOCKS if '"cudnn"' in b]
 MPI = [b for b in BLOCKS if "MPICommunicator()" in b]
-PLAIN = [b for b in BLOCKS if b not in GPU + MPI]
+QUICK_START = BLOCKS[0]
+# a block that starts "# continues the quick start" runs after the quick start's code
+PLAIN = [
+    QUICK_START + b if b.startswith("# continues the quick start") else b
+    for b in BLOCKS
+    if b not in GPU + MPI
+]
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 2
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 3
+    assert "save_checkpoint" in QUICK_START
 
 
 def run_script(tmp_path, code, *launcher):
@@ -33,12 +40,16 @@ def run_script(tmp_path, code, *launcher):
 
 
 @pytest.mark.nnabla
-@pytest.mark.parametrize("index", range(2))
+@pytest.mark.parametrize("index", range(3))
 def test_readme_block_runs_as_written(tmp_path, index):
     out = run_script(tmp_path, PLAIN[index])
     if "save_checkpoint" in PLAIN[index]:
         assert (tmp_path / "run.ckpt.npz").exists()
         assert out.splitlines()[0].startswith("0 32768.0")
+    if "GradientRecorder" in PLAIN[index]:
+        from updater.trace import Trace
+
+        assert Trace.load(tmp_path / "grads.npz").steps == 20  # every 10th of 200 steps
 
 
 @pytest.mark.mpi

@@ -26,6 +26,34 @@ class NonFiniteGradientsError(FloatingPointError):
         self.param_names = list(param_names)
         self.scale = scale
 
+    @classmethod
+    def after(cls, record, bad, consecutive: int, limit: int) -> NonFiniteGradientsError:
+        """The error for ``consecutive`` failing calls, the last described by ``record``
+        (a :class:`StepRecord`) with non-finite gradients in parameters ``bad``."""
+        shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+        if record.loss_finite is False:
+            cause = (
+                "the loss itself was non-finite, so this is a data or model problem "
+                "(inf/NaN inputs, log(0), division by zero), not loss-scale overflow"
+            )
+        else:
+            cause = (
+                "the loss was finite, so the gradients overflow float16 even at this scale "
+                "(or inf/NaN inputs were masked in the forward pass); lower min_scale or "
+                "check the model"
+            )
+        return cls(
+            f"{consecutive} consecutive update() calls without an applied "
+            f"update (max_consecutive_nonfinite={limit}), the last at "
+            f"loss scale {record.scale:g}: {cause}. Parameters with non-finite gradients: "
+            f"{shown or '(none found locally; another worker reported them)'}. "
+            "Parameters and solver state were left untouched.",
+            consecutive=consecutive,
+            loss_finite=record.loss_finite,
+            param_names=bad,
+            scale=record.scale,
+        )
+
 
 @dataclass(frozen=True)
 class StepRecord:

@@ -15,7 +15,6 @@ This is the only module that calls solver and loss methods. The scale dynamics l
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections import deque
@@ -24,20 +23,24 @@ from typing import Any, Dict, List
 import nnabla as nn
 import numpy as np
 
+from .arguments import (
+    check_driver_arguments,
+    check_scale,
+    legacy_setting,
+    policy_from_arguments,
+    with_legacy_setting,
+)
 from .arrays import (
     copy_array,
-    grad_stats,
     graph_leaves,
     host_view,
-    on_cpu,
     registered_parameters,
     restore_array,
     seed_dtype,
-    sum_of_squares,
 )
 from .checks import check_bool, check_choice, check_int, check_number, check_positive
-from .legacy import LEGACY_NAMES, check_scale, policy_from_arguments
-from .policy import DynamicScale, ScaleState, policy_from_dict
+from .gradients import apply_update, choose_check, host_grads, inspect_gradients
+from .policy import ScaleState, policy_from_dict
 from .records import NonFiniteGradientsError, StepRecord
 
 logger = logging.getLogger(__name__)
@@ -52,8 +55,6 @@ _COUNTERS = (
     "batches",
     "passes",
 )
-# "auto" finite check on CPU: NumPy views from this many gradient values on (see _choose_check).
-_NUMPY_CHECK_MIN_VALUES = 2**17
 
 
 # ---------------------------------------------------------------- the updater
@@ -186,45 +187,10 @@ class DynamicLossScalingUpdater:
         recorder=None,
         finite_check="auto",
     ):
-        if not (callable(getattr(solver, "get_parameters", None)) and hasattr(solver, "update")):
-            raise TypeError(f"solver must be an nnabla solver, got {type(solver).__name__}")
-        if not solver.get_parameters():
-            raise ValueError(
-                "solver has no parameters; call solver.set_parameters(nn.get_parameters()) "
-                "before creating the updater"
-            )
-        if not isinstance(loss, nn.Variable):
-            raise TypeError(f"loss must be an nnabla.Variable, got {type(loss).__name__}")
-        if loss.size != 1:
-            raise ValueError(
-                f"loss must be a scalar (one element), got shape {tuple(loss.shape)}; "
-                "reduce it with F.mean or F.sum"
-            )
-        if data_feeder is not None and not callable(data_feeder):
-            raise TypeError(f"data_feeder must be callable or None, got {data_feeder!r}")
+        check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale)
         check_choice("on_overflow", on_overflow, ("skip", "retry"))
         check_choice("finite_check", finite_check, ("auto", "numpy", "solver"))
-        if comm is not None and not callable(getattr(comm, "all_reduce", None)):
-            raise TypeError(
-                f"comm must offer all_reduce(data, division, inplace), got {type(comm).__name__}"
-            )
-        if grads is not None:
-            kinds = sorted({type(g).__name__ for g in grads if not isinstance(g, nn.NdArray)})
-            if not isinstance(grads, (list, tuple)) or kinds:
-                got = type(grads).__name__ if not isinstance(grads, (list, tuple)) else kinds
-                raise TypeError(
-                    f"grads must be a list of nnabla.NdArray (e.g. [p.grad for p in params]) "
-                    f"or None, got {got}"
-                )
-        if monitor is not None and not hasattr(monitor, "save_path"):
-            raise TypeError(
-                f"monitor must be an nnabla.monitor.Monitor or None, got {type(monitor).__name__}"
-            )
-        if recorder is not None and not callable(getattr(recorder, "record", None)):
-            raise TypeError(
-                f"recorder must be a GradientRecorder or None, got {type(recorder).__name__}"
-            )
 
         self.solver = solver
         self.loss = loss
@@ -255,9 +221,13 @@ class DynamicLossScalingUpdater:
                 MonitorSeries("loss_scale", monitor, interval=1, verbose=False),
                 MonitorSeries("skipped_steps", monitor, interval=1, verbose=False),
             )
-        self.seed_dtype = seed_dtype(loss)
+        self._seed_type = seed_dtype(loss)
         self._step_params = None  # the solver's parameters, read once per step when needed
-        self.finite_check = self._choose_check(finite_check)
+        reads_anyway = (
+            policy.needs_grad_absmax or self.clip_grad_norm is not None or recorder is not None
+        )
+        n_values = sum(p.size for p in self._params().values())
+        self.finite_check = choose_check(finite_check, reads_anyway, n_values)
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
         self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
@@ -276,20 +246,20 @@ class DynamicLossScalingUpdater:
     @property
     def scaling_factor(self) -> float:
         """Growth multiplier (and backoff divisor) of the policy."""
-        return float(self._legacy_setting("scaling_factor"))
+        return float(legacy_setting(self.policy, "scaling_factor"))
 
     @scaling_factor.setter
     def scaling_factor(self, value) -> None:
-        self._replace_setting("scaling_factor", value)
+        self.policy = with_legacy_setting(self.policy, "scaling_factor", value)
 
     @property
     def N(self) -> int:
         """Consecutive finite steps before the policy grows the scale."""
-        return int(self._legacy_setting("N"))
+        return int(legacy_setting(self.policy, "N"))
 
     @N.setter
     def N(self, value) -> None:
-        self._replace_setting("N", check_int("N", value, 1))
+        self.policy = with_legacy_setting(self.policy, "N", check_int("N", value, 1))
 
     @property
     def param_names(self) -> List[str]:
@@ -428,35 +398,20 @@ class DynamicLossScalingUpdater:
             self._monitor_series[0].add(step, record.scale)
             self._monitor_series[1].add(step, self.skips)
         if self.consecutive_nonfinite >= self.max_consecutive_nonfinite:
-            raise self._error(record, bad)
+            raise NonFiniteGradientsError.after(
+                record, bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite
+            )
         return record
 
     # ------------------------------------------------------------ pieces
 
-    def _legacy_setting(self, name: str):
-        mapped = LEGACY_NAMES.get(type(self.policy).__name__, {})
-        if name not in mapped:
-            raise AttributeError(
-                f"{name} is defined for DynamicScale and NnablaLegacy policies, not for "
-                f"{type(self.policy).__name__}"
-            )
-        return getattr(self.policy, mapped[name])
-
-    def _replace_setting(self, name: str, value) -> None:
-        self._legacy_setting(name)  # raises for policies without it
-        field = LEGACY_NAMES[type(self.policy).__name__][name]
-        changes = {field: value}
-        if isinstance(self.policy, DynamicScale) and name == "scaling_factor":
-            changes["backoff_factor"] = 1.0 / check_positive(name, value)
-        self.policy = dataclasses.replace(self.policy, **changes)
-
     def _seed(self, scale) -> float:
         """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
-        seed = float(self.seed_dtype(scale))
+        seed = float(self._seed_type(scale))
         if seed == 0:
             raise ValueError(
                 f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
-                f"{np.dtype(self.seed_dtype).name}; the policy {self.policy!r} has no floor: "
+                f"{np.dtype(self._seed_type).name}; the policy {self.policy!r} has no floor: "
                 "use one with min_scale >= 2**-24"
             )
         return seed
@@ -466,25 +421,6 @@ class DynamicLossScalingUpdater:
         if self._step_params is None:
             self._step_params = self.solver.get_parameters()
         return self._step_params
-
-    def _choose_check(self, requested: str) -> str:
-        if requested != "auto":
-            return requested
-        if not on_cpu():
-            return "solver"
-        # Measured in training loops on CPU (nnabla 1.39): reading the gradients through
-        # data_ptr views plus one BLAS dot (float32) or bit test (float16) per array beats
-        # check_inf_or_nan_grad() from a few hundred thousand gradient values on (about 215 us
-        # against 370 us per step at 670k float32 values); below that, nnabla's single C++ call
-        # has less fixed per-array cost. NumPy is also used whenever the gradients are read
-        # anyway (|g| max, clipping, recording).
-        reads_anyway = (
-            self.policy.needs_grad_absmax
-            or self.clip_grad_norm is not None
-            or self.recorder is not None
-        )
-        large = sum(p.size for p in self._params().values()) >= _NUMPY_CHECK_MIN_VALUES
-        return "numpy" if reads_anyway or large else "solver"
 
     def _input_leaves(self) -> List[nn.Variable]:
         """Leaves of the loss graph that are neither registered parameters nor the solver's:
@@ -550,71 +486,17 @@ class DynamicLossScalingUpdater:
         return bool(total[0] <= 0), bool(total[1] > 0)
 
     def _host_grads(self) -> List[np.ndarray]:
-        return [host_view(p.grad) for p in self._params().values()]
+        return host_grads(self._params())
 
     def _check(self):
         """Return (host arrays or None, finite, absmax or None, names of non-finite params)."""
-        need_absmax = self.policy.needs_grad_absmax
-        if self.finite_check == "numpy":
-            arrays = self._host_grads()
-            flags, absmax = grad_stats(arrays, need_absmax)
-            finite = all(flags)
-            absmax = absmax if need_absmax else None
-            if need_absmax and self.comm is not None and self.grads:
-                absmax = grad_stats([host_view(g) for g in self.grads])[1]
-        else:
-            arrays = None
-            finite = not self.solver.check_inf_or_nan_grad()
-            absmax = None
-            if need_absmax:
-                absmax = self._device_absmax() if finite else math.inf
-            flags = None
-        bad = []
-        if not finite:
-            if flags is None:
-                flags = grad_stats(self._host_grads())[0]
-            bad = [n for n, ok in zip(self._params(), flags) if not ok]
-        return arrays, finite, absmax, bad
-
-    def _device_absmax(self) -> float:
-        import nnabla.functions as F
-
-        arrays = self.grads if self.comm is not None and self.grads else None
-        arrays = arrays or [p.grad for p in self._params().values()]
-        return max(float(F.max(F.abs(g)).get_data("r")) for g in arrays if g.size)
+        absmax_over = self.grads if self.comm is not None and self.grads else None
+        return inspect_gradients(
+            self.finite_check, self.solver, self._params(), self.policy.needs_grad_absmax,
+            absmax_over,
+        )  # fmt: skip
 
     def _apply(self, seed: float, arrays: List[np.ndarray] | None) -> None:
-        factor = 1.0 / seed
-        if self.clip_grad_norm is not None:
-            norm = math.sqrt(sum_of_squares(arrays or self._host_grads())) / seed
-            if norm > self.clip_grad_norm:
-                factor *= self.clip_grad_norm / norm
-        self.solver.scale_grad(factor)
-        if self.weight_decay is not None:
-            self.solver.weight_decay(self.weight_decay)
-        self.solver.update()
-
-    def _error(self, record: StepRecord, bad: List[str]) -> NonFiniteGradientsError:
-        shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
-        if record.loss_finite is False:
-            cause = (
-                "the loss itself was non-finite, so this is a data or model problem "
-                "(inf/NaN inputs, log(0), division by zero), not loss-scale overflow"
-            )
-        else:
-            cause = (
-                "the loss was finite, so the gradients overflow float16 even at this scale "
-                "(or inf/NaN inputs were masked in the forward pass); lower min_scale or "
-                "check the model"
-            )
-        return NonFiniteGradientsError(
-            f"{self.consecutive_nonfinite} consecutive update() calls without an applied "
-            f"update (max_consecutive_nonfinite={self.max_consecutive_nonfinite}), the last at "
-            f"loss scale {record.scale:g}: {cause}. Parameters with non-finite gradients: "
-            f"{shown or '(none found locally; another worker reported them)'}. "
-            "Parameters and solver state were left untouched.",
-            consecutive=self.consecutive_nonfinite,
-            loss_finite=record.loss_finite,
-            param_names=bad,
-            scale=record.scale,
-        )
+        if self.clip_grad_norm is not None and arrays is None:
+            arrays = self._host_grads()  # the norm is measured on the host
+        apply_update(self.solver, seed, arrays, self.clip_grad_norm, self.weight_decay)

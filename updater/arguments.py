@@ -1,5 +1,5 @@
-"""nnabla's updater arguments and attributes mapped onto policies, and the scales a backward
-seed can hold.
+"""The updater's constructor arguments: checks of the nnabla objects it is given, nnabla's
+scale arguments and attributes mapped onto policies, and the scales a backward seed can hold.
 
 ``DynamicLossScalingUpdater(solver, loss, feed)`` builds the recommended ``DynamicScale()``;
 nnabla's ``scale``/``scaling_factor``/``N`` build a ``DynamicScale`` with nnabla's meaning;
@@ -8,7 +8,10 @@ nnabla's ``scale``/``scaling_factor``/``N`` build a ``DynamicScale`` with nnabla
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
+import nnabla as nn
 
 from .checks import check_int, check_positive
 from .float16 import FP16_SMALLEST_SUBNORMAL
@@ -108,3 +111,64 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
         check_seedable("min_scale", policy.min_scale)
     check_seedable("scale", float(policy.init().scale))
     return policy
+
+
+def check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder) -> None:
+    """Type and value checks of the nnabla objects given to the updater."""
+    if not (callable(getattr(solver, "get_parameters", None)) and hasattr(solver, "update")):
+        raise TypeError(f"solver must be an nnabla solver, got {type(solver).__name__}")
+    if not solver.get_parameters():
+        raise ValueError(
+            "solver has no parameters; call solver.set_parameters(nn.get_parameters()) "
+            "before creating the updater"
+        )
+    if not isinstance(loss, nn.Variable):
+        raise TypeError(f"loss must be an nnabla.Variable, got {type(loss).__name__}")
+    if loss.size != 1:
+        raise ValueError(
+            f"loss must be a scalar (one element), got shape {tuple(loss.shape)}; "
+            "reduce it with F.mean or F.sum"
+        )
+    if data_feeder is not None and not callable(data_feeder):
+        raise TypeError(f"data_feeder must be callable or None, got {data_feeder!r}")
+    if comm is not None and not callable(getattr(comm, "all_reduce", None)):
+        raise TypeError(
+            f"comm must offer all_reduce(data, division, inplace), got {type(comm).__name__}"
+        )
+    if grads is not None:
+        kinds = sorted({type(g).__name__ for g in grads if not isinstance(g, nn.NdArray)})
+        if not isinstance(grads, (list, tuple)) or kinds:
+            got = type(grads).__name__ if not isinstance(grads, (list, tuple)) else kinds
+            raise TypeError(
+                f"grads must be a list of nnabla.NdArray (e.g. [p.grad for p in params]) "
+                f"or None, got {got}"
+            )
+    if monitor is not None and not hasattr(monitor, "save_path"):
+        raise TypeError(
+            f"monitor must be an nnabla.monitor.Monitor or None, got {type(monitor).__name__}"
+        )
+    if recorder is not None and not callable(getattr(recorder, "record", None)):
+        raise TypeError(
+            f"recorder must be a GradientRecorder or None, got {type(recorder).__name__}"
+        )
+
+
+def legacy_setting(policy, name: str):
+    """The policy setting behind nnabla's attribute ``name`` (``scaling_factor`` or ``N``)."""
+    mapped = LEGACY_NAMES.get(type(policy).__name__, {})
+    if name not in mapped:
+        raise AttributeError(
+            f"{name} is defined for DynamicScale and NnablaLegacy policies, not for "
+            f"{type(policy).__name__}"
+        )
+    return getattr(policy, mapped[name])
+
+
+def with_legacy_setting(policy, name: str, value):
+    """``policy`` with nnabla's attribute ``name`` set (DynamicScale's backoff follows
+    ``1/scaling_factor``); the policy validates the new value."""
+    legacy_setting(policy, name)  # raises for policies without it
+    changes = {LEGACY_NAMES[type(policy).__name__][name]: value}
+    if isinstance(policy, DynamicScale) and name == "scaling_factor":
+        changes["backoff_factor"] = 1.0 / check_positive(name, value)
+    return dataclasses.replace(policy, **changes)
