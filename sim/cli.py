@@ -173,7 +173,7 @@ def _cmd_train(parser, args) -> int:
     atomic_write_text(
         path,
         f"# `dls train --steps {args.steps} --seed {args.seed}`\n\n"
-        f"Generated at commit {current_commit()}. "
+        f"Generated at commit {current_commit(args.out)}. "
         "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways; the time "
         "column is wall time on the machine that ran it, not a benchmark.\n\n"
         f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n",

@@ -79,7 +79,7 @@ def build_report(
     )
     main = [r for r in data.headroom_sweep if r["jitter"] == config.jitter]
     data.chosen = choose_defaults(data.dynamic_sweep, main)
-    files.append(atomic_write_text(out / "README.md", render(data, current_commit())))
+    files.append(atomic_write_text(out / "README.md", render(data, current_commit(out))))
     return {
         "files": files,
         "data": data,
