@@ -3,7 +3,7 @@ magnitudes by binade, and the share float16 flushes to zero at each loss scale.
 
 :func:`plot_histogram` draws the share of values per binade with float16's representable
 window at several scales; :func:`plot_underflow_vs_scale` draws :func:`underflow_curve` (the
-flushed share: :mod:`sim.underflow` for traces, :func:`sim.fp16.sweep` for values) against the
+flushed share: :mod:`sim.underflow` for traces, :func:`sim.fp16_sweep.sweep` for values) against the
 scale, pale from :func:`first_overflow_scale` on. Conventions (``ax=``, saving, colours) are
 those of :mod:`sim.plot_common`.
 """
@@ -16,7 +16,8 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 from matplotlib.figure import Figure
 
-from sim.fp16 import representable_window, sweep
+from sim.fp16 import representable_window
+from sim.fp16_sweep import sweep
 from sim.plot_common import (
     cycle_color,
     is_pow2,
@@ -130,7 +131,7 @@ def underflow_curve(source, exponents: Sequence[int]) -> np.ndarray:
 
     Args:
         source (Trace or array of values): a trace (binade model, all steps pooled) or
-            gradient values (exact float16 counts via :func:`sim.fp16.sweep`).
+            gradient values (exact float16 counts via :func:`sim.fp16_sweep.sweep`).
         exponents (sequence of int): the ``k``.
     """
     k = np.asarray(list(exponents), dtype=np.int64)

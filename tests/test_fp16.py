@@ -13,14 +13,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import sim.fp16 as fp16
+import sim.fp16_sweep as fp16_sweep
 from sim.fp16 import (
     FP16_MAX,
     FP16_SMALLEST_NORMAL,
     Fp16Counts,
     classify,
     representable_window,
-    sweep,
 )
+from sim.fp16_sweep import sweep
 from updater.float16 import FP16_SMALLEST_SUBNORMAL
 
 FIELDS = ("total", "zeros_in", "nonfinite_in", "flushed", "subnormal", "normal", "overflow")
@@ -214,7 +215,8 @@ def test_input_dtypes_and_shapes():
 
 def test_sweep_spans_many_blocks():
     rng = np.random.default_rng(5)
-    x = rng.lognormal(-9, 4, 3 * fp16._CHUNK + 17) * rng.choice([-1, 1], 3 * fp16._CHUNK + 17)
+    n = 3 * fp16_sweep._CHUNK + 17
+    x = rng.lognormal(-9, 4, n) * rng.choice([-1, 1], n)
     x = x.astype(np.float32)
     x[::1000] = 0
     x[5] = np.nan

@@ -23,6 +23,7 @@ from nnabla_models import (
     solver_state_values,
 )
 
+import updater.arrays as arrays
 import updater.updater as driver
 from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 from updater.updater import DynamicLossScalingUpdater, NonFiniteGradientsError
@@ -263,8 +264,14 @@ def test_retried_batches_move_batchnorm_statistics_exactly_once(accum):
 def test_retry_copies_nothing_but_the_round_inputs_when_nothing_overflows(monkeypatch):
     """A frozen layer and BatchNorm statistics are copied only when a retry happens."""
     copied = []
-    real_copy = driver.copy_array
-    monkeypatch.setattr(driver, "copy_array", lambda a: copied.append(a.size) or real_copy(a))
+    real_copy = arrays.copy_array
+
+    def spy(a):
+        copied.append(a.size)
+        return real_copy(a)
+
+    monkeypatch.setattr(driver, "copy_array", spy)  # round inputs
+    monkeypatch.setattr(arrays, "copy_array", spy)  # state a forward pass moves
     m = TinyBNClassifier("frozen", solver="sgd")
     with nn.context_scope(m.ctx), nn.parameter_scope("frozen"):
         frozen = nn.parameter.get_parameter_or_create(

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any, Dict, Sequence
 
 import nnabla as nn
+import numpy as np
 
 from .checks import check_int, check_positive
 from .float16 import FP16_SMALLEST_SUBNORMAL
-from .policy import DynamicScale
+from .policy import DynamicScale, ScaleState, policy_from_dict
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
 """nnabla's defaults, used for the legacy arguments not given when one of them is."""
@@ -172,3 +174,36 @@ def with_legacy_setting(policy, name: str, value):
     if isinstance(policy, DynamicScale) and name == "scaling_factor":
         changes["backoff_factor"] = 1.0 / check_positive(name, value)
     return dataclasses.replace(policy, **changes)
+
+
+def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):
+    """Check an updater state dict (see ``DynamicLossScalingUpdater.state_dict``) before
+    anything is loaded; return ``(policy, scale_state)``.
+
+    Raises ``KeyError`` for a missing key, ``ValueError`` for another format version, a scale
+    that is not finite, below 2**-24 or outside the policy's bounds, or a negative or
+    non-integer counter, naming it.
+    """
+    missing = [k for k in ("policy", "scale_state", "counters") if k not in state]
+    if missing:
+        raise KeyError(f"updater state dict is missing keys {missing}")
+    found = state.get("format_version", version)
+    if found != version:
+        raise ValueError(
+            f"updater state format_version {found!r} is not supported (this version reads "
+            f"{version})"
+        )
+    policy = policy_from_dict(state["policy"])
+    lost = [k for k in counters if k not in state["counters"]]
+    if lost:
+        raise KeyError(f"updater state dict counters are missing {lost}")
+    saved = state["scale_state"]
+    scale_state = ScaleState.from_dict(saved)
+    if np.ndim(scale_state.scale) != 0:
+        raise ValueError(f"saved scale must be one number, got {saved['scale']!r}")
+    check_scale(policy, saved["scale"], "saved scale")
+    counts = {"good_steps": saved["good_steps"], "hysteresis_left": saved["hysteresis_left"]}
+    counts.update({k: state["counters"][k] for k in counters})
+    for name, value in counts.items():
+        check_int(f"saved {name}", value, 0)
+    return policy, scale_state

@@ -162,3 +162,22 @@ def sum_of_squares(arrays: List[np.ndarray]) -> float:
         flat = a.ravel().astype(np.float64)
         total += float(np.dot(flat, flat))
     return total
+
+
+def input_leaves(loss, params: Dict[str, nn.Variable]) -> List[nn.Variable]:
+    """Leaves of the graph of ``loss`` that are neither registered parameters nor in ``params``
+    (the solver's): what a data feeder writes."""
+    known = registered_parameters()
+    known.update((hash(v), v) for v in params.values())
+    return [v for v in graph_leaves(loss) if hash(v) not in known]
+
+
+def copy_forward_state(loss) -> List[tuple]:
+    """``(variable, copy)`` of the registered ``need_grad=False`` leaves of the graph of
+    ``loss`` (running statistics and frozen weights): what a forward pass may move."""
+    registered = registered_parameters()
+    return [
+        (v, copy_array(v.data))
+        for v in graph_leaves(loss)
+        if hash(v) in registered and not v.need_grad
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
+from .float16 import FP16_SMALLEST_SUBNORMAL
 from .policy import POLICIES, DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 
 PRESETS = {
@@ -21,7 +22,7 @@ PRESETS = {
         growth_factor=2.0,
         backoff_factor=0.5,
         growth_interval=2000,
-        min_scale=2.0**-24,
+        min_scale=FP16_SMALLEST_SUBNORMAL,
         max_scale=2.0**15,
         hysteresis=1,
     ),

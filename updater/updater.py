@@ -26,21 +26,22 @@ import numpy as np
 from .arguments import (
     check_driver_arguments,
     check_scale,
+    checked_state,
     legacy_setting,
     policy_from_arguments,
     with_legacy_setting,
 )
 from .arrays import (
     copy_array,
-    graph_leaves,
+    copy_forward_state,
     host_view,
-    registered_parameters,
+    input_leaves,
     restore_array,
     seed_dtype,
 )
 from .checks import check_bool, check_choice, check_int, check_number, check_positive
 from .gradients import apply_update, choose_check, host_grads, inspect_gradients
-from .policy import ScaleState, policy_from_dict
+from .policy import ScaleState
 from .records import NonFiniteGradientsError, StepRecord
 
 logger = logging.getLogger(__name__)
@@ -294,28 +295,7 @@ class DynamicLossScalingUpdater:
         or non-integer counter, raises ``ValueError`` naming it. The saved policy replaces the
         current one (a warning is logged when they differ).
         """
-        missing = [k for k in ("policy", "scale_state", "counters") if k not in state]
-        if missing:
-            raise KeyError(f"updater state dict is missing keys {missing}")
-        version = state.get("format_version", STATE_FORMAT_VERSION)
-        if version != STATE_FORMAT_VERSION:
-            raise ValueError(
-                f"updater state format_version {version!r} is not supported "
-                f"(this version reads {STATE_FORMAT_VERSION})"
-            )
-        policy = policy_from_dict(state["policy"])
-        lost = [k for k in _COUNTERS if k not in state["counters"]]
-        if lost:
-            raise KeyError(f"updater state dict counters are missing {lost}")
-        saved = state["scale_state"]
-        scale_state = ScaleState.from_dict(saved)
-        if np.ndim(scale_state.scale) != 0:
-            raise ValueError(f"saved scale must be one number, got {saved['scale']!r}")
-        check_scale(policy, saved["scale"], "saved scale")
-        counts = {"good_steps": saved["good_steps"], "hysteresis_left": saved["hysteresis_left"]}
-        counts.update(state["counters"])
-        for name, value in counts.items():
-            check_int(f"saved {name}", value, 0)
+        policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, _COUNTERS)
         if policy != self.policy:
             logger.warning("loaded policy %r replaces %r", policy, self.policy)
         self.policy = policy
@@ -377,7 +357,7 @@ class DynamicLossScalingUpdater:
                 break
             overflow_scale = seed
             if moved is None:
-                moved = self._forward_moved_state()
+                moved = copy_forward_state(self.loss)
         for var, saved in moved or ():
             restore_array(var, saved)
         record = StepRecord(
@@ -423,23 +403,9 @@ class DynamicLossScalingUpdater:
         return self._step_params
 
     def _input_leaves(self) -> List[nn.Variable]:
-        """Leaves of the loss graph that are neither registered parameters nor the solver's:
-        what a feeder writes."""
         if self._inputs is None:
-            known = registered_parameters()
-            known.update((hash(v), v) for v in self._params().values())
-            self._inputs = [v for v in graph_leaves(self.loss) if hash(v) not in known]
+            self._inputs = input_leaves(self.loss, self._params())
         return self._inputs
-
-    def _forward_moved_state(self) -> List[tuple]:
-        """Copies of the registered ``need_grad=False`` leaves of the graph (running statistics
-        and frozen weights), taken before a retry re-runs the forward pass."""
-        registered = registered_parameters()
-        return [
-            (v, copy_array(v.data))
-            for v in graph_leaves(self.loss)
-            if hash(v) in registered and not v.need_grad
-        ]
 
     def _forward_backward(self, seed: float, replay: bool) -> bool | None:
         """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs."""
