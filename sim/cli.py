@@ -353,9 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed (default 0)")
     p.add_argument(
         "--out",
-        default="reports",
+        default="train_out",
         help="folder for train.md (the results table) and train_scale_trajectory.png, created "
-        "if missing (default reports: in a checkout, the committed report)",
+        "if missing (default train_out; the committed 600-step report is reports/, written "
+        "by scripts/report.sh)",
     )
     p.set_defaults(handler=_cmd_train, subparser=p)
     for p in (parser, *sub.choices.values()):  # the raw formatter keeps examples' lines

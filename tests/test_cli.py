@@ -511,3 +511,10 @@ def test_train_without_scikit_learn_says_what_to_install(tmp_path):
     assert "pip install 'nnabla-dls[demo]'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bare_train_does_not_overwrite_the_committed_report():
+    from sim.cli import build_parser
+
+    assert build_parser().parse_args(["train"]).out == "train_out"
+    assert build_parser().parse_args(["train", "--out", "reports"]).out == "reports"
