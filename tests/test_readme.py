@@ -21,7 +21,7 @@ PLAIN = [
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 3
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 4
     assert "save_checkpoint" in QUICK_START
 
 
@@ -40,7 +40,7 @@ def run_script(tmp_path, code, *launcher):
 
 
 @pytest.mark.nnabla
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_readme_block_runs_as_written(tmp_path, index):
     out = run_script(tmp_path, PLAIN[index])
     if "save_checkpoint" in PLAIN[index]:

@@ -1,5 +1,5 @@
 """One step's gradient work: the finite check, the largest |gradient|, the names of
-non-finite parameters, and unscale -> clip -> weight decay -> ``solver.update()``."""
+non-finite parameters, and clip -> weight decay -> ``solver.update()``."""
 
 from __future__ import annotations
 
@@ -85,16 +85,13 @@ def _device_absmax(grads: Sequence[nn.NdArray]) -> float:
     return max(float(F.max(F.abs(g)).get_data("r")) for g in grads if g.size)
 
 
-def apply_update(solver, seed: float, arrays, clip_grad_norm, weight_decay) -> None:
-    """Unscale by ``1/seed`` (and clip the global L2 norm of the unscaled gradients, measured
-    on the host ``arrays``, to ``clip_grad_norm`` when it is not None), apply
-    ``weight_decay``, then ``solver.update()``."""
-    factor = 1.0 / seed
+def apply_update(solver, arrays, clip_grad_norm, weight_decay) -> None:
+    """On unscaled gradients: clip their global L2 norm (measured on the host ``arrays``) to
+    ``clip_grad_norm`` when it is not None, apply ``weight_decay``, then ``solver.update()``."""
     if clip_grad_norm is not None:
-        norm = math.sqrt(sum_of_squares(arrays)) / seed
+        norm = math.sqrt(sum_of_squares(arrays))
         if norm > clip_grad_norm:
-            factor *= clip_grad_norm / norm
-    solver.scale_grad(factor)
+            solver.scale_grad(clip_grad_norm / norm)
     if weight_decay is not None:
         solver.weight_decay(weight_decay)
     solver.update()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import nnabla as nn
@@ -59,6 +60,20 @@ _COUNTERS = (
 
 
 # ---------------------------------------------------------------- the updater
+
+
+@dataclass
+class _Pending:
+    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()``."""
+
+    seed: float
+    finite: bool
+    absmax: float | None
+    loss_finite: bool | None
+    attempts: int
+    bad: List[str]
+    new_state: ScaleState
+    unscaled: bool = False
 
 
 class DynamicLossScalingUpdater:
@@ -142,6 +157,10 @@ class DynamicLossScalingUpdater:
             contexts when the parameters hold at least 2**17 values or the gradients are read
             anyway for the policy's |g| max, clipping or the recorder; "solver" otherwise,
             including on GPUs). Both give the same answer.
+        enabled (bool, default True): False turns loss scaling off (as PyTorch's
+            ``GradScaler(enabled=False)``): the backward pass is seeded with 1, no finite
+            check runs, every step is applied and the policy never moves; for float32 runs of
+            the same script. Records still come back (scale 1.0).
 
     Attributes:
         scale (float): the scale the next step starts from; assigning it (as nnabla scripts do
@@ -187,6 +206,7 @@ class DynamicLossScalingUpdater:
         monitor=None,
         recorder=None,
         finite_check="auto",
+        enabled=True,
     ):
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale)
@@ -211,6 +231,7 @@ class DynamicLossScalingUpdater:
         self.average_grads = check_bool("average_grads", average_grads)
         self.history = deque(maxlen=check_int("history", history, 0))
         self.recorder = recorder
+        self.enabled = check_bool("enabled", enabled)
         self._state: ScaleState = policy.init()
         for name in _COUNTERS:
             setattr(self, name, 0)
@@ -232,13 +253,15 @@ class DynamicLossScalingUpdater:
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
         self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
+        self._pending: _Pending | None = None  # set by backward(), cleared by step()
 
     # ------------------------------------------------------------ public state
 
     @property
     def scale(self) -> float:
-        """The loss scale the next ``update()`` starts from (the seed is its rounding)."""
-        return float(self._state.scale)
+        """The loss scale the next ``update()`` starts from (the seed is its rounding); 1.0
+        when ``enabled=False``."""
+        return float(self._state.scale) if self.enabled else 1.0
 
     @scale.setter
     def scale(self, value) -> None:
@@ -306,14 +329,41 @@ class DynamicLossScalingUpdater:
     # ------------------------------------------------------------ the iteration
 
     def update(self) -> StepRecord:
-        """Run one iteration; return its :class:`StepRecord`.
+        """Run one iteration: exactly ``backward(); unscale(); return step()``.
 
         Raises:
             NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive calls
                 applied no update (parameters and solver state untouched by them).
         """
-        step = self.steps
+        self.backward()
+        self.unscale()
+        return self.step()
+
+    def backward(self) -> bool:
+        """First stage: ``solver.zero_grad()``, then ``accum_grad`` rounds of feed, forward and
+        ``backward(seed)``; with ``comm`` the all-reduce; the agreed finite check. With
+        ``on_overflow="retry"`` the retries happen here (the failed attempts advance the
+        policy, as in :meth:`update`). The gradients stay scaled; the policy's advance for the
+        final attempt waits for :meth:`step`.
+
+        Returns:
+            bool: whether the (final attempt's) gradients are finite on every worker.
+
+        Raises:
+            RuntimeError: ``backward()`` was already called and :meth:`step` was not.
+        """
+        if self._pending is not None:
+            raise RuntimeError(
+                "backward() was called again before step(): finish the iteration with "
+                "step() (or call update(), which runs backward(), unscale() and step())"
+            )
         self._step_params = None
+        if not self.enabled:
+            self._forward_backward(1.0, replay=False)
+            if self.comm is not None:
+                self._all_reduce()
+            self._pending = _Pending(1.0, True, None, None, 1, [], self._state, unscaled=True)
+            return True
         attempts, overflow_scale, moved = 0, None, None
         while True:
             attempts += 1
@@ -341,33 +391,70 @@ class DynamicLossScalingUpdater:
                 and attempts <= self.max_retries
                 and self._seed(new_state.scale) < seed
             )
-            if not retry and self.recorder is not None and self.recorder.wants(step):
-                self.recorder.record(
-                    step,
-                    arrays or self._host_grads(),
-                    seed,
-                    loss_finite=loss_finite is not False,
-                    overflow_scale=seed if not finite and loss_finite else overflow_scale,
-                )
-            if finite:
-                self._apply(seed, arrays)
-            self._state = new_state
             self.overflows += not finite
             if not retry:
                 break
+            self._state = new_state
             overflow_scale = seed
             if moved is None:
                 moved = copy_forward_state(self.loss)
+        if self.recorder is not None and self.recorder.wants(self.steps):
+            self.recorder.record(
+                self.steps,
+                arrays or self._host_grads(),
+                seed,
+                loss_finite=loss_finite is not False,
+                overflow_scale=seed if not finite and loss_finite else overflow_scale,
+            )
         for var, saved in moved or ():
             restore_array(var, saved)
+        self._pending = _Pending(seed, finite, absmax, loss_finite, attempts, bad, new_state)
+        return finite
+
+    def unscale(self) -> None:
+        """Second stage: divide every gradient by the seed, so each holds its true value
+        (``solver.scale_grad(1/seed)``). A second call does nothing; after non-finite gradients
+        it does nothing either (no update will be applied).
+
+        Raises:
+            RuntimeError: called before :meth:`backward`.
+        """
+        pending = self._require_backward("unscale()")
+        if not pending.unscaled and pending.finite:
+            self.solver.scale_grad(1.0 / pending.seed)
+        pending.unscaled = True
+
+    def step(self) -> StepRecord:
+        """Last stage: :meth:`unscale` if not done yet; if the gradients are finite, the
+        configured clipping and weight decay, then ``solver.update()``; the policy's advance;
+        counters, history, monitor. Gradients changed by hand after :meth:`unscale` are applied
+        as they are.
+
+        Returns:
+            StepRecord: what the iteration did.
+
+        Raises:
+            RuntimeError: called before :meth:`backward`.
+            NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive iterations
+                applied no update.
+        """
+        pending = self._require_backward("step()")
+        self.unscale()
+        finite = pending.finite
+        if finite:
+            clip_on = None if self.clip_grad_norm is None else self._host_grads()
+            apply_update(self.solver, clip_on, self.clip_grad_norm, self.weight_decay)
+        self._state = pending.new_state
+        self._pending = None
+        step = self.steps
         record = StepRecord(
             step=step,
-            scale=seed,
+            scale=pending.seed,
             update_applied=finite,
-            new_scale=float(self._state.scale),
-            grad_absmax=absmax,
-            loss_finite=loss_finite,
-            attempts=attempts,
+            new_scale=float(self._state.scale) if self.enabled else 1.0,
+            grad_absmax=pending.absmax,
+            loss_finite=pending.loss_finite,
+            attempts=pending.attempts,
         )
         self.steps += 1
         self.updates_applied += finite
@@ -379,9 +466,17 @@ class DynamicLossScalingUpdater:
             self._monitor_series[1].add(step, self.skips)
         if self.consecutive_nonfinite >= self.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
-                record, bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite
+                record, pending.bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite
             )
         return record
+
+    def _require_backward(self, what: str) -> _Pending:
+        if self._pending is None:
+            raise RuntimeError(
+                f"{what} needs the gradients of backward(): call backward() first "
+                "(or update(), which runs backward(), unscale() and step())"
+            )
+        return self._pending
 
     # ------------------------------------------------------------ pieces
 
@@ -461,8 +556,3 @@ class DynamicLossScalingUpdater:
             self.finite_check, self.solver, self._params(), self.policy.needs_grad_absmax,
             absmax_over,
         )  # fmt: skip
-
-    def _apply(self, seed: float, arrays: List[np.ndarray] | None) -> None:
-        if self.clip_grad_norm is not None and arrays is None:
-            arrays = self._host_grads()  # the norm is measured on the host
-        apply_update(self.solver, seed, arrays, self.clip_grad_norm, self.weight_decay)
