@@ -152,8 +152,9 @@ def test_a_schedule_driven_by_updates_applied_stays_in_step_across_skips_and_a_r
     """The learning rate of applied update k is schedule(k): skipped steps do not advance it,
     and a checkpoint resume continues it. Adam's bias-correction counter t moves in step."""
 
-    def schedule(k):
-        return 0.01 * 0.5 ** (k // 3)
+    from nnabla.utils.learning_rate_scheduler import StepScheduler
+
+    schedule = StepScheduler(0.01, 0.5, [3, 6]).get_learning_rate  # nnabla's own scheduler
 
     def build():
         nn.clear_parameters()
