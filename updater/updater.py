@@ -1,4 +1,5 @@
-"""The nnabla driver: one ``update()`` call runs one whole mixed-precision training iteration.
+"""The nnabla driver: one ``update()`` call runs one whole mixed-precision training iteration,
+made of three stages a script may also call itself: ``backward()``, ``unscale()``, ``step()``.
 
 ``DynamicLossScalingUpdater`` keeps the constructor arguments of
 ``nnabla.experimental.mixed_precision_training.DynamicLossScalingUpdater`` (``solver, loss,
@@ -9,8 +10,9 @@ script switches by changing one import, and fixes what the old one gets wrong: i
 instead of driving the scale to zero, growth follows the policy's one-sentence rule, every argument
 is validated, and the scale and counters can be saved and restored.
 
-This is the only module that calls solver and loss methods. The scale dynamics live in
-:mod:`updater.policy`, shared with the simulator.
+Only this module and its helpers (:mod:`updater.gradients` for the solver's gradient work,
+:mod:`updater.arrays` for reading and copying arrays) call solver and loss methods. The scale
+dynamics live in :mod:`updater.policy`, shared with the simulator.
 """
 
 from __future__ import annotations
@@ -507,7 +509,7 @@ class DynamicLossScalingUpdater:
         keep = self.on_overflow == "retry" and self.accum_grad > 1 and self.data_feeder is not None
         if keep and not replay:
             self._round_inputs = []
-        read_loss = self.accum_grad > 1
+        read_loss = self.enabled and self.accum_grad > 1
         loss_finite = True if read_loss else None
         self.solver.zero_grad()
         for r in range(self.accum_grad):
