@@ -1,0 +1,394 @@
+"""Gradient traces recorded from three real nnabla models trained in ``cpu:half``.
+
+Each model trains with :class:`updater.DynamicLossScalingUpdater` under the default policy
+(``DynamicScale()``: starts at 2**15) and a :class:`updater.GradientRecorder` that keeps every
+``every``-th step, so the simulator (``dls simulate --trace FILE``) can replay real gradient
+distributions next to the synthetic families. The three models differ in kind:
+
+- ``digits_mlp``: the 64-64-10 ReLU MLP of :mod:`sim.demo` on scikit-learn's bundled 8x8
+  digits, with an ordinary loss (weight 1), momentum SGD;
+- ``digits_conv_bn``: a small convolutional net with BatchNormalization on the same digits
+  (two 3x3 convolutions, each followed by BatchNormalization and ReLU, max pooling, global
+  average pooling, an affine head), momentum SGD over ``nn.get_parameters()`` (the running
+  statistics are not solver parameters);
+- ``sequence_lstm``: nnabla's ``PF.lstm`` (one layer) reading a random 0/1 sequence and
+  classifying how many ones it holds (a counting task, generated with a fixed seed), Adam.
+
+Everything is seeded (weights, data split, batch order, generated sequences), so the same seed
+gives the same traces. Run ``python -m sim.real_traces --out reports/traces`` (about 2 minutes
+on 2 cores); ``--quick`` records a handful of steps per model in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Union
+
+import numpy as np
+
+from sim.cli_checks import nonnegative_int, positive_int
+from sim.provenance import current_commit
+from updater.files import atomic_write_text
+
+MODELS = ("digits_mlp", "digits_conv_bn", "sequence_lstm")
+DEFAULT_STEPS = {"digits_mlp": 2000, "digits_conv_bn": 800, "sequence_lstm": 1000}
+"""Training steps per model of a full recording."""
+DEFAULT_EVERY = {"digits_mlp": 5, "digits_conv_bn": 2, "sequence_lstm": 2}
+"""Record every k-th step (a full recording keeps 400-500 steps per model)."""
+QUICK_STEPS = 6
+QUICK_EVERY = 2
+BATCH = 32
+SEQ_LEN = 10
+SEQ_HIDDEN = 16
+SEQ_TEST = 256
+
+
+class _Batches:
+    """Shuffled epochs over ``(x, y)``; sets the graph's input variables per call."""
+
+    def __init__(self, x_var, t_var, x, y, seed):
+        self.x_var, self.t_var, self.x, self.y = x_var, t_var, x, y
+        self.rng = np.random.RandomState(seed)
+        self.queue = np.empty(0, dtype=np.int64)
+
+    def __call__(self):
+        if self.queue.size < BATCH:
+            self.queue = np.concatenate([self.queue, self.rng.permutation(len(self.x))])
+        idx, self.queue = self.queue[:BATCH], self.queue[BATCH:]
+        self.x_var.d = self.x[idx]
+        self.t_var.d = self.y[idx, None]
+
+
+def _accuracy(logits: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(logits.argmax(axis=1) == y))
+
+
+# ---------------------------------------------------------------- the three models
+
+
+def _digits_mlp(seed: int) -> Dict:
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.solvers as S
+
+    from sim.demo import HIDDEN, LEARNING_RATE, MOMENTUM, _mlp, load_data
+
+    x_train, y_train, x_test, y_test = load_data(seed)
+    x = nn.Variable((BATCH, 64))
+    t = nn.Variable((BATCH, 1))
+    loss = F.mean(F.softmax_cross_entropy(_mlp(x, seed), t))
+    x_eval = nn.Variable((len(x_test), 64))
+    y_eval = _mlp(x_eval, seed)  # same names: shares the parameters
+    solver = S.Momentum(LEARNING_RATE, MOMENTUM)
+    solver.set_parameters(nn.get_parameters())
+
+    def evaluate():
+        x_eval.d = x_test
+        y_eval.forward(clear_buffer=True)
+        return _accuracy(y_eval.d, y_test)
+
+    return {
+        "loss": loss,
+        "solver": solver,
+        "feed": _Batches(x, t, x_train, y_train, seed + 1),
+        "evaluate": evaluate,
+        "data": f"sklearn digits 8x8, {len(x_train)} train / {len(x_test)} test",
+        "arch": f"MLP 64-{HIDDEN}-10 ReLU, Momentum({LEARNING_RATE}, {MOMENTUM})",
+    }
+
+
+def _conv_bn_net(x, batch_stat: bool, rng_seed: int):
+    import nnabla.functions as F
+    import nnabla.initializer as I
+    import nnabla.parametric_functions as PF
+
+    rng = np.random.RandomState(rng_seed)
+
+    def he(fan_in):
+        return I.NormalInitializer(math.sqrt(2.0 / fan_in), rng=rng)
+
+    h = PF.convolution(x, 8, (3, 3), pad=(1, 1), w_init=he(9), name="conv1")
+    h = F.relu(PF.batch_normalization(h, batch_stat=batch_stat, name="bn1"))
+    h = F.max_pooling(h, (2, 2))  # 8x4x4
+    h = PF.convolution(h, 16, (3, 3), pad=(1, 1), w_init=he(8 * 9), name="conv2")
+    h = F.relu(PF.batch_normalization(h, batch_stat=batch_stat, name="bn2"))
+    h = F.mean(h, axis=(2, 3))  # global average pooling: (B, 16)
+    return PF.affine(h, 10, w_init=I.NormalInitializer(math.sqrt(1.0 / 16), rng=rng), name="fc")
+
+
+def _digits_conv_bn(seed: int) -> Dict:
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.solvers as S
+
+    from sim.demo import load_data
+
+    x_train, y_train, x_test, y_test = load_data(seed)
+    x_train = x_train.reshape(-1, 1, 8, 8)
+    x_test = x_test.reshape(-1, 1, 8, 8)
+    x = nn.Variable((BATCH, 1, 8, 8))
+    t = nn.Variable((BATCH, 1))
+    loss = F.mean(F.softmax_cross_entropy(_conv_bn_net(x, True, seed), t))
+    x_eval = nn.Variable((len(x_test), 1, 8, 8))
+    y_eval = _conv_bn_net(x_eval, False, seed)  # running statistics
+    solver = S.Momentum(0.05, 0.9)
+    solver.set_parameters(nn.get_parameters())  # grad_only: not the running statistics
+
+    def evaluate():
+        x_eval.d = x_test
+        y_eval.forward(clear_buffer=True)
+        return _accuracy(y_eval.d, y_test)
+
+    return {
+        "loss": loss,
+        "solver": solver,
+        "feed": _Batches(x, t, x_train, y_train, seed + 1),
+        "evaluate": evaluate,
+        "data": f"sklearn digits 8x8 as 1x8x8 images, {len(x_train)} train / {len(x_test)} test",
+        "arch": "conv3x3(8)-BN-ReLU-maxpool-conv3x3(16)-BN-ReLU-GAP-affine(10), "
+        "Momentum(0.05, 0.9)",
+    }
+
+
+def make_sequences(n: int, seed: int):
+    """Random 0/1 sequences of length :data:`SEQ_LEN` and their count of ones.
+
+    Returns:
+        ``(x, y)``: float32 ``(n, SEQ_LEN)`` and int ``(n,)`` in ``[0, SEQ_LEN]``.
+    """
+    rng = np.random.RandomState(seed)
+    x = (rng.rand(n, SEQ_LEN) < rng.rand(n, 1)).astype(np.float32)  # varied densities
+    return x, x.sum(axis=1).astype(np.int64)
+
+
+def _lstm_net(x, seed: int):
+    """``x``: (B, T) of 0/1; returns logits (B, T + 1) from the last LSTM output."""
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.initializer as I
+    import nnabla.parametric_functions as PF
+
+    b = x.shape[0]
+    seq = F.reshape(F.transpose(x, (1, 0)), (SEQ_LEN, b, 1))  # (T, B, 1)
+    h0 = nn.Variable.from_numpy_array(np.zeros((1, 1, b, SEQ_HIDDEN), np.float32))
+    c0 = nn.Variable.from_numpy_array(np.zeros((1, 1, b, SEQ_HIDDEN), np.float32))
+    rng = np.random.RandomState(seed)
+    y, _, _ = PF.lstm(seq, h0, c0, rng=rng, name="lstm")
+    last = y[SEQ_LEN - 1]  # (B, H)
+    w = I.NormalInitializer(math.sqrt(1.0 / SEQ_HIDDEN), rng=rng)
+    return PF.affine(last, SEQ_LEN + 1, w_init=w, name="head")
+
+
+def _sequence_lstm(seed: int) -> Dict:
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.solvers as S
+
+    x_train, y_train = make_sequences(4096, seed)
+    x_test, y_test = make_sequences(SEQ_TEST, seed + 1000)
+    x = nn.Variable((BATCH, SEQ_LEN))
+    t = nn.Variable((BATCH, 1))
+    loss = F.mean(F.softmax_cross_entropy(_lstm_net(x, seed), t))
+    x_eval = nn.Variable((SEQ_TEST, SEQ_LEN))
+    y_eval = _lstm_net(x_eval, seed)
+    solver = S.Adam(0.01)
+    solver.set_parameters(nn.get_parameters())
+
+    def evaluate():
+        x_eval.d = x_test
+        y_eval.forward(clear_buffer=True)
+        return _accuracy(y_eval.d, y_test)
+
+    return {
+        "loss": loss,
+        "solver": solver,
+        "feed": _Batches(x, t, x_train, y_train, seed + 1),
+        "evaluate": evaluate,
+        "data": f"generated 0/1 sequences of length {SEQ_LEN} (seed {seed}), target: count of "
+        f"ones ({SEQ_LEN + 1} classes), 4096 train / {SEQ_TEST} test",
+        "arch": f"PF.lstm(hidden {SEQ_HIDDEN}) + affine({SEQ_LEN + 1}) on the last output, "
+        "Adam(0.01)",
+    }
+
+
+BUILDERS: Dict[str, Callable[[int], Dict]] = {
+    "digits_mlp": _digits_mlp,
+    "digits_conv_bn": _digits_conv_bn,
+    "sequence_lstm": _sequence_lstm,
+}
+
+
+# ---------------------------------------------------------------- recording
+
+
+def record_model(
+    name: str,
+    out_dir: Union[str, Path],
+    steps: int | None = None,
+    every: int | None = None,
+    seed: int = 0,
+) -> Dict:
+    """Train model ``name`` in ``cpu:half`` with the updater and write ``<out_dir>/<name>.npz``.
+
+    Args:
+        name (str): one of :data:`MODELS`.
+        out_dir (str or Path): folder of the trace (created if missing).
+        steps (int or None): training steps (``update()`` calls); :data:`DEFAULT_STEPS` if None.
+        every (int or None): record every k-th step; :data:`DEFAULT_EVERY` if None.
+        seed (int, default 0): seed of weights, data and batch order.
+
+    Returns:
+        dict: a table row (model, steps, recorded, params, final loss, accuracy, skipped, final
+        scale, seconds, path, data, arch).
+    """
+    import nnabla as nn
+
+    from updater import DynamicLossScalingUpdater, GradientRecorder, get_context
+
+    if name not in BUILDERS:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    steps = DEFAULT_STEPS[name] if steps is None else int(steps)
+    every = DEFAULT_EVERY[name] if every is None else int(every)
+    if steps < 1 or every < 1:
+        raise ValueError(f"steps and every must be >= 1, got {steps} and {every}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.npz"
+    scope = f"dls_real_traces/{name}"
+    nn.seed(seed)
+    with nn.parameter_scope(scope):
+        nn.clear_parameters()
+        with nn.context_scope(get_context("cpu:half")):
+            model = BUILDERS[name](seed)
+            params = sum(int(np.prod(p.shape)) for p in model["solver"].get_parameters().values())
+            losses: List[float] = []
+            start = time.perf_counter()
+            with GradientRecorder(path, every=every, name=name) as recorder:
+                updater = DynamicLossScalingUpdater(
+                    model["solver"], model["loss"], model["feed"], recorder=recorder
+                )
+                for _ in range(steps):
+                    record = updater.update()
+                    if record.update_applied:
+                        losses.append(float(model["loss"].d))
+            seconds = time.perf_counter() - start
+            accuracy = model["evaluate"]()
+            recorded = len(recorder.steps)
+            final_scale = float(updater.scale)
+            skipped = int(updater.skips)
+        nn.clear_parameters()
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        "model": name,
+        "steps": steps,
+        "recorded": recorded,
+        "every": every,
+        "params": params,
+        "final_loss": float(np.mean(tail)) if tail else float("nan"),
+        "accuracy": accuracy,
+        "skipped": skipped,
+        "final_scale": final_scale,
+        "seconds": seconds,
+        "path": str(path),
+        "bytes": path.stat().st_size,
+        "data": model["data"],
+        "arch": model["arch"],
+    }
+
+
+def record_all(
+    out_dir: Union[str, Path],
+    steps: int | None = None,
+    quick: bool = False,
+    seed: int = 0,
+    models=MODELS,
+) -> List[Dict]:
+    """Record a trace of each model into ``out_dir``; return the table rows.
+
+    Args:
+        out_dir (str or Path): folder of the ``.npz`` traces.
+        steps (int or None): training steps of every model; per-model defaults
+            (:data:`DEFAULT_STEPS`) if None, :data:`QUICK_STEPS` with ``quick``.
+        quick (bool, default False): a few steps, recording every :data:`QUICK_EVERY`-th
+            (seconds; for tests and smoke runs).
+        seed (int, default 0): seed of every model.
+        models (sequence of str): which models (default all of :data:`MODELS`).
+    """
+    rows = []
+    for name in models:
+        if quick:
+            n, k = (QUICK_STEPS if steps is None else steps), QUICK_EVERY
+        else:
+            n, k = steps, None
+        rows.append(record_model(name, out_dir, steps=n, every=k, seed=seed))
+    return rows
+
+
+def format_table(rows: List[Dict]) -> str:
+    """The rows as a plain-text table."""
+    head = (
+        f"{'model':16s} {'steps':>6s} {'recorded':>8s} {'params':>7s} {'final loss':>10s} "
+        f"{'accuracy':>8s} {'skipped':>7s} {'end scale':>9s} {'seconds':>7s} {'KB':>6s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        scale = f"2**{round(math.log2(r['final_scale']))}"
+        lines.append(
+            f"{r['model']:16s} {r['steps']:6d} {r['recorded']:8d} {r['params']:7d} "
+            f"{r['final_loss']:10.4f} {r['accuracy']:8.3f} {r['skipped']:7d} "
+            f"{scale:>9s} {r['seconds']:7.1f} "
+            f"{r['bytes'] / 1024:6.1f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.real_traces",
+        description="Train three small real nnabla models (digits MLP, digits conv+BN, LSTM "
+        "on a generated counting task) in cpu:half with DynamicLossScalingUpdater and the "
+        "default DynamicScale(), recording gradient traces with GradientRecorder: one .npz "
+        "per model (digits_mlp.npz, digits_conv_bn.npz, sequence_lstm.npz). A full run takes "
+        "about 2 minutes on 2 cores (nnabla's cpu:half is software float16); --quick takes "
+        "a few seconds. Replay a trace with: dls simulate --trace OUT/<model>.npz",
+    )
+    parser.add_argument(
+        "--out", default="reports/traces", help="output folder (default %(default)s)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="training steps of every model (default: per model, "
+        f"{', '.join(f'{k} {v}' for k, v in DEFAULT_STEPS.items())})",
+    )
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps per model")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed (default 0)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    args = parser.parse_args(argv)
+    rows = record_all(args.out, steps=args.steps, quick=args.quick, seed=args.seed,
+                      models=args.models)  # fmt: skip
+    table = format_table(rows)
+    print(table)
+    lines = [f"{r['path']}: {r['data']}; {r['arch']}" for r in rows]
+    print("\n".join(lines))
+    if not args.quick:
+        text = (
+            "# Gradient traces of real nnabla models\n\n"
+            f"Recorded by `python -m sim.real_traces --out {args.out}` at commit "
+            f"{current_commit(args.out)} (cpu:half, DynamicScale(), seed {args.seed}). Replay "
+            "one with `dls simulate --trace <file>`.\n\n```\n"
+            + table
+            + "\n```\n\n"
+            + "\n".join(f"- {line}" for line in lines)
+            + "\n"
+        )
+        atomic_write_text(Path(args.out) / "README.md", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
