@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regenerate the report with fixed seeds: PNG figures and README.md "
         "comparing nnabla's legacy, PyTorch-style, DeepSpeed-style, DynamicScale and "
         "HeadroomScale on every trace family, the SSD reproduction and the default-setting "
-        "sweeps. Same inputs, same files. About a minute on two cores.",
+        "sweeps. Same inputs, same files. About 30 s on two cores.",
         epilog="examples:\n  dls report --out my_report\n"
         "  dls report --out /tmp/smoke --quick\n"
         "(scripts/report.sh regenerates the committed reports/ folder)",
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a small model on scikit-learn's 8x8 digits with nnabla: float32, "
         "float16 without scaling, float16 with nnabla's updater and with ours; print a table "
         "and write train.md (the table) and train_scale_trajectory.png into --out. "
-        "300 steps take about half a minute on two cores.",
+        "300 steps take about 15 s on two cores.",
         epilog="example:\n  dls train --steps 300 --out train_out\n"
         "(scripts/report.sh regenerates the committed 600-step reports/train.md)",
         formatter_class=fmt,
