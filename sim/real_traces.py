@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, Union
 import numpy as np
 
 from sim.cli_checks import nonnegative_int, positive_int
+from sim.demo import BATCH, _Batches
 from sim.provenance import current_commit
 from updater.files import atomic_write_text
 
@@ -40,26 +41,9 @@ DEFAULT_EVERY = {"digits_mlp": 5, "digits_conv_bn": 2, "sequence_lstm": 2}
 """Record every k-th step (a full recording keeps 400-500 steps per model)."""
 QUICK_STEPS = 6
 QUICK_EVERY = 2
-BATCH = 32
 SEQ_LEN = 10
 SEQ_HIDDEN = 16
 SEQ_TEST = 256
-
-
-class _Batches:
-    """Shuffled epochs over ``(x, y)``; sets the graph's input variables per call."""
-
-    def __init__(self, x_var, t_var, x, y, seed):
-        self.x_var, self.t_var, self.x, self.y = x_var, t_var, x, y
-        self.rng = np.random.RandomState(seed)
-        self.queue = np.empty(0, dtype=np.int64)
-
-    def __call__(self):
-        if self.queue.size < BATCH:
-            self.queue = np.concatenate([self.queue, self.rng.permutation(len(self.x))])
-        idx, self.queue = self.queue[:BATCH], self.queue[BATCH:]
-        self.x_var.d = self.x[idx]
-        self.t_var.d = self.y[idx, None]
 
 
 def _accuracy(logits: np.ndarray, y: np.ndarray) -> float:
@@ -69,20 +53,23 @@ def _accuracy(logits: np.ndarray, y: np.ndarray) -> float:
 # ---------------------------------------------------------------- the three models
 
 
-def _digits_mlp(seed: int) -> Dict:
+def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) -> Dict:
+    """A classifier's loss on batches of ``train`` and its accuracy on ``test``.
+
+    ``net(x, training)`` builds the logits; its second call (the evaluation graph, ``training``
+    False) shares the first call's parameters by name. The solver holds every parameter that
+    needs a gradient (not BatchNormalization's running statistics).
+    """
     import nnabla as nn
     import nnabla.functions as F
-    import nnabla.solvers as S
 
-    from sim.demo import HIDDEN, LEARNING_RATE, MOMENTUM, _mlp, load_data
-
-    x_train, y_train, x_test, y_test = load_data(seed)
-    x = nn.Variable((BATCH, 64))
+    (x_train, y_train), (x_test, y_test) = train, test
+    x = nn.Variable((BATCH, *x_train.shape[1:]))
     t = nn.Variable((BATCH, 1))
-    loss = F.mean(F.softmax_cross_entropy(_mlp(x, seed), t))
-    x_eval = nn.Variable((len(x_test), 64))
-    y_eval = _mlp(x_eval, seed)  # same names: shares the parameters
-    solver = S.Momentum(LEARNING_RATE, MOMENTUM)
+    loss = F.mean(F.softmax_cross_entropy(net(x, True), t))
+    x_eval = nn.Variable(x_test.shape)
+    y_eval = net(x_eval, False)
+    solver = make_solver()
     solver.set_parameters(nn.get_parameters())
 
     def evaluate():
@@ -95,9 +82,26 @@ def _digits_mlp(seed: int) -> Dict:
         "solver": solver,
         "feed": _Batches(x, t, x_train, y_train, seed + 1),
         "evaluate": evaluate,
-        "data": f"sklearn digits 8x8, {len(x_train)} train / {len(x_test)} test",
-        "arch": f"MLP 64-{HIDDEN}-10 ReLU, Momentum({LEARNING_RATE}, {MOMENTUM})",
+        "data": data,
+        "arch": arch,
     }
+
+
+def _digits_mlp(seed: int) -> Dict:
+    import nnabla.solvers as S
+
+    from sim.demo import HIDDEN, LEARNING_RATE, MOMENTUM, _mlp, load_data
+
+    x_train, y_train, x_test, y_test = load_data(seed)
+    return _classifier(
+        lambda x, training: _mlp(x, seed),
+        (x_train, y_train),
+        (x_test, y_test),
+        lambda: S.Momentum(LEARNING_RATE, MOMENTUM),
+        seed,
+        f"sklearn digits 8x8, {len(x_train)} train / {len(x_test)} test",
+        f"MLP 64-{HIDDEN}-10 ReLU, Momentum({LEARNING_RATE}, {MOMENTUM})",
+    )
 
 
 def _conv_bn_net(x, batch_stat: bool, rng_seed: int):
@@ -120,37 +124,20 @@ def _conv_bn_net(x, batch_stat: bool, rng_seed: int):
 
 
 def _digits_conv_bn(seed: int) -> Dict:
-    import nnabla as nn
-    import nnabla.functions as F
     import nnabla.solvers as S
 
     from sim.demo import load_data
 
     x_train, y_train, x_test, y_test = load_data(seed)
-    x_train = x_train.reshape(-1, 1, 8, 8)
-    x_test = x_test.reshape(-1, 1, 8, 8)
-    x = nn.Variable((BATCH, 1, 8, 8))
-    t = nn.Variable((BATCH, 1))
-    loss = F.mean(F.softmax_cross_entropy(_conv_bn_net(x, True, seed), t))
-    x_eval = nn.Variable((len(x_test), 1, 8, 8))
-    y_eval = _conv_bn_net(x_eval, False, seed)  # running statistics
-    solver = S.Momentum(0.05, 0.9)
-    solver.set_parameters(nn.get_parameters())  # grad_only: not the running statistics
-
-    def evaluate():
-        x_eval.d = x_test
-        y_eval.forward(clear_buffer=True)
-        return _accuracy(y_eval.d, y_test)
-
-    return {
-        "loss": loss,
-        "solver": solver,
-        "feed": _Batches(x, t, x_train, y_train, seed + 1),
-        "evaluate": evaluate,
-        "data": f"sklearn digits 8x8 as 1x8x8 images, {len(x_train)} train / {len(x_test)} test",
-        "arch": "conv3x3(8)-BN-ReLU-maxpool-conv3x3(16)-BN-ReLU-GAP-affine(10), "
-        "Momentum(0.05, 0.9)",
-    }
+    return _classifier(
+        lambda x, training: _conv_bn_net(x, training, seed),  # evaluation: running statistics
+        (x_train.reshape(-1, 1, 8, 8), y_train),
+        (x_test.reshape(-1, 1, 8, 8), y_test),
+        lambda: S.Momentum(0.05, 0.9),
+        seed,
+        f"sklearn digits 8x8 as 1x8x8 images, {len(x_train)} train / {len(x_test)} test",
+        "conv3x3(8)-BN-ReLU-maxpool-conv3x3(16)-BN-ReLU-GAP-affine(10), Momentum(0.05, 0.9)",
+    )
 
 
 def make_sequences(n: int, seed: int):
@@ -183,35 +170,18 @@ def _lstm_net(x, seed: int):
 
 
 def _sequence_lstm(seed: int) -> Dict:
-    import nnabla as nn
-    import nnabla.functions as F
     import nnabla.solvers as S
 
-    x_train, y_train = make_sequences(4096, seed)
-    x_test, y_test = make_sequences(SEQ_TEST, seed + 1000)
-    x = nn.Variable((BATCH, SEQ_LEN))
-    t = nn.Variable((BATCH, 1))
-    loss = F.mean(F.softmax_cross_entropy(_lstm_net(x, seed), t))
-    x_eval = nn.Variable((SEQ_TEST, SEQ_LEN))
-    y_eval = _lstm_net(x_eval, seed)
-    solver = S.Adam(0.01)
-    solver.set_parameters(nn.get_parameters())
-
-    def evaluate():
-        x_eval.d = x_test
-        y_eval.forward(clear_buffer=True)
-        return _accuracy(y_eval.d, y_test)
-
-    return {
-        "loss": loss,
-        "solver": solver,
-        "feed": _Batches(x, t, x_train, y_train, seed + 1),
-        "evaluate": evaluate,
-        "data": f"generated 0/1 sequences of length {SEQ_LEN} (seed {seed}), target: count of "
-        f"ones ({SEQ_LEN + 1} classes), 4096 train / {SEQ_TEST} test",
-        "arch": f"PF.lstm(hidden {SEQ_HIDDEN}) + affine({SEQ_LEN + 1}) on the last output, "
-        "Adam(0.01)",
-    }
+    return _classifier(
+        lambda x, training: _lstm_net(x, seed),
+        make_sequences(4096, seed),
+        make_sequences(SEQ_TEST, seed + 1000),
+        lambda: S.Adam(0.01),
+        seed,
+        f"generated 0/1 sequences of length {SEQ_LEN} (seed {seed}), target: count of ones "
+        f"({SEQ_LEN + 1} classes), 4096 train / {SEQ_TEST} test",
+        f"PF.lstm(hidden {SEQ_HIDDEN}) + affine({SEQ_LEN + 1}) on the last output, Adam(0.01)",
+    )
 
 
 BUILDERS: Dict[str, Callable[[int], Dict]] = {
