@@ -45,9 +45,9 @@ import numpy as np
 
 from sim.metrics import run_metrics, summarize
 from sim.underflow import flushed_share
-from updater.checks import check_int, check_number
+from updater.checks import check_instance, check_int, check_number
 from updater.float16 import FP16_OVERFLOW
-from updater.policy import largest_safe_scale
+from updater.policy import check_policy, largest_safe_scale
 from updater.presets import PRESETS
 from updater.trace import Trace
 
@@ -103,18 +103,6 @@ def _check_runs_seed_jitter(runs, seed, jitter) -> None:
     check_int("runs", runs, 1)
     check_int("seed", seed, 0)
     check_number("jitter", jitter, 0.0, 8.0, hint=" (log2 units)")
-
-
-def _check_trace(trace) -> None:
-    if not isinstance(trace, Trace):
-        raise TypeError(f"trace must be an updater.trace.Trace, got {type(trace).__name__}")
-
-
-def _check_policy(policy) -> None:
-    if not (hasattr(policy, "init") and hasattr(policy, "update")):
-        raise TypeError(
-            f"policy must be a policy from updater.policy (with init/update), got {policy!r}"
-        )
 
 
 def policy_label(policy) -> str:
@@ -206,8 +194,8 @@ def simulate(
     >>> r.scale.shape, bool(r.overflow[0].all()), float(r.scale[1, 0])
     ((50, 4), True, 16384.0)
     """
-    _check_policy(policy)
-    _check_trace(trace)
+    check_policy(policy)
+    check_instance("trace", trace, Trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
     absmax = trace.absmax[:, None] * factor  # unscaled, (steps, runs) or (steps, 1)
@@ -314,7 +302,7 @@ def stack_policies(policies: Sequence, runs: int = 1):
         raise ValueError("policies must hold at least one policy, got none")
     cls = type(policies[0])
     for p in policies:
-        _check_policy(p)
+        check_policy(p)
         if type(p) is not cls:
             raise TypeError(
                 f"policies must all be of one class to stack, got {cls.__name__} and "
@@ -354,8 +342,8 @@ def simulate_many(
     if labels is not None and len(labels) != len(policies):
         raise ValueError(f"labels must have {len(policies)} entries, got {len(labels)}")
     for p in policies:
-        _check_policy(p)
-    _check_trace(trace)
+        check_policy(p)
+    check_instance("trace", trace, Trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     labels = [policy_label(p) for p in policies] if labels is None else list(labels)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
@@ -395,8 +383,8 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
         ``(scale, overflow)``: float64 ``(steps + 1, runs)`` scales (row ``t`` used at step
         ``t``, the last row after the last step) and bool ``(steps, runs)`` overflow flags.
     """
-    _check_policy(policy)
-    _check_trace(trace)
+    check_policy(policy)
+    check_instance("trace", trace, Trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))
     absmax = trace.absmax[:, None] * factor

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from updater.checks import check_instance
 from updater.float16 import FP16_FLUSH_BINADE
 from updater.trace import EXP_MIN, NBINS, Trace
 
@@ -20,8 +21,7 @@ from updater.trace import EXP_MIN, NBINS, Trace
 def flushed_table(trace: Trace) -> np.ndarray:
     """Cumulative share table ``F (steps, NBINS + 1)``: ``F[t, i]`` is the share of step ``t``'s
     nonzero values in bins below ``i`` (0 for a step without nonzero values)."""
-    if not isinstance(trace, Trace):
-        raise TypeError(f"trace must be an updater.trace.Trace, got {type(trace).__name__}")
+    check_instance("trace", trace, Trace)
     counts = trace.counts
     total = counts.sum(axis=1, keepdims=True)
     cum = np.concatenate([np.zeros((trace.steps, 1)), np.cumsum(counts, axis=1)], axis=1)

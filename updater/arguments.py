@@ -17,7 +17,7 @@ import numpy as np
 
 from .checks import check_int, check_positive
 from .float16 import FP16_SMALLEST_SUBNORMAL
-from .policy import DynamicScale, ScaleState, policy_from_dict
+from .policy import DynamicScale, ScaleState, check_policy, policy_from_dict
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
 """nnabla's defaults, used for the legacy arguments not given when one of them is."""
@@ -91,10 +91,7 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
              if v is not None}  # fmt: skip
     if policy is not None:
-        if not (callable(getattr(policy, "init", None)) and callable(policy.update)):
-            raise TypeError(
-                f"policy must be a policy from updater.policy, got {type(policy).__name__}"
-            )
+        check_policy(policy)
         if given:
             raise ValueError(
                 f"pass either policy= or the legacy scale/scaling_factor/N (and "

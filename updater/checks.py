@@ -105,6 +105,16 @@ def check_positive(name: str, value, *, none_ok: bool = False, hint: str = ""):
     return check_number(name, value, 0.0, low_open=True, none_ok=none_ok, hint=hint)
 
 
+def check_instance(name: str, value, cls: type):
+    """``value`` if it is a ``cls``; ``TypeError`` naming the class otherwise."""
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"{name} must be an instance of {cls.__module__}.{cls.__qualname__}, got "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
 def check_choice(name: str, value, choices: Sequence[str]) -> str:
     """``value`` if it is one of the strings ``choices``."""
     accepted = ", ".join(repr(c) for c in choices)

@@ -385,6 +385,17 @@ class HeadroomScale(_Policy):
 POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}
 
 
+def check_policy(value, name: str = "policy"):
+    """``value`` if it offers the policy contract's ``init`` and ``update``; ``TypeError``
+    otherwise."""
+    if not (callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))):
+        raise TypeError(
+            f"{name} must be a policy from updater.policy (with init and update), got "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
 def policy_from_dict(d: Dict[str, Any]):
     """Rebuild a policy from its :meth:`state_dict` (``{"policy": name, **settings}``)."""
     d = dict(d)
