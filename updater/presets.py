@@ -52,17 +52,6 @@ def names() -> List[str]:
     return [*PRESETS, *POLICIES]
 
 
-def describe() -> str:
-    """One line per preset (its class and settings) and per policy class, for ``--help``."""
-    lines = [f"{n}: {type(p).__name__}({_settings_text(p)})" for n, p in PRESETS.items()]
-    lines += [f"{n}: the class with its defaults" for n in POLICIES]
-    return "\n".join(lines)
-
-
-def _settings_text(policy) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in policy.settings().items())
-
-
 def _field_types(cls) -> Dict[str, type]:
     kinds = {"int": int, int: int, "bool": bool, bool: bool}
     return {f.name: kinds.get(f.type, float) for f in dataclasses.fields(cls)}
