@@ -13,7 +13,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from sim.run import memory_estimate
+from sim.run import MAX_JITTER, memory_estimate
 from sim.traces import FAMILIES, Trace
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
@@ -45,12 +45,13 @@ nonnegative_int = int_at_least(0)
 
 def jitter_value(text: str) -> float:
     """An argparse type: a number in [0, 8] (the log2 std of the gradient size factor)."""
+    problem = f"needs a number in [0, {MAX_JITTER:g}], got {text!r}"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"needs a number in [0, 8], got {text!r}") from None
-    if not 0 <= value <= 8:
-        raise argparse.ArgumentTypeError(f"needs a number in [0, 8], got {text!r}")
+        raise argparse.ArgumentTypeError(problem) from None
+    if not 0 <= value <= MAX_JITTER:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 

@@ -51,6 +51,9 @@ from updater.policy import check_policy, largest_safe_scale
 from updater.presets import PRESETS
 from updater.trace import Trace
 
+MAX_JITTER = 8.0
+"""Largest jitter accepted (std of log2 of the per-step gradient size factor)."""
+
 
 @dataclass
 class RunResult:
@@ -102,7 +105,7 @@ class RunResult:
 def _check_runs_seed_jitter(runs, seed, jitter) -> None:
     check_int("runs", runs, 1)
     check_int("seed", seed, 0)
-    check_number("jitter", jitter, 0.0, 8.0, hint=" (log2 units)")
+    check_number("jitter", jitter, 0.0, MAX_JITTER, hint=" (log2 units)")
 
 
 def policy_label(policy) -> str:
