@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
 import textwrap
 from pathlib import Path
@@ -144,10 +145,17 @@ def _cmd_sweep(parser, args) -> int:
 
 
 def _cmd_report(parser, args) -> int:
+    from sim.experiments import check_real_traces
     from sim.report import QUICK, ReportConfig, build_report
 
     check_output_dir(parser, "--out", args.out)
     config = QUICK if args.quick else ReportConfig()
+    real = None if args.real_traces == "none" else args.real_traces
+    config = dataclasses.replace(config, real_traces=real)
+    try:
+        check_real_traces(config)
+    except FileNotFoundError as e:
+        parser.error(f"--real-traces: {e}")
     with StageProgress("report") as progress:
         result = build_report(args.out, config, progress=progress)
     for path in result["files"]:
@@ -320,8 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="regenerate the simulation report (figures + README.md)",
         description="Regenerate the report with fixed seeds: PNG figures and README.md "
         "comparing nnabla's legacy, PyTorch-style, DeepSpeed-style, DynamicScale and "
-        "HeadroomScale on every trace family, the SSD reproduction and the default-setting "
-        "sweeps. Same inputs, same files. About 30 s on two cores.",
+        "HeadroomScale on every trace family (synthetic ones and three real nnabla models' "
+        "recorded traces), the SSD reproduction, the simulator's predictions from the real "
+        "traces against real runs of other policies, the per-layer view and the "
+        "default-setting sweeps. Same inputs, same files. About 30 s on two cores.",
         epilog="examples:\n  dls report --out my_report\n"
         "  dls report --out /tmp/smoke --quick\n"
         "(scripts/report.sh regenerates the committed reports/ folder)",
@@ -335,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--quick", action="store_true", help="small sizes for a smoke test (numbers not meaningful)"
+    )
+    p.add_argument(
+        "--real-traces",
+        default="reports/traces",
+        metavar="DIR",
+        help="folder of the real models' traces and measured runs, written by python -m "
+        "sim.real_traces; relative to the source checkout unless absolute (default "
+        "%(default)s); 'none' leaves the real models out",
     )
     p.set_defaults(handler=_cmd_report, subparser=p)
 

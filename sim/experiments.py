@@ -8,11 +8,14 @@ the exact SSD counts, each returning rows (dicts) whose fields are named.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 
 from sim.fp16 import classify
+from sim.predictions import prediction_rows
+from sim.real_traces import MODEL_NOTES, MODELS
 from sim.run import RunResult, simulate_many
 from sim.sweep import grid_points, run_sweep
 from sim.tables import format_percent
@@ -46,6 +49,9 @@ HEADROOM_GRID = {
 SSD_SCALES = (1.0, 8.0, 2.0**15)
 """Scales of the exact SSD counts."""
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The source checkout (relative ``ReportConfig.real_traces`` folders are resolved in it)."""
+
 END_SHARE = 0.1
 """The end of a run, for ``lost_end``: its last 10% of steps."""
 
@@ -61,6 +67,9 @@ class ReportConfig:
         seed (int, default 0): seed of traces, jitter and SSD samples.
         jitter (float, default 0.25): log2 std of the per-step gradient size factor.
         ssd_values (int, default 2**20): values sampled for the exact SSD counts.
+        real_traces (str or None, default "reports/traces"): folder of the real models' traces
+            and measured runs (:mod:`sim.real_traces`), relative to the source checkout unless
+            absolute; None leaves the real traces out.
     """
 
     steps: int = 10000
@@ -69,6 +78,7 @@ class ReportConfig:
     seed: int = 0
     jitter: float = 0.25
     ssd_values: int = 2**20
+    real_traces: str | None = "reports/traces"
 
 
 QUICK = ReportConfig(steps=600, runs=4, sweep_runs=2, ssd_values=2**14)
@@ -90,6 +100,13 @@ class ReportData:
         ssd (dict): :func:`ssd_numbers`.
         chosen (dict): ``"dynamic"`` and ``"headroom"``: the sweep rows picked by
             :func:`sim.selection.choose_defaults`.
+        real (list of str): the real models' traces among the families (empty without them).
+        synthetic_sweeps (dict): ``dynamic_sweep`` and ``headroom_sweep`` folded over the
+            synthetic families only.
+        chosen_synthetic (dict): the rows picked from ``synthetic_sweeps``.
+        predictions (list of dict): :func:`sim.predictions.prediction_rows`.
+        measured (list of dict): one row per measured real run (:func:`measured_rows`).
+        layers (dict model -> list of dict): :func:`sim.layers.layer_needs` of each real trace.
     """
 
     config: ReportConfig
@@ -99,6 +116,12 @@ class ReportData:
     headroom_sweep: List[Dict[str, Any]]
     ssd: Dict[Any, Any]
     chosen: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    real: List[str] = field(default_factory=list)
+    synthetic_sweeps: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
+    chosen_synthetic: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    predictions: List[Dict[str, Any]] = field(default_factory=list)
+    measured: List[Dict[str, Any]] = field(default_factory=list)
+    layers: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def family_names(self) -> List[str]:
@@ -126,6 +149,60 @@ def make_traces(config: ReportConfig) -> Dict[str, Trace]:
     return {f: make_trace(f, steps=config.steps, seed=config.seed) for f in FAMILIES}
 
 
+def real_traces_dir(config: ReportConfig) -> Path | None:
+    """The folder of the real traces (``config.real_traces`` in the checkout), or None."""
+    if config.real_traces is None:
+        return None
+    return CHECKOUT / config.real_traces  # an absolute path replaces CHECKOUT
+
+
+def check_real_traces(config: ReportConfig) -> None:
+    """Raise FileNotFoundError naming what is missing from the real traces' folder (each
+    model's trace and its measured runs); nothing when the real traces are left out."""
+    from sim.real_runs import MEASURED, run_path
+
+    folder = real_traces_dir(config)
+    if folder is None:
+        return
+    wanted = [folder / f"{m}.npz" for m in MODELS]
+    wanted += [run_path(folder, m, label) for m in MODELS for label in MEASURED]
+    missing = [p.name for p in wanted if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} lacks {', '.join(missing)}: record them with python -m sim.real_traces "
+            f"--out {folder}, or leave the real models out (dls report --real-traces none)"
+        )
+
+
+def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
+    """The real models' traces (:data:`sim.real_traces.MODELS`), empty when left out.
+
+    Raises:
+        FileNotFoundError: a trace or a measured run is missing (:func:`check_real_traces`).
+    """
+    check_real_traces(config)
+    folder = real_traces_dir(config)
+    return {} if folder is None else {m: Trace.load(folder / f"{m}.npz") for m in MODELS}
+
+
+def measured_rows(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
+    """:meth:`sim.real_runs.MeasuredRun.summary` of each measured real run of ``traces``: the
+    recording's own run, then the checked policies'."""
+    from sim.real_runs import MEASURED, MeasuredRun, run_path
+
+    folder = real_traces_dir(config)
+    return [
+        MeasuredRun.load(run_path(folder, model, label)).summary()
+        for model in traces
+        for label in MEASURED
+    ]
+
+
+def predictions(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
+    """:func:`sim.predictions.prediction_rows` of the real ``traces`` at the report's jitter."""
+    return prediction_rows(traces, real_traces_dir(config), config.jitter, config.seed)
+
+
 def family_rows(traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
     """One row per trace: safe scale at the start/end, flushed shares, bad steps."""
     rows = []
@@ -135,7 +212,7 @@ def family_rows(traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
         rows.append(
             {
                 "family": name,
-                "what": FAMILY_NOTES.get(name, ""),
+                "what": FAMILY_NOTES.get(name) or MODEL_NOTES.get(name, ""),
                 "safe_first": float(np.median(safe[:tenth])),
                 "safe_last": float(np.median(safe[-tenth:])),
                 "flushed_1": format_percent(pooled_flushed_share(t, 1.0)),
@@ -188,12 +265,17 @@ def compare(traces: Mapping[str, Trace], config: ReportConfig, progress=None) ->
     return Comparison(rows, results)
 
 
-def per_setting(rows: Sequence[Dict[str, Any]], keys: Sequence[str]) -> List[Dict[str, Any]]:
+def per_setting(
+    rows: Sequence[Dict[str, Any]], keys: Sequence[str], families=None
+) -> List[Dict[str, Any]]:
     """Fold :func:`sim.sweep.run_sweep` rows (one per trace and setting) into one row per
     setting: the settings, ``lost_<family>`` per family, ``lost_mean``, ``lost_worst``,
-    ``skipped_mean`` and ``flushed_mean`` (means over families)."""
+    ``skipped_mean`` and ``flushed_mean`` (means over families). ``families`` (optional) keeps
+    only the rows of those traces."""
     groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {}
     for r in rows:
+        if families is not None and r["trace"] not in families:
+            continue
         groups.setdefault(tuple(r[k] for k in keys), {})[r["trace"]] = r
     out = []
     for values, by_family in groups.items():
@@ -218,10 +300,10 @@ def sweep(
     jitter: float,
     progress=None,
 ) -> List[Dict[str, Any]]:
-    """Every combination of ``grid`` (settings of the policy class ``make``) on every trace,
-    folded by :func:`per_setting` into one row per combination."""
+    """Every combination of ``grid`` (settings of the policy class ``make``) on every trace:
+    :func:`sim.sweep.run_sweep` rows, one per trace and combination."""
     points = grid_points(grid)
-    rows = run_sweep(
+    return run_sweep(
         [make(**p) for p in points],
         points,
         traces.values(),
@@ -231,7 +313,6 @@ def sweep(
         progress=progress,
         stage=f"{make.__name__} sweep on {{trace}} ({{settings}} settings, jitter {{jitter:g}})",
     )
-    return per_setting(rows, list(grid))
 
 
 def default_sweeps(traces: Mapping[str, Trace], config: ReportConfig, progress=None):
@@ -239,16 +320,28 @@ def default_sweeps(traces: Mapping[str, Trace], config: ReportConfig, progress=N
     HeadroomScale over :data:`HEADROOM_GRID` at the report's jitter and at twice it.
 
     Returns:
-        dict with the :func:`sweep` rows under ``dynamic_sweep`` and ``headroom_sweep`` (the
-        :class:`ReportData` fields); each headroom row also holds its ``jitter``.
+        dict with the :func:`per_setting` rows over every trace under ``dynamic_sweep`` and
+        ``headroom_sweep`` (the :class:`ReportData` fields; each headroom row also holds its
+        ``jitter``), and ``synthetic_sweeps``: the same folded over the synthetic families only.
     """
     runs, seed = config.sweep_runs, config.seed
     dynamic = sweep(DynamicScale, DYNAMIC_GRID, traces, runs, seed, config.jitter, progress)
-    headroom = []
-    for jitter in (config.jitter, 2 * config.jitter):
-        for r in sweep(HeadroomScale, HEADROOM_GRID, traces, runs, seed, jitter, progress):
-            headroom.append({"jitter": jitter, **r})
-    return {"dynamic_sweep": dynamic, "headroom_sweep": headroom}
+    headroom = {
+        jitter: sweep(HeadroomScale, HEADROOM_GRID, traces, runs, seed, jitter, progress)
+        for jitter in (config.jitter, 2 * config.jitter)
+    }
+
+    def fold(families=None):
+        return {
+            "dynamic_sweep": per_setting(dynamic, list(DYNAMIC_GRID), families),
+            "headroom_sweep": [
+                {"jitter": jitter, **r}
+                for jitter, rows in headroom.items()
+                for r in per_setting(rows, list(HEADROOM_GRID), families)
+            ],
+        }
+
+    return {**fold(), "synthetic_sweeps": fold([f for f in traces if f in FAMILIES])}
 
 
 def ssd_sample(config: ReportConfig) -> np.ndarray:

@@ -284,7 +284,7 @@ def plot_policy_comparison(
         if i:
             ax.axvline(i - 0.5, color="0.85", lw=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels(families)
+    ax.set_xticklabels(families, rotation=20, ha="right", rotation_mode="anchor")
     ax.set_xlim(-0.5, len(families) - 0.5)
     ax.set_xlabel("trace family")
     ax.set_ylabel(f"{METRIC_LABELS[metric].split(' (')[0]} ({yscale} axis)")

@@ -2,8 +2,12 @@
 
 Each model trains with :class:`updater.DynamicLossScalingUpdater` under the default policy
 (``DynamicScale()``: starts at 2**15) and a :class:`updater.GradientRecorder` that keeps every
-``every``-th step, so the simulator (``dls simulate --trace FILE``) can replay real gradient
-distributions next to the synthetic families. The three models differ in kind:
+step, per parameter array too (``per_parameter=True``, for :mod:`sim.layers`), so the simulator
+(``dls simulate --trace FILE``) can replay real gradient distributions next to the synthetic
+families. Each model then trains again for real under each policy of
+:data:`sim.real_runs.CHECKED_POLICIES`, measured step by step (:mod:`sim.real_runs`), so that
+the report can check what the simulator predicts from the trace (:mod:`sim.predictions`). The
+three models differ in kind:
 
 - ``digits_mlp``: the 64-64-10 ReLU MLP of :mod:`sim.demo` on scikit-learn's bundled 8x8
   digits, with an ordinary loss (weight 1), momentum SGD;
@@ -15,15 +19,15 @@ distributions next to the synthetic families. The three models differ in kind:
   classifying how many ones it holds (a counting task, generated with a fixed seed), Adam.
 
 Everything is seeded (weights, data split, batch order, generated sequences), so the same seed
-gives the same traces. Run ``python -m sim.real_traces --out reports/traces`` (about 2 minutes
+gives the same traces. Run ``python -m sim.real_traces --out reports/traces`` (about 8 minutes
 on 2 cores); ``--quick`` records a handful of steps per model in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-import time
 from pathlib import Path
 from typing import Callable, Dict, List, Union
 
@@ -35,12 +39,15 @@ from sim.provenance import current_commit
 from updater.files import atomic_write_text
 
 MODELS = ("digits_mlp", "digits_conv_bn", "sequence_lstm")
+MODEL_NOTES = {
+    "digits_mlp": "real: MLP 64-64-10 on sklearn's 8x8 digits, Momentum, cpu:half",
+    "digits_conv_bn": "real: 2 conv + BatchNorm on sklearn's 8x8 digits, Momentum, cpu:half",
+    "sequence_lstm": "real: LSTM counting ones in 0/1 sequences, Adam, cpu:half",
+}
+"""One line per model, for tables."""
 DEFAULT_STEPS = {"digits_mlp": 2000, "digits_conv_bn": 800, "sequence_lstm": 1000}
 """Training steps per model of a full recording."""
-DEFAULT_EVERY = {"digits_mlp": 5, "digits_conv_bn": 2, "sequence_lstm": 2}
-"""Record every k-th step (a full recording keeps 400-500 steps per model)."""
 QUICK_STEPS = 6
-QUICK_EVERY = 2
 SEQ_LEN = 10
 SEQ_HIDDEN = 16
 SEQ_TEST = 256
@@ -56,9 +63,10 @@ def _accuracy(logits: np.ndarray, y: np.ndarray) -> float:
 def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) -> Dict:
     """A classifier's loss on batches of ``train`` and its accuracy on ``test``.
 
-    ``net(x, training)`` builds the logits; its second call (the evaluation graph, ``training``
-    False) shares the first call's parameters by name. The solver holds every parameter that
-    needs a gradient (not BatchNormalization's running statistics).
+    ``net(x, training)`` builds the logits; later calls (the evaluation graph, ``training``
+    False; ``training_loss()`` in another context) share the first call's parameters by name.
+    The solver holds every parameter that needs a gradient (not BatchNormalization's running
+    statistics).
     """
     import nnabla as nn
     import nnabla.functions as F
@@ -66,7 +74,11 @@ def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) 
     (x_train, y_train), (x_test, y_test) = train, test
     x = nn.Variable((BATCH, *x_train.shape[1:]))
     t = nn.Variable((BATCH, 1))
-    loss = F.mean(F.softmax_cross_entropy(net(x, True), t))
+
+    def training_loss():  # in the current context, on the batch in x and t
+        return F.mean(F.softmax_cross_entropy(net(x, True), t))
+
+    loss = training_loss()
     x_eval = nn.Variable(x_test.shape)
     y_eval = net(x_eval, False)
     solver = make_solver()
@@ -79,6 +91,7 @@ def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) 
 
     return {
         "loss": loss,
+        "training_loss": training_loss,
         "solver": solver,
         "feed": _Batches(x, t, x_train, y_train, seed + 1),
         "evaluate": evaluate,
@@ -194,78 +207,76 @@ BUILDERS: Dict[str, Callable[[int], Dict]] = {
 # ---------------------------------------------------------------- recording
 
 
+@contextlib.contextmanager
+def half_model(name: str, seed: int):
+    """Model ``name`` (a dict of :func:`_classifier`) built in ``cpu:half`` under its own
+    parameter scope, with nnabla seeded by ``seed``; its parameters are cleared before and after.
+    The block runs in the ``cpu:half`` context."""
+    import nnabla as nn
+
+    from updater import get_context
+
+    if name not in BUILDERS:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    nn.seed(seed)
+    with nn.parameter_scope(f"dls_real_traces/{name}"):
+        nn.clear_parameters()
+        try:
+            with nn.context_scope(get_context("cpu:half")):
+                yield BUILDERS[name](seed)
+        finally:
+            nn.clear_parameters()
+
+
 def record_model(
     name: str,
     out_dir: Union[str, Path],
     steps: int | None = None,
-    every: int | None = None,
+    every: int = 1,
     seed: int = 0,
 ) -> Dict:
-    """Train model ``name`` in ``cpu:half`` with the updater and write ``<out_dir>/<name>.npz``.
+    """Train model ``name`` in ``cpu:half`` under ``DynamicScale()`` with a per-parameter
+    :class:`updater.GradientRecorder`, measured like the checked runs (:mod:`sim.real_runs`):
+    writes the trace ``<out_dir>/<name>.npz`` and the measured run
+    ``<out_dir>/<name>.recorded.run.npz``.
 
     Args:
         name (str): one of :data:`MODELS`.
-        out_dir (str or Path): folder of the trace (created if missing).
+        out_dir (str or Path): folder of the files (created if missing).
         steps (int or None): training steps (``update()`` calls); :data:`DEFAULT_STEPS` if None.
-        every (int or None): record every k-th step; :data:`DEFAULT_EVERY` if None.
+        every (int, default 1): record every k-th step (the report's predictions need every
+            step).
         seed (int, default 0): seed of weights, data and batch order.
 
     Returns:
         dict: a table row (model, steps, recorded, params, final loss, accuracy, skipped, final
-        scale, seconds, path, data, arch).
+        scale, seconds, path, bytes, about).
     """
-    import nnabla as nn
+    from sim.real_runs import RECORDED, measure_run, run_path
+    from updater import GradientRecorder
+    from updater.policy import DynamicScale
 
-    from updater import DynamicLossScalingUpdater, GradientRecorder, get_context
-
-    if name not in BUILDERS:
-        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
     steps = DEFAULT_STEPS[name] if steps is None else int(steps)
-    every = DEFAULT_EVERY[name] if every is None else int(every)
+    every = int(every)
     if steps < 1 or every < 1:
         raise ValueError(f"steps and every must be >= 1, got {steps} and {every}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.npz"
-    scope = f"dls_real_traces/{name}"
-    nn.seed(seed)
-    with nn.parameter_scope(scope):
-        nn.clear_parameters()
-        with nn.context_scope(get_context("cpu:half")):
-            model = BUILDERS[name](seed)
-            params = sum(int(np.prod(p.shape)) for p in model["solver"].get_parameters().values())
-            losses: List[float] = []
-            start = time.perf_counter()
-            with GradientRecorder(path, every=every, name=name) as recorder:
-                updater = DynamicLossScalingUpdater(
-                    model["solver"], model["loss"], model["feed"], recorder=recorder
-                )
-                for _ in range(steps):
-                    record = updater.update()
-                    if record.update_applied:
-                        losses.append(float(model["loss"].d))
-            seconds = time.perf_counter() - start
-            accuracy = model["evaluate"]()
-            recorded = len(recorder.steps)
-            final_scale = float(updater.scale)
-            skipped = int(updater.skips)
-        nn.clear_parameters()
-    tail = losses[-max(1, len(losses) // 10) :]
+    with GradientRecorder(path, every=every, name=name, per_parameter=True) as recorder:
+        run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)
+    run.save(run_path(out_dir, name, RECORDED))
+    trace = recorder.trace()
+    row = run.summary()
     return {
-        "model": name,
-        "steps": steps,
-        "recorded": recorded,
+        **{k: row[k] for k in ("model", "steps", "skipped", "final_scale", "final_loss")},
+        **{k: row[k] for k in ("accuracy", "seconds")},
+        "recorded": trace.steps,
         "every": every,
-        "params": params,
-        "final_loss": float(np.mean(tail)) if tail else float("nan"),
-        "accuracy": accuracy,
-        "skipped": skipped,
-        "final_scale": final_scale,
-        "seconds": seconds,
+        "params": int((trace.counts.sum(axis=1) + trace.zeros).max()),
         "path": str(path),
         "bytes": path.stat().st_size,
-        "data": model["data"],
-        "arch": model["arch"],
+        "about": run.about,
     }
 
 
@@ -275,26 +286,35 @@ def record_all(
     quick: bool = False,
     seed: int = 0,
     models=MODELS,
-) -> List[Dict]:
-    """Record a trace of each model into ``out_dir``; return the table rows.
+    policy_runs: bool = True,
+) -> Dict[str, List[Dict]]:
+    """Record a trace of each model into ``out_dir`` and, with ``policy_runs``, its real runs
+    under :data:`sim.real_runs.CHECKED_POLICIES` (same steps and seed).
 
     Args:
-        out_dir (str or Path): folder of the ``.npz`` traces.
+        out_dir (str or Path): folder of the ``.npz`` files.
         steps (int or None): training steps of every model; per-model defaults
             (:data:`DEFAULT_STEPS`) if None, :data:`QUICK_STEPS` with ``quick``.
-        quick (bool, default False): a few steps, recording every :data:`QUICK_EVERY`-th
-            (seconds; for tests and smoke runs).
+        quick (bool, default False): a few steps (seconds; for tests and smoke runs).
         seed (int, default 0): seed of every model.
         models (sequence of str): which models (default all of :data:`MODELS`).
+        policy_runs (bool, default True): also train under the checked policies.
+
+    Returns:
+        dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
+        model, policy, steps, skipped, final scale, accuracy, seconds, path).
     """
-    rows = []
+    from sim.real_runs import CHECKED_POLICIES, measure_run, run_path
+
+    traces, runs = [], []
     for name in models:
-        if quick:
-            n, k = (QUICK_STEPS if steps is None else steps), QUICK_EVERY
-        else:
-            n, k = steps, None
-        rows.append(record_model(name, out_dir, steps=n, every=k, seed=seed))
-    return rows
+        n = (QUICK_STEPS if quick else DEFAULT_STEPS[name]) if steps is None else steps
+        traces.append(record_model(name, out_dir, steps=n, seed=seed))
+        for label, policy in CHECKED_POLICIES.items() if policy_runs else ():
+            run = measure_run(name, policy, label, n, seed=seed)
+            path = run.save(run_path(out_dir, name, label))
+            runs.append({**run.summary(), "path": str(path)})
+    return {"traces": traces, "runs": runs}
 
 
 def format_table(rows: List[Dict]) -> str:
@@ -315,15 +335,37 @@ def format_table(rows: List[Dict]) -> str:
     return "\n".join(lines)
 
 
+def format_runs_table(rows: List[Dict]) -> str:
+    """The measured runs (``record_all(...)["runs"]``) as a plain-text table."""
+    head = (
+        f"{'model':16s} {'policy':14s} {'steps':>6s} {'skipped':>7s} {'end scale':>9s} "
+        f"{'accuracy':>8s} {'seconds':>7s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        scale = f"2**{round(math.log2(r['final_scale']))}"
+        lines.append(
+            f"{r['model']:16s} {r['policy']:14s} {r['steps']:6d} {r['skipped']:7d} "
+            f"{scale:>9s} {r['accuracy']:8.3f} {r['seconds']:7.1f}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
+    from sim.real_runs import CHECKED_POLICIES
+
+    checked = ", ".join(CHECKED_POLICIES)
     parser = argparse.ArgumentParser(
         prog="python -m sim.real_traces",
         description="Train three small real nnabla models (digits MLP, digits conv+BN, LSTM "
         "on a generated counting task) in cpu:half with DynamicLossScalingUpdater and the "
-        "default DynamicScale(), recording gradient traces with GradientRecorder: one .npz "
-        "per model (digits_mlp.npz, digits_conv_bn.npz, sequence_lstm.npz). A full run takes "
-        "about 2 minutes on 2 cores (nnabla's cpu:half is software float16); --quick takes "
-        "a few seconds. Replay a trace with: dls simulate --trace OUT/<model>.npz",
+        "default DynamicScale(), recording a gradient trace of every step with "
+        "GradientRecorder (OUT/<model>.npz), then train each again for real under each "
+        f"checked policy ({checked}), measured against a float32 shadow of the model at every "
+        "step (OUT/<model>.<policy>.run.npz): the report (dls report) checks the simulator's "
+        "predictions from the traces against these runs. A full run takes about 8 minutes on "
+        "2 cores (nnabla's cpu:half is software float16); --quick takes seconds. Replay a "
+        "trace with: dls simulate --trace OUT/<model>.npz",
     )
     parser.add_argument(
         "--out", default="reports/traces", help="output folder (default %(default)s)"
@@ -338,24 +380,35 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps per model")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed (default 0)")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument(
+        "--traces-only", action="store_true", help="record the traces, not the checked runs"
+    )
     args = parser.parse_args(argv)
-    rows = record_all(args.out, steps=args.steps, quick=args.quick, seed=args.seed,
-                      models=args.models)  # fmt: skip
-    table = format_table(rows)
+    done = record_all(args.out, steps=args.steps, quick=args.quick, seed=args.seed,
+                      models=args.models, policy_runs=not args.traces_only)  # fmt: skip
+    table = format_table(done["traces"])
+    runs = format_runs_table(done["runs"]) if done["runs"] else ""
     print(table)
-    lines = [f"{r['path']}: {r['data']}; {r['arch']}" for r in rows]
+    print(runs)
+    lines = [f"{r['path']}: {r['about']}" for r in done["traces"]]
     print("\n".join(lines))
     if not args.quick:
         text = (
             "# Gradient traces of real nnabla models\n\n"
             f"Recorded by `python -m sim.real_traces --out {args.out}` at commit "
-            f"{current_commit(args.out)} (cpu:half, DynamicScale(), seed {args.seed}). Replay "
-            "one with `dls simulate --trace <file>`.\n\n```\n"
+            f"{current_commit(args.out)} (cpu:half, DynamicScale(), seed {args.seed}, every step "
+            "recorded). Replay one with `dls simulate --trace <file>`.\n\n```\n"
             + table
             + "\n```\n\n"
             + "\n".join(f"- {line}" for line in lines)
             + "\n"
         )
+        if runs:
+            text += (
+                "\nThe same models trained again for real under the checked policies, measured "
+                "against a float32 shadow at every step (`<model>.<policy>.run.npz`, read by "
+                "`dls report` to check the simulator's predictions):\n\n```\n" + runs + "\n```\n"
+            )
         atomic_write_text(Path(args.out) / "README.md", text)
     return 0
 

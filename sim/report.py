@@ -18,11 +18,15 @@ from sim.experiments import (
     compare,
     default_sweeps,
     family_rows,
+    load_real_traces,
     make_traces,
+    measured_rows,
+    predictions,
     ssd_numbers,
     ssd_sample,
     tell,
 )
+from sim.layers import layer_needs
 from sim.provenance import current_commit
 from sim.report_figures import write_figures
 from sim.report_text import render
@@ -33,6 +37,10 @@ __all__ = ["QUICK", "ReportConfig", "build_report", "choose"]
 
 FULL = ReportConfig()
 """The configuration of the committed report (``dls report``)."""
+
+
+def _chosen(dynamic_rows, headroom_rows, jitter):
+    return choose_defaults(dynamic_rows, [r for r in headroom_rows if r["jitter"] == jitter])
 
 
 def build_report(
@@ -58,8 +66,10 @@ def build_report(
         raise TypeError(f"config must be a ReportConfig, got {type(config).__name__}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    traces = make_traces(config)
-    tell(progress, "start", 4 * len(traces) + 2)  # per family: compare, 3 sweeps; figures; SSD
+    real = load_real_traces(config)
+    traces = {**make_traces(config), **real}
+    # per trace: compare, 3 sweeps; figures; SSD; predictions
+    tell(progress, "start", 4 * len(traces) + 2 + bool(real))
 
     comparison = compare(traces, config, progress)
     tell(progress, "stage", "figures")
@@ -69,16 +79,26 @@ def build_report(
     del comparison  # its trajectories are large; the rest needs only the summary rows
 
     sweeps = default_sweeps(traces, config, progress)
-    tell(progress, "stage", "exact float16 counts on SSD samples; README.md")
+    synthetic = sweeps.pop("synthetic_sweeps")
+    if real:
+        tell(progress, "stage", "predictions from the real traces against the real runs")
     data = ReportData(
         config=config,
         families=family_rows(traces),
         compare=rows,
         ssd=ssd_numbers(values),
+        real=list(real),
+        synthetic_sweeps=synthetic,
+        predictions=predictions(config, real),
+        measured=measured_rows(config, real),
+        layers={name: layer_needs(t) for name, t in real.items()},
         **sweeps,
     )
-    main = [r for r in data.headroom_sweep if r["jitter"] == config.jitter]
-    data.chosen = choose_defaults(data.dynamic_sweep, main)
+    tell(progress, "stage", "exact float16 counts on SSD samples; README.md")
+    data.chosen = _chosen(data.dynamic_sweep, data.headroom_sweep, config.jitter)
+    data.chosen_synthetic = _chosen(
+        synthetic["dynamic_sweep"], synthetic["headroom_sweep"], config.jitter
+    )
     files.append(atomic_write_text(out / "README.md", render(data, current_commit(out))))
     return {
         "files": files,

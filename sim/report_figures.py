@@ -10,6 +10,7 @@ import numpy as np
 
 from sim.plot_common import save_figure
 from sim.plot_gradients import plot_histogram, plot_underflow_vs_scale
+from sim.plot_layers import plot_layer_flush
 from sim.plot_runs import plot_comparison_panels, plot_trajectory_panels
 from sim.run import RunResult
 from updater.trace import Trace
@@ -29,7 +30,7 @@ def write_figures(
     Args:
         out (Path): an existing folder.
         traces (mapping family -> Trace): the report's traces (``ssd`` and ``drifting`` among
-            them).
+            them); those with per-layer histograms get the per-layer figure.
         results (mapping family -> list of RunResult): the policy comparison.
         ssd_values (array): values sampled from the SSD calibration (exact float16 curve).
     """
@@ -46,4 +47,7 @@ def write_figures(
     sources: Dict[str, object] = {f: traces[f] for f in UNDERFLOW_FAMILIES}
     sources["ssd, exact float16 counts on sampled values"] = ssd_values
     files.append(save_figure(plot_underflow_vs_scale(sources), out / "underflow_vs_scale.png"))
+    layered = [t for t in traces.values() if t.has_layers]
+    if layered:
+        files.append(save_figure(plot_layer_flush(layered), out / "layers_flush.png"))
     return files

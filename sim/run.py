@@ -262,15 +262,25 @@ def _largest_power_of_two_below(limit) -> np.ndarray:
         return np.exp2(np.ceil(np.log2(limit)) - 1.0)
 
 
+def safe_scales(absmax, overflow_from=None, max_scale=None) -> np.ndarray:
+    """The largest safe scale of each step: the largest power of two ``s`` with
+    ``s * absmax <= 65504``, strictly below ``overflow_from`` (the scale from which the step was
+    seen to overflow; inf or None where it never was) and at most ``max_scale`` (None: no cap).
+    Arguments broadcast together; the result is float64."""
+    safe = largest_safe_scale(absmax)
+    if overflow_from is not None:
+        safe = np.minimum(safe, _largest_power_of_two_below(overflow_from))
+    return safe if max_scale is None else np.minimum(safe, max_scale)
+
+
 def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
     scale = scale_all[:-1]
     skipped = overflow | trace.nonfinite[:, None]
-    safe = largest_safe_scale(np.broadcast_to(absmax, scale.shape))
-    if np.isfinite(trace.overflow_scale).any():
-        safe = np.minimum(safe, _largest_power_of_two_below(trace.overflow_scale[:, None] / factor))
+    over = (
+        trace.overflow_scale[:, None] / factor if np.isfinite(trace.overflow_scale).any() else None
+    )
     cap = getattr(policy, "max_scale", None)
-    if cap is not None:
-        safe = np.minimum(safe, cap)
+    safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap)
     flushed = flushed_share(trace, scale * factor)
     metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
     metrics["final_scale"] = scale_all[-1].copy()

@@ -21,7 +21,7 @@ PLAIN = [
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 4
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 5
     assert "save_checkpoint" in QUICK_START
 
 
@@ -40,7 +40,7 @@ def run_script(tmp_path, code, *launcher):
 
 
 @pytest.mark.nnabla
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_readme_block_runs_as_written(tmp_path, index):
     out = run_script(tmp_path, PLAIN[index])
     if "save_checkpoint" in PLAIN[index]:
@@ -49,7 +49,12 @@ def test_readme_block_runs_as_written(tmp_path, index):
     if "GradientRecorder" in PLAIN[index]:
         from updater.trace import Trace
 
-        assert Trace.load(tmp_path / "grads.npz").steps == 20  # every 10th of 200 steps
+        trace = Trace.load(tmp_path / "grads.npz")
+        assert trace.steps == 20  # every 10th of 200 steps, or 20 steps in the per-layer block
+        if "per_parameter=True" in PLAIN[index]:  # issue 12: the per-layer table is printed
+            names = {f"fc{i}/affine/{p}" for i in (1, 2) for p in "Wb"}
+            assert set(trace.layer_names) == names
+            assert "| `(whole model)` |" in out and "| `fc1/affine/W` |" in out
 
 
 @pytest.mark.mpi

@@ -2,15 +2,18 @@
 
 import dataclasses
 import re
+from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
 from sim.cli import main
-from sim.experiments import per_setting
+from sim.experiments import load_real_traces, per_setting
 from sim.fp16 import classify
 from sim.metrics import METRICS, SHARES, SUMMARY_COLUMNS
+from sim.predictions import prediction_rows
+from sim.real_traces import MODELS
 from sim.report import QUICK, build_report, choose
 from sim.report_text import render
 from sim.run import simulate
@@ -19,6 +22,8 @@ from sim.sweep import grid_points, run_sweep
 from sim.tables import format_percent, format_value, with_percents
 from sim.traces import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from updater.presets import PRESETS, make_policy
+
+SHIPPED = Path(__file__).resolve().parents[1] / "reports" / "traces"
 
 
 class _Recorder:
@@ -108,8 +113,11 @@ def test_report_is_deterministic_and_names_its_stages(quick_report, built):
     for path in again["files"]:
         assert path.read_bytes() == (quick_report / path.name).read_bytes(), path.name
     # issue 10: every stage is announced with a name, and the total announced up front is right
-    assert recorder.total == len(recorder.stages) == 22
+    # 5 synthetic families and 3 real traces: 4 stages each; figures, SSD, predictions
+    assert recorder.total == len(recorder.stages) == 4 * (5 + 3) + 3
     assert "policy comparison on spikes (5 policies)" in recorder.stages
+    assert "policy comparison on digits_conv_bn (5 policies)" in recorder.stages
+    assert "predictions from the real traces against the real runs" in recorder.stages
     assert "DynamicScale sweep on nan (30 settings, jitter 0.25)" in recorder.stages
     assert all(stage >= 1 for stage, _ in recorder.bars)  # inner loops run inside stages
 
@@ -259,6 +267,9 @@ def test_per_setting_folds_families_into_means_and_worst():
         "flushed_mean": pytest.approx(0.01),
     }
     assert (two["a"], two["lost_worst"], two["skipped_mean"]) == (2, 0.3, 6.0)
+    only_x = per_setting(rows, ["a"], families=["x"])  # the synthetic-only fold of the report
+    assert [(r["lost_mean"], r["lost_worst"]) for r in only_x] == [(0.1, 0.1), (0.3, 0.3)]
+    assert "lost_y" not in only_x[0]
 
 
 # ---------------------------------------------------------------- metric names and formats
@@ -283,3 +294,32 @@ def test_percentages_are_formatted_in_one_place():
     assert with_percents(rows, SHARES, digits=4)[0]["signal_lost"] == "12.35%"
     assert rows[0]["signal_lost"] == 0.12345  # the input is left alone
     assert format_percent(None) == "n/a" and format_percent(np.float64(1.0)) == "100%"
+
+
+def test_report_shows_the_real_models_predictions_and_layers(quick_report):
+    """Issue 12: the real traces next to the synthetic families, the predictions checked
+    against the measured runs (the same numbers as sim.predictions), the per-layer view and the
+    defaults with and without the real traces."""
+    text = (quick_report / "README.md").read_text()
+    assert (quick_report / "layers_flush.png").stat().st_size > 10_000
+    assert "![per-layer flushed share against the loss scale](layers_flush.png)" in text
+    for model in MODELS:
+        assert f"| {model} | dynamic |" in text  # in the policy comparison
+        assert f"**{model}**" in text  # its per-layer table
+    config = dataclasses.replace(QUICK, real_traces=str(SHIPPED))
+    rows = prediction_rows(load_real_traces(config), SHIPPED, QUICK.jitter, QUICK.seed)
+    legacy = {r["metric"]: r for r in rows if r["model"] == "digits_mlp" and r["policy"] ==
+              "nnabla-legacy"}  # fmt: skip
+    line = next(x for x in text.splitlines() if x.startswith("| digits_mlp | nnabla-legacy | 0 ("))
+    measured_flushed = _percent_cells(line)[-1]
+    assert measured_flushed == pytest.approx(legacy["mean_flushed"]["measured"], rel=5e-3)
+    assert "With and without the real traces." in text
+
+
+def test_report_without_real_traces(tmp_path):
+    config = dataclasses.replace(QUICK, steps=200, real_traces=None)
+    result = build_report(tmp_path, config)
+    text = (tmp_path / "README.md").read_text()
+    assert "## Real models" not in text and not (tmp_path / "layers_flush.png").exists()
+    assert "left out of this report" in text
+    assert result["data"].real == []

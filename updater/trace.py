@@ -6,7 +6,10 @@ range land in the end bins), the count of exact zeros, the largest magnitude (un
 whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
 the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
 never was). :class:`GradientRecorder` writes it from a training run; the simulator
-(:mod:`sim.traces` makes synthetic ones, :mod:`sim.run` replays them) reads it.
+(:mod:`sim.traces` makes synthetic ones, :mod:`sim.run` replays them) reads it. Optionally
+(``GradientRecorder(per_parameter=True)``) a trace also holds the same statistics for each
+parameter array ("layers": ``fc1/affine/W`` and ``fc1/affine/b`` are two), which
+:mod:`sim.layers` analyses.
 
 Overflow versus bad batch. A bad batch (``nonfinite``) is skipped at every scale. An overflow is
 a property of a scale: a step recorded as overflowing at scale ``s_o`` (finite loss, inf/NaN
@@ -28,7 +31,7 @@ from typing import List, Union
 
 import numpy as np
 
-from .checks import check_int, check_positive
+from .checks import check_bool, check_int, check_positive
 from .files import atomic_write
 from .float16 import FP16_OVERFLOW
 
@@ -39,8 +42,10 @@ EXP_MIN = -80
 EXP_MAX = 40
 """Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
 NBINS = EXP_MAX - EXP_MIN + 1
-FORMAT_VERSION = 2
-"""Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf)."""
+FORMAT_VERSION = 3
+"""Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
+the optional per-layer arrays (version-1 and -2 files load without layers)."""
+_LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
 
 
 def binade_histogram(values) -> tuple:
@@ -85,6 +90,15 @@ class Trace:
         overflow_scale: float64 array ``(steps,)``, > 0: the smallest loss scale at which the
             step was seen to overflow (finite loss, inf/NaN gradients); inf where it never was.
             The step overflows at every scale at or above it. None (the default) means all inf.
+        layer_names: tuple of ``P`` distinct str, one per parameter array, or None (no layers;
+            the default). The four ``layer_*`` fields are given together or not at all.
+        layer_counts: int64 array ``(steps, P, NBINS)``: ``counts`` per parameter array;
+            summed over the arrays it equals ``counts`` at every step.
+        layer_zeros: int64 array ``(steps, P)``: ``zeros`` per parameter array (sums to
+            ``zeros``). An array absent from a step (added later in training) has zero counts
+            and zeros there.
+        layer_absmax: float64 array ``(steps, P)``: ``absmax`` per parameter array (0.0 where
+            it has no nonzero finite value).
     """
 
     counts: np.ndarray
@@ -93,6 +107,10 @@ class Trace:
     nonfinite: np.ndarray
     name: str = "trace"
     overflow_scale: np.ndarray | None = None
+    layer_names: tuple | None = None
+    layer_counts: np.ndarray | None = None
+    layer_zeros: np.ndarray | None = None
+    layer_absmax: np.ndarray | None = None
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -115,11 +133,51 @@ class Trace:
                 f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
                 f"got {bad!r}"
             )
+        given = [getattr(self, name) is not None for name in _LAYER_FIELDS]
+        if any(given) and not all(given):
+            raise ValueError(
+                f"{', '.join(_LAYER_FIELDS)} must be given together or not at all; got only "
+                f"{', '.join(n for n, g in zip(_LAYER_FIELDS, given) if g)}"
+            )
+        if all(given):
+            self._check_layers()
+
+    def _check_layers(self) -> None:
+        names = self.layer_names
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"layer_names must be a sequence of str, got {names!r}")
+        names = tuple(names)
+        if len(set(names)) != len(names):
+            raise ValueError(f"layer_names must be distinct, got {names!r}")
+        self.layer_names = names
+        self.layer_counts = np.asarray(self.layer_counts, dtype=np.int64)
+        self.layer_zeros = np.asarray(self.layer_zeros, dtype=np.int64)
+        self.layer_absmax = np.asarray(self.layer_absmax, dtype=np.float64)
+        steps, layers = self.steps, len(names)
+        for name, want in (
+            ("layer_counts", (steps, layers, NBINS)),
+            ("layer_zeros", (steps, layers)),
+            ("layer_absmax", (steps, layers)),
+        ):
+            if getattr(self, name).shape != want:
+                raise ValueError(f"{name} must have shape {want}, got {getattr(self, name).shape}")
+        same = (self.layer_counts.sum(axis=1) == self.counts).all(axis=1)
+        same &= self.layer_zeros.sum(axis=1) == self.zeros
+        if not same.all():
+            raise ValueError(
+                "layer_counts and layer_zeros summed over the layers must equal counts and "
+                f"zeros at every step; step {np.flatnonzero(~same)[0]} differs"
+            )
 
     @property
     def steps(self) -> int:
         """Number of steps."""
         return int(self.counts.shape[0])
+
+    @property
+    def has_layers(self) -> bool:
+        """Whether the trace holds per-layer (per parameter array) statistics."""
+        return self.layer_names is not None
 
     @classmethod
     def from_steps(cls, step_values, name: str = "trace") -> Trace:
@@ -148,6 +206,9 @@ class Trace:
             "overflow_scale": self.overflow_scale,
             "name": self.name,
         }
+        if self.has_layers:
+            arrays["layer_names"] = np.array(self.layer_names, dtype=str)
+            arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
         return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
 
     @classmethod
@@ -155,7 +216,8 @@ class Trace:
         """Read a trace written by :meth:`save` (or by the updater's gradient recorder).
 
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
-        their recorded overflows were stored as ``nonfinite`` and stay bad batches.
+        their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
+        versions 1 and 2 load without layers.
         """
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in ("counts", "zeros", "absmax", "nonfinite") if k not in z]
@@ -174,7 +236,10 @@ class Trace:
                 )
             name = str(z["name"]) if "name" in z else Path(path).stem
             over = z["overflow_scale"] if "overflow_scale" in z else None
-            return cls(z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over)
+            layers = {n: z[n] for n in _LAYER_FIELDS if n in z}
+            if "layer_names" in layers:
+                layers["layer_names"] = tuple(str(n) for n in layers["layer_names"])
+            return cls(z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over, **layers)
 
 
 class GradientRecorder:
@@ -211,21 +276,43 @@ class GradientRecorder:
     Non-finite gradients with a finite loss are taken as overflow even when they would be NaN at
     every scale (a NaN made by the backward pass itself): the recording cannot tell the two apart.
 
+    Per-parameter histograms (``per_parameter=True``, off by default) keep the same statistics
+    for each gradient array too (the trace's ``layer_*`` fields), named by ``record(names=...)``.
+    They cost ``parameter arrays x NBINS x 8`` bytes (968 bytes per array) per recorded step,
+    held in memory while the recorder lives (the file is compressed). On an overflowed step the
+    arrays holding inf/NaN get the same ``absmax`` bound as the whole step (``65520 / s``, if
+    larger than their finite values); the others keep their measured largest value.
+
     Args:
         path (str or Path): output ``.npz`` path.
         every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
         name (str or None, default None): trace name; the file stem when None.
+        per_parameter (bool, default False): also keep one histogram per gradient array.
     """
 
-    def __init__(self, path: Union[str, Path], every: int = 1, name: str | None = None):
+    def __init__(
+        self,
+        path: Union[str, Path],
+        every: int = 1,
+        name: str | None = None,
+        per_parameter: bool = False,
+    ):
         self.every = check_int("every", every, 1)
         self.path = Path(path)
         self.name = name if name is not None else self.path.stem
+        self.per_parameter = check_bool("per_parameter", per_parameter)
         self._rows: List[tuple] = []
+        self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
         self._written = [0]  # rows in the file; shared with the exit hook, which holds no self
         self._exit_hook = weakref.finalize(
-            self, _write_at_exit, self._rows, self._written, self.path, self.name
+            self,
+            _write_at_exit,
+            self._rows,
+            self._written,
+            self.path,
+            self.name,
+            self._layer_names,
         )
 
     def wants(self, step: int) -> bool:
@@ -239,6 +326,7 @@ class GradientRecorder:
         scale: float,
         loss_finite: bool | None = True,
         overflow_scale: float | None = None,
+        names: List[str] | None = None,
     ) -> None:
         """Add one step.
 
@@ -256,6 +344,11 @@ class GradientRecorder:
                 ``on_overflow="retry"``, or this attempt when the caller knows it overflowed
                 although ``grads`` look finite, e.g. on another worker); > 0, None (or inf) when
                 there was none. Non-finite ``grads`` with a finite loss add ``scale`` to it.
+            names (list of str or None, default None): the parameter names of ``grads``, in the
+                same order; required with ``per_parameter=True``, ignored otherwise. They are
+                matched by name from step to step: a name first seen at a later step (a
+                parameter added during training) gets zero counts and zeros at the steps before,
+                and a name missing from a step gets zero counts and zeros at that step.
 
         >>> import tempfile
         >>> rec = GradientRecorder(tempfile.mkdtemp() + "/t.npz")
@@ -274,19 +367,48 @@ class GradientRecorder:
                     f"overflow_scale must be a number > 0 or None, got {overflow_scale!r}"
                 )
             over = float(overflow_scale)
-        values = np.concatenate([np.asarray(g, dtype=np.float64).ravel() for g in grads])
-        values /= scale
-        counts, zeros, absmax, grads_finite = binade_histogram(values)
+        grads = list(grads)
+        columns = self._columns(names, len(grads)) if self.per_parameter else None
+        rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
+        layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
+        layer_zeros = np.array([r[1] for r in rows], np.int64)
+        layer_absmax = np.array([r[2] for r in rows], np.float64)
+        layer_finite = np.array([r[3] for r in rows], bool)
+        grads_finite = bool(layer_finite.all())
         bad = loss_finite is not None and not loss_finite and not grads_finite
         if not grads_finite and not bad:  # overflowed at this scale
             over = min(over, scale)
-            absmax = max(absmax, FP16_OVERFLOW / scale)
-        self._rows.append((counts, zeros, absmax, bad, over))
+            bound = FP16_OVERFLOW / scale
+            layer_absmax[~layer_finite] = np.maximum(layer_absmax[~layer_finite], bound)
+        counts, zeros = layer_counts.sum(axis=0), int(layer_zeros.sum())
+        absmax = float(layer_absmax.max(initial=0.0))
+        layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
+        self._rows.append((counts, zeros, absmax, bad, over, layers))
         self.steps.append(int(step))
+
+    def _columns(self, names, n: int) -> np.ndarray:
+        """The trace columns of ``names`` (checked), adding names not seen before."""
+        if names is None:
+            raise ValueError(
+                "names must list the parameter names of grads (same order) when "
+                "per_parameter=True, got None"
+            )
+        if isinstance(names, str) or not all(isinstance(x, str) for x in names):
+            raise TypeError(f"names must be a list of str, got {names!r}")
+        names = list(names)
+        if len(names) != n or len(set(names)) != n:
+            raise ValueError(
+                f"names must hold {n} distinct names (one per gradient array), got "
+                f"{len(names)} ({len(set(names))} distinct)"
+            )
+        known = set(self._layer_names)
+        self._layer_names.extend(x for x in names if x not in known)
+        column = {x: i for i, x in enumerate(self._layer_names)}
+        return np.array([column[x] for x in names], np.int64)
 
     def trace(self) -> Trace:
         """Return the steps recorded so far as a :class:`Trace`."""
-        return _trace_of(self._rows, self.name)
+        return _trace_of(self._rows, self.name, self._layer_names)
 
     def close(self) -> Path | None:
         """Write the trace (atomically) and return its path; None when nothing was recorded."""
@@ -304,15 +426,24 @@ class GradientRecorder:
         self.close()
 
 
-def _trace_of(rows: List[tuple], name: str) -> Trace:
+def _trace_of(rows: List[tuple], name: str, layer_names: List[str] | None) -> Trace:
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
-    counts, zeros, absmax, bad, over = zip(*rows)
-    return Trace(np.stack(counts), zeros, absmax, bad, name, over)
+    counts, zeros, absmax, bad, over, layers = zip(*rows)
+    per_layer = {}
+    if layer_names is not None:  # columns absent from a step stay 0
+        shape = (len(rows), len(layer_names))
+        c, z, a = np.zeros(shape + (NBINS,), np.int64), np.zeros(shape, np.int64), np.zeros(shape)
+        for t, (columns, c_t, z_t, a_t) in enumerate(layers):
+            c[t, columns], z[t, columns], a[t, columns] = c_t, z_t, a_t
+        per_layer = dict(layer_names=layer_names, layer_counts=c, layer_zeros=z, layer_absmax=a)
+    return Trace(np.stack(counts), zeros, absmax, bad, name, over, **per_layer)
 
 
-def _write_at_exit(rows: List[tuple], written: List[int], path: Path, name: str) -> None:
+def _write_at_exit(
+    rows: List[tuple], written: List[int], path: Path, name: str, layer_names: List[str] | None
+) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any."""
     if len(rows) > written[0]:
-        _trace_of(rows, name).save(path)
+        _trace_of(rows, name, layer_names).save(path)
         logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)

@@ -407,6 +407,7 @@ class DynamicLossScalingUpdater:
                 seed,
                 loss_finite=loss_finite is not False,
                 overflow_scale=seed if not finite and loss_finite else overflow_scale,
+                names=list(self._params()),
             )
         for var, saved in moved or ():
             restore_array(var, saved)
