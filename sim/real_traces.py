@@ -36,6 +36,7 @@ import numpy as np
 from sim.cli_checks import nonnegative_int, positive_int
 from sim.demo import BATCH, _Batches
 from sim.provenance import current_commit
+from sim.tables import markdown_table
 from updater.files import atomic_write_text
 
 MODELS = ("digits_mlp", "digits_conv_bn", "sequence_lstm")
@@ -317,38 +318,34 @@ def record_all(
     return {"traces": traces, "runs": runs}
 
 
-def format_table(rows: List[Dict]) -> str:
-    """The rows as a plain-text table."""
-    head = (
-        f"{'model':16s} {'steps':>6s} {'recorded':>8s} {'params':>7s} {'final loss':>10s} "
-        f"{'accuracy':>8s} {'skipped':>7s} {'end scale':>9s} {'seconds':>7s} {'KB':>6s}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        scale = f"2**{round(math.log2(r['final_scale']))}"
-        lines.append(
-            f"{r['model']:16s} {r['steps']:6d} {r['recorded']:8d} {r['params']:7d} "
-            f"{r['final_loss']:10.4f} {r['accuracy']:8.3f} {r['skipped']:7d} "
-            f"{scale:>9s} {r['seconds']:7.1f} "
-            f"{r['bytes'] / 1024:6.1f}"
-        )
-    return "\n".join(lines)
+TRACE_COLUMNS = {
+    "model": "model",
+    "steps": "steps",
+    "recorded": "recorded steps",
+    "params": "parameters",
+    "final_loss": "final loss",
+    "accuracy": "test accuracy",
+    "skipped": "skipped",
+    "final_scale": "final scale",
+    "seconds": "seconds",
+    "kib": "KiB",
+}
+RUN_COLUMNS = {
+    "model": "model",
+    "policy": "policy",
+    "steps": "steps",
+    "skipped": "skipped",
+    "final_scale": "final scale",
+    "accuracy": "test accuracy",
+    "seconds": "seconds",
+}
 
 
-def format_runs_table(rows: List[Dict]) -> str:
-    """The measured runs (``record_all(...)["runs"]``) as a plain-text table."""
-    head = (
-        f"{'model':16s} {'policy':14s} {'steps':>6s} {'skipped':>7s} {'end scale':>9s} "
-        f"{'accuracy':>8s} {'seconds':>7s}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        scale = f"2**{round(math.log2(r['final_scale']))}"
-        lines.append(
-            f"{r['model']:16s} {r['policy']:14s} {r['steps']:6d} {r['skipped']:7d} "
-            f"{scale:>9s} {r['accuracy']:8.3f} {r['seconds']:7.1f}"
-        )
-    return "\n".join(lines)
+def format_table(rows: List[Dict], columns: Dict[str, str] = TRACE_COLUMNS) -> str:
+    """Rows of :func:`record_all` (``traces``, or ``runs`` with :data:`RUN_COLUMNS`) as a
+    markdown table."""
+    rows = [{**r, "kib": r["bytes"] / 1024} if "bytes" in r else r for r in rows]
+    return markdown_table(rows, list(columns), list(columns.values()))
 
 
 def main(argv=None) -> int:
@@ -387,7 +384,7 @@ def main(argv=None) -> int:
     done = record_all(args.out, steps=args.steps, quick=args.quick, seed=args.seed,
                       models=args.models, policy_runs=not args.traces_only)  # fmt: skip
     table = format_table(done["traces"])
-    runs = format_runs_table(done["runs"]) if done["runs"] else ""
+    runs = format_table(done["runs"], RUN_COLUMNS) if done["runs"] else ""
     print(table)
     print(runs)
     lines = [f"{r['path']}: {r['about']}" for r in done["traces"]]
@@ -396,10 +393,12 @@ def main(argv=None) -> int:
         text = (
             "# Gradient traces of real nnabla models\n\n"
             f"Recorded by `python -m sim.real_traces --out {args.out}` at commit "
-            f"{current_commit(args.out)} (cpu:half, DynamicScale(), seed {args.seed}, every step "
-            "recorded). Replay one with `dls simulate --trace <file>`.\n\n```\n"
+            f"{current_commit(args.out)} (cpu:half, DynamicScale(), seed {args.seed}; every step "
+            "recorded, with per-parameter histograms, and measured against a float32 shadow of "
+            "the model: `<model>.recorded.run.npz`). Replay one with "
+            "`dls simulate --trace <file>`.\n\n"
             + table
-            + "\n```\n\n"
+            + "\n\n"
             + "\n".join(f"- {line}" for line in lines)
             + "\n"
         )
@@ -407,7 +406,7 @@ def main(argv=None) -> int:
             text += (
                 "\nThe same models trained again for real under the checked policies, measured "
                 "against a float32 shadow at every step (`<model>.<policy>.run.npz`, read by "
-                "`dls report` to check the simulator's predictions):\n\n```\n" + runs + "\n```\n"
+                "`dls report` to check the simulator's predictions):\n\n" + runs + "\n"
             )
         atomic_write_text(Path(args.out) / "README.md", text)
     return 0
