@@ -2,8 +2,9 @@
 
 The three variants train separate copies of the same model on the same data; the timed loop
 alternates them iteration by iteration (rotating the order) so machine noise hits all equally.
-Also counts forward/backward passes and batches consumed per overflow event and per call on a
-persistent NaN, for ours and for nnabla's updater.
+Also: host reads per ``update()`` on each check path, the Python time per ``update()`` with
+nnabla's work stubbed out, and the forward/backward passes and batches consumed per overflow
+event and per call on a persistent NaN, for ours and for nnabla's updater.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ import time
 
 import numpy as np
 
-GOAL_RATIO = 1.02
-"""Issue 6: our updater at most 1.02x the bare loop in cpu:float."""
+GOAL_RATIO = 1.03
+"""Issue 13: our updater at most 1.03x the bare loop in cpu:float (784-512-512-10) ..."""
+GOAL_BELOW_NNABLA = 0.02
+"""... and at least 2 points below nnabla's updater."""
+GOAL_PYTHON_US = 50.0
+"""Issue 13: Python per ``update()``, nnabla's calls excluded, under 50 us."""
+PATHS = ("numpy", "solver", "nnabla")
+"""The ``finite_check`` paths compared."""
 
 
 def _mlp(x, sizes, scope):
@@ -241,6 +248,155 @@ def retry_cost(iters, accum=4, width=2048, batch=16, seed=0):
     return {"accum": accum, "width": width, "iters": iters, "seconds": sec}
 
 
+def host_reads_per_update(steps=10, seed=0):
+    """Host reads per ``update()`` (:func:`updater.arrays.host_reads`) on each check path, on a
+    16-16-16-10 MLP in cpu:float (six parameter arrays, as 784-512-512-10): finite steps with
+    the default policy, with HeadroomScale and clipping, and steps whose input is inf."""
+    import nnabla as nn
+    from nnabla.ext_utils import get_extension_context
+
+    from updater import DynamicLossScalingUpdater, HeadroomScale
+    from updater.arrays import host_reads
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    configs = {
+        "finite steps": ({}, None),
+        "HeadroomScale + clip_grad_norm": (
+            {"policy": HeadroomScale(), "clip_grad_norm": 1e-3},
+            None,
+        ),
+        "inf input (every step skipped)": ({"max_consecutive_nonfinite": 10**6}, float("inf")),
+    }
+    out = {}
+    for name, (kwargs, poison) in configs.items():
+        for path in PATHS:
+            nn.clear_parameters()
+            m = _Model(f"reads_{path}", 16, [16, 16, 10], 8, np.random.default_rng(seed))
+            m.poison = poison
+            u = DynamicLossScalingUpdater(
+                m.solver, m.loss, data_feeder=m.feed, finite_check=path, **kwargs
+            )
+            u.update()  # builds the device graph
+            before = host_reads()
+            for _ in range(steps):
+                u.update()
+            out[(name, path)] = (host_reads() - before) / steps
+    return out
+
+
+class _NoSolver:
+    """A solver whose calls do nothing; ``get_parameters`` returns the real parameters."""
+
+    def __init__(self, params):
+        self.params = params
+
+    def get_parameters(self):
+        return self.params
+
+    def check_inf_or_nan_grad(self):
+        return False
+
+    def zero_grad(self):
+        pass
+
+    def scale_grad(self, factor):
+        pass
+
+    def weight_decay(self, decay):
+        pass
+
+    def update(self):
+        pass
+
+
+class _NoLoss:
+    """A loss whose forward and backward do nothing; ``data`` is the real loss array."""
+
+    def __init__(self, loss):
+        self.data = loss.data
+
+    def forward(self, **kwargs):
+        pass
+
+    def backward(self, *args, **kwargs):
+        pass
+
+
+class _NoForward:
+    """The device check's graph output with ``forward`` doing nothing."""
+
+    def __init__(self, output):
+        self.data = output.data
+
+    def forward(self, **kwargs):
+        pass
+
+
+def python_cost(calls=2000, rounds=5, seed=0):
+    """Microseconds of Python per ``update()`` with nnabla's work stubbed out.
+
+    A 16-16-16-10 MLP in cpu:float (six parameter arrays, as 784-512-512-10, but values too
+    few for the array work to matter) runs one real forward/backward; then the updater's solver
+    and loss are replaced by objects whose calls do nothing (and, for ``finite_check="solver"``,
+    the device graph's forward too), so what is timed is the updater's own Python, its NumPy
+    calls and the gradient views (nnabla's ``data_ptr`` included). Configurations are timed in
+    interleaved rounds of ``calls`` updates; the best and the median round are reported.
+    """
+    import nnabla as nn
+    from nnabla.ext_utils import get_extension_context
+
+    from updater import DynamicLossScalingUpdater, HeadroomScale
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    nn.clear_parameters()
+    m = _Model("python", 16, [16, 16, 10], 8, np.random.default_rng(seed))
+    m.feed()
+    m.loss.forward()
+    m.loss.backward()
+    configs = {
+        '"numpy", DynamicScale': {"finite_check": "numpy"},
+        '"numpy", HeadroomScale': {"finite_check": "numpy", "policy": HeadroomScale()},
+        '"numpy", clip_grad_norm': {"finite_check": "numpy", "clip_grad_norm": 1.0},
+        '"nnabla", DynamicScale': {"finite_check": "nnabla"},
+        '"solver", DynamicScale': {"finite_check": "solver"},
+    }
+    updaters = {}
+    for name, kwargs in configs.items():
+        u = DynamicLossScalingUpdater(m.solver, m.loss, **kwargs)
+        u.update()  # builds the device graph on the "solver" path
+        u.solver, u.loss = _NoSolver(m.solver.get_parameters()), _NoLoss(m.loss)
+        if u._device is not None:
+            graphs = u._device._graphs
+            graphs.update((key, (inputs, _NoForward(out))) for key, (inputs, out) in graphs.items())
+        for _ in range(100):
+            u.update()
+        updaters[name] = u
+    params = m.solver.get_parameters()
+    times = {name: [] for name in [*configs, "views"]}
+    for _ in range(rounds):
+        for name, u in updaters.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                u.update()
+            times[name].append(1e6 * (time.perf_counter() - t0) / calls)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            _gradient_calls(params)
+        times["views"].append(1e6 * (time.perf_counter() - t0) / calls)
+    return {name: (min(v), float(np.median(v))) for name, v in times.items()}
+
+
+def _gradient_calls(params):
+    """The nnabla calls the "numpy" path makes on each gradient per ``update()``."""
+    from updater.arrays import _host_context
+
+    context = _host_context()
+    for p in params.values():
+        g = p.grad
+        if not g.zeroing and g.size:
+            g.data_ptr(np.dtype(g.dtype), context, False)
+
+
 def parameter_read_cost(repeats=2000):
     """Microseconds per ``solver.get_parameters()`` call (the updater reads it once per step
     on the paths that need it) for models with 6 and 300 parameter arrays."""
@@ -270,11 +426,41 @@ def run(quick=False):
         "retry": retry_cost(10 if quick else 40),
         "read": parameter_read_cost(200 if quick else 2000),
         "float": overhead("cpu:float", 784, [512, 512, 10], 64, iters, warmup=5, blocks=blocks),
+        "large": overhead(
+            "cpu:float", 784, [1536, 1024, 10], 64, max(10, iters // 3), warmup=3, blocks=blocks
+        ),
         "half": overhead(
             "cpu:half", 64, [64, 10], 32, max(10, iters // 5), warmup=3, blocks=blocks
         ),
+        "reads": host_reads_per_update(3 if quick else 10),
+        "python": python_cost(200 if quick else 2000, 2 if quick else 7),
         "overflow": overflow_cost(),
     }
+
+
+def goals_text(res) -> str:
+    """The goal sentences under the per-iteration table."""
+    r = res["float"]
+    ours, theirs = r["ratio_ours"], r["ratio_nnabla"]
+    over = ours - GOAL_RATIO
+    short = GOAL_BELOW_NNABLA - (theirs - ours)
+    big = res["large"]
+    return (
+        f"Goals (784-512-512-10, cpu:float, medians of the blocks): ours <= {GOAL_RATIO}x the "
+        f"bare loop: {ours:.3f}x ({'met' if over <= 0 else f'not met, by {100 * over:.1f} points'}"
+        f"); ours at least {100 * GOAL_BELOW_NNABLA:.0f} points below nnabla's updater: "
+        f"{100 * (theirs - ours):.1f} points below "
+        f"({'met' if short <= 0 else f'not met, by {100 * short:.1f} points'}). With "
+        f"{big['model']} (about four times the gradient values): ours {big['ratio_ours']:.3f}x, "
+        f"nnabla's {big['ratio_nnabla']:.3f}x. What a loss-scaling updater adds to the bare "
+        "loop: the scaled backward seed, one finite check over every gradient, one unscaling "
+        "pass, and its Python per call (below); ours fuses the check into the unscaling pass "
+        "(per array, in pieces that stay in cache), nnabla's runs `check_inf_or_nan_grad` and "
+        "then `scale_grad`; on the cpu:half row's small model (4,810 values) ours too makes "
+        'those two calls (`finite_check="auto"` picks "nnabla" below 2**15 values). Per block: '
+        "medians of interleaved iterations (bare, nnabla's, ours, rotating order); the machine's "
+        "other load moves single blocks by several points."
+    )
 
 
 def markdown(res):
@@ -284,7 +470,7 @@ def markdown(res):
         "| nnabla / bare (lowest-highest block) | ours / bare (lowest-highest block) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for key in ("float", "half"):
+    for key in ("float", "large", "half"):
         r = res[key]
         s = r["seconds"]
         lo_n, hi_n = r["range_nnabla"]
@@ -295,18 +481,50 @@ def markdown(res):
             f"{r['ratio_nnabla']:.3f} ({lo_n:.3f}-{hi_n:.3f}) | "
             f"{r['ratio_ours']:.3f} ({lo_o:.3f}-{hi_o:.3f}) |"
         )
-    ratio = res["float"]["ratio_ours"]
-    verdict = (
-        "met" if ratio <= GOAL_RATIO else f"not met, by {100 * (ratio - GOAL_RATIO):.1f} points"
-    )
+    lines += ["", goals_text(res), ""]
+    lines += [
+        "Host reads per `update()` (`updater.arrays.host_reads`: every read of an nnabla array "
+        "into Python, a device-to-host copy on a GPU), counted over steps of a 16-16-16-10 MLP "
+        "in cpu:float (six parameter arrays, as 784-512-512-10):",
+        "",
+        "| steps | " + " | ".join(f'finite_check="{path}"' for path in PATHS) + " |",
+        "|---|" + "---|" * len(PATHS),
+    ]
+    names = sorted({name for name, _ in res["reads"]}, key=[n for n, _ in res["reads"]].index)
+    for name in names:
+        counts = " | ".join(f"{res['reads'][(name, path)]:g}" for path in PATHS)
+        lines.append(f"| {name} | {counts} |")
     lines += [
         "",
-        f"Goal: ours <= {GOAL_RATIO}x the bare loop in cpu:float; measured {ratio:.3f}x, the "
-        f"median of the blocks ({verdict}). "
-        "What any loss-scaling updater adds to the bare loop: the scaled backward seed, one "
-        "finite check over every gradient, and one unscaling pass (`solver.scale_grad`) over "
-        "every gradient; per-call Python work (policy update, step record) is about 0.1 ms. "
-        "Per block: medians of interleaved iterations (bare, nnabla's, ours, rotating order).",
+        '"numpy" views each gradient array once (on the CPU a view is no copy) plus, on a '
+        'skipped step, the loss; "solver" brings one small vector back from its graph (the '
+        'inf/NaN count per array and the loss\'s, |g| max, the sum of squares); "nnabla" (what '
+        '"auto" picks on the CPU for models under 2**15 values that need only the flag) reads '
+        "nothing on finite steps and every gradient for |g| max, clipping or the names of "
+        "non-finite parameters.",
+        "",
+        "Python per `update()` with nnabla's work stubbed out (solver and loss calls, and the "
+        "device graph's forward, replaced by no-ops; the gradient views, nnabla's `data_ptr` "
+        "included, still count), same 16-16-16-10 MLP, best and median of interleaved rounds:",
+        "",
+        "| configuration | best us | median us | best us without nnabla's gradient calls |",
+        "|---|---|---|---|",
+    ]
+    python = dict(res["python"])
+    views = python.pop("views")
+    own = {}
+    for name, (best, median) in python.items():
+        own[name] = best - views[0] if name.startswith('"numpy"') else best
+        lines.append(f"| {name} | {best:.1f} | {median:.1f} | {own[name]:.1f} |")
+    slowest = max(own, key=own.get)
+    lines += [
+        "",
+        'The last column takes off the "numpy" rows the nnabla calls that path makes on the six '
+        "gradients per `update()` (`p.grad`, `zeroing`, `size`, `dtype`, `data_ptr`), timed "
+        f"alone in the same rounds: {views[0]:.1f} us best ({views[1]:.1f} median). Goal: "
+        f"under {GOAL_PYTHON_US:.0f} us without nnabla's calls; the slowest configuration "
+        f"({slowest}) takes {own[slowest]:.1f} us "
+        f"({'met' if own[slowest] < GOAL_PYTHON_US else 'not met'}).",
         "",
         "| updater | passes per overflow event | batches per overflow event |"
         " persistent NaN: calls | passes | batches | raised an error |",

@@ -26,3 +26,8 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     for title in ("Updater cost", "float16 sweep", "Simulator", "Distributed step"):
         assert f"## {title}" in text
     assert "retry / skip =" in text and "parameter arrays" in text
+    # issue 13: the larger model, host reads per update() on both paths, Python per update()
+    assert "| cpu:float | 784-1536-1024-10 |" in text and "| cpu:half |" in text
+    assert "points below nnabla's updater" in text
+    assert "| finite steps | 6 | 1 | 0 |" in text  # six views / one graph read / C++ only
+    assert "Python per `update()`" in text and '| "numpy", HeadroomScale |' in text

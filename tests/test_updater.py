@@ -390,7 +390,7 @@ def test_updater_numpy_check_through_float16_views_on_generated_values(values):
     assert bad == ([] if np.isfinite(filled).all() else [name])
 
 
-@pytest.mark.parametrize("hidden,expected", [(8, "solver"), (2**15, "numpy")])
+@pytest.mark.parametrize("hidden,expected", [(8, "nnabla"), (2**15, "numpy")])
 def test_auto_check_uses_numpy_views_on_cpu_for_large_models(hidden, expected):
     # 4 inputs -> hidden -> 3 classes: 8 hidden units hold 67 values, 2**15 hold 262147
     m = make(type_config="float", hidden=hidden)

@@ -1,13 +1,17 @@
-"""nnabla arrays seen from NumPy: host views, the exact finite check, copies and graph leaves.
+"""nnabla arrays seen from NumPy: host views, the exact finite check, the fused unscaling pass,
+copies and graph leaves.
 
 ``NdArray.get_data`` rebuilds nnabla's CPU context on every call (about 25-30 us in nnabla 1.39);
-:func:`host_view` asks ``data_ptr`` for the pointer with a context made once (about 2 us). The
-updater's finite check and :class:`updater.comm.MPICommunicator` read gradients through it.
+:func:`host_view` asks ``data_ptr`` for the pointer with a context made once (about 2 us). Every
+read of an nnabla array into Python in :mod:`updater` goes through it (the updater's gradient
+checks, its loss and agreement-flag reads, :class:`updater.comm.MPICommunicator`), and
+:func:`host_reads` counts them: on a GPU each is a device-to-host copy.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import sys
 from typing import Dict, List
@@ -15,13 +19,8 @@ from typing import Dict, List
 import nnabla as nn
 import numpy as np
 
-# |x| bit masks and the exponent-all-ones threshold (inf/NaN) for each float width.
-_BITS = {
-    2: (np.uint16, 0x7FFF, 0x7C00),
-    4: (np.uint32, 0x7FFFFFFF, 0x7F800000),
-    8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
-}
 _HOST_CONTEXT = None
+_HOST_READS = 0
 
 
 def _host_context():
@@ -53,10 +52,13 @@ def host_view(array, dtype=None, write_only: bool = False) -> np.ndarray:
 
     The pointer is fetched on every call because nnabla may move an array's memory between
     steps (gradients get a new address each iteration), so a view is valid only until the next
-    nnabla call that writes or frees the array.
+    nnabla call that writes or frees the array. Each call without ``write_only`` counts as one
+    host read (:func:`host_reads`).
     """
+    global _HOST_READS
+    _HOST_READS += not write_only
     dtype = array_dtype(array) if dtype is None else np.dtype(dtype)
-    pointer = array.data_ptr(dtype, _host_context(), write_only)
+    pointer = array.data_ptr(dtype, _HOST_CONTEXT or _host_context(), write_only)
     raw = (ctypes.c_char * (array.size * dtype.itemsize)).from_address(pointer)
     return np.frombuffer(raw, dtype=dtype)
 
@@ -118,15 +120,39 @@ def on_cpu() -> bool:
     return cpu and "nnabla_ext.cuda" not in sys.modules
 
 
-def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
-    """One pass over gradient arrays: per-array finite flags and, if asked, the largest |value|.
+def host_reads() -> int:
+    """How many host reads :func:`host_view` has made in this process (a counter for tests and
+    benchmarks: take the difference around the code measured)."""
+    return _HOST_READS
 
-    float32/float64 arrays without ``need_absmax`` use one BLAS dot product (inf and NaN
-    propagate into the sum of squares; a finite sum proves every value finite) and fall back to
-    the exact bit test when the sum is not finite (a sum of huge finite squares can overflow).
-    The bit test clears the sign bit: the integer order of the bits is then the order of |value|,
-    and bits >= the exponent-all-ones pattern mean inf or NaN. Exact for every float width; no
-    float16 arithmetic, so no false overflow.
+
+def _check_array(a: np.ndarray, need_absmax: bool):
+    """``(finite, largest |value| or None)`` of one non-empty float array, exactly; the largest
+    |value| is inf when not finite.
+
+    float16: the bit patterns with the sign cleared, whose integer order is the order of
+    |value| (patterns >= 0x7C00 are inf/NaN); no float16 arithmetic, so no false overflow.
+    float32/float64: one BLAS dot product when |value| max is not needed (inf and NaN propagate
+    into the sum of squares, so a finite sum proves every value finite), else, or when the sum
+    is not finite (huge finite squares can overflow it), ``max(abs(a))``, which propagates NaN.
+    """
+    a = a.ravel()
+    if a.itemsize == 2:  # float16
+        top = np.bitwise_and(a.view(np.uint16), 0x7FFF).max()
+        if top >= 0x7C00:
+            return False, math.inf
+        return True, (float(np.array(top, np.uint16).view(np.float16)) if need_absmax else None)
+    if not need_absmax and math.isfinite(float(np.dot(a, a))):
+        return True, None
+    top = float(np.abs(a).max())
+    if not top < math.inf:
+        return False, math.inf
+    return True, (top if need_absmax else None)
+
+
+def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
+    """Per-array finite flags and, if asked, the largest |value| of gradient arrays (exact; see
+    :func:`_check_array`).
 
     Returns:
         ``(finite_flags list of bool, absmax float or None)``; absmax is inf when any value is
@@ -135,33 +161,108 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
     flags = []
     absmax = 0.0
     for a in arrays:
-        if a.size == 0:
-            flags.append(True)
-            continue
-        if not need_absmax and a.dtype != np.float16:
-            flat = a.ravel()
-            if math.isfinite(float(np.dot(flat, flat))):
-                flags.append(True)
-                continue
-        uint, mask, inf_bits = _BITS[a.dtype.itemsize]
-        top = np.bitwise_and(a.view(uint), uint(mask)).max()
-        finite = bool(top < inf_bits)
+        finite, top = _check_array(a, need_absmax) if a.size else (True, 0.0)
         flags.append(finite)
-        if not finite:
-            absmax = math.inf
-        elif need_absmax:
-            absmax = max(absmax, float(np.array(top, dtype=uint).view(a.dtype)))
+        if top is not None:
+            absmax = max(absmax, top)
     if not need_absmax and all(flags):
         return flags, None
     return flags, absmax
 
 
-def sum_of_squares(arrays: List[np.ndarray]) -> float:
-    total = 0.0
-    for a in arrays:
-        flat = a.ravel().astype(np.float64)
-        total += float(np.dot(flat, flat))
+CHUNK = 2**16
+"""Values per piece of a large gradient array in :func:`unscale_grad` and :func:`square_sum`
+(256 KiB of float32, so that a piece stays in the L2 cache from its check or multiply to its
+sum of squares)."""
+
+
+def _pieces(a: np.ndarray):
+    if a.size <= CHUNK:
+        return (a,)
+    return [a[start : start + CHUNK] for start in range(0, a.size, CHUNK)]
+
+
+def square_sum(a: np.ndarray) -> float:
+    """Sum of squares of float array ``a``: BLAS dot products in its own precision (float32 for
+    float16), one per :data:`CHUNK` values, summed in float64; done again in float64 when that
+    overflows with every value finite (inf/NaN when ``a`` holds them)."""
+    a = a.ravel().astype(np.float32) if a.dtype == np.float16 else a.ravel()
+    return _exact_square_sum(a, sum(float(np.dot(p, p)) for p in _pieces(a)))
+
+
+def _exact_square_sum(a: np.ndarray, total: float) -> float:
+    """``total``, or the float64 sum of squares when ``total`` overflowed but ``a`` is finite."""
+    if not math.isfinite(total) and _check_array(a, False)[0]:
+        wide = a.astype(np.float64)
+        total = float(np.dot(wide, wide))
     return total
+
+
+@functools.lru_cache(maxsize=4)
+def _half_table(factor: float) -> np.ndarray:
+    """float32 ``float32(h) * float32(factor)`` for every float16 bit pattern ``h``: the float16
+    to float32 conversion and the multiply of ``solver.scale_grad`` in one look-up (256 KiB)."""
+    values = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values * np.float32(factor)
+
+
+def unscale_grad(grad, factor: float, check=True, need_absmax=False, need_sumsq=False):
+    """One pass over one gradient ``NdArray``: check it for inf/NaN (and measure its largest
+    |value|) if asked, multiply it in place by ``factor``, and sum the squares of the result if
+    asked; float32/float64 arrays piece by piece (:data:`CHUNK` values), each piece checked,
+    multiplied and summed while in cache.
+
+    The result equals ``solver.scale_grad(factor)`` bit for bit, and like it is float32: a
+    float16 gradient (nnabla's half mode) is written back as float32 through a table look-up,
+    so true gradients below float16's range are kept, and nnabla's solvers read that float32
+    array as it is.
+
+    Args:
+        grad (nnabla.NdArray): the gradient, in host memory.
+        factor (float): the multiplier (``1/seed`` to unscale).
+        check (bool, default True): check for inf/NaN; exact, on the values before the multiply
+            (after it when ``factor <= 1``, which keeps inf/NaN and finite values as they are).
+        need_absmax (bool, default False): measure the largest |value| before the multiply.
+        need_sumsq (bool, default False): sum the squares after the multiply (see
+            :func:`square_sum`); only when finite.
+
+    A gradient still lazily zero since ``solver.zero_grad()`` (``grad.zeroing``: no backward
+    wrote it) is left untouched, so that nnabla's solvers still skip its parameter.
+
+    Returns:
+        ``(finite, absmax or None, sumsq or None)``; absmax is inf when not finite.
+    """
+    if grad.zeroing or not grad.size:
+        return True, (0.0 if need_absmax else None), (0.0 if need_sumsq else None)
+    a = host_view(grad)
+    finite, absmax, sumsq = True, None, None
+    if a.itemsize == 2:  # float16
+        if check or need_absmax:
+            finite, absmax = _check_array(a, need_absmax)
+        bits = a.view(np.uint16).copy()  # the float32 view below may free the float16 memory
+        a = host_view(grad, np.float32, write_only=True)
+        np.take(_half_table(factor), bits, out=a)
+        if need_sumsq and finite:
+            sumsq = square_sum(a)
+        return finite, absmax, sumsq
+    before = need_absmax or (check and factor > 1)  # check the values as given
+    after = (check and not before) or need_sumsq  # sum the squares of the results
+    scale = a.dtype.type(factor)
+    absmax = 0.0 if need_absmax else None
+    total = 0.0
+    for piece in _pieces(a):
+        if before:
+            ok, top = _check_array(piece, need_absmax)
+            finite = finite and ok
+            absmax = max(absmax, top) if need_absmax else None
+        np.multiply(piece, scale, out=piece)
+        if after:
+            total += float(np.dot(piece, piece))
+    if after:
+        sumsq = total if math.isfinite(total) else _exact_square_sum(a, total)
+        finite = finite if before else math.isfinite(sumsq)
+    return finite, absmax, (sumsq if need_sumsq and finite else None)
 
 
 def input_leaves(loss, params: Dict[str, nn.Variable]) -> List[nn.Variable]:

@@ -7,11 +7,13 @@ The policy contract, which every policy here keeps and a new one must keep:
   value ``ValueError``, see :mod:`updater.checks`); a policy built with array-valued settings
   (many settings at once, :func:`sim.run.stack_policies`) is validated element by element.
 - ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
-- ``update(state, grads_finite, grad_absmax=None)`` returns the next state. It uses only
-  elementwise NumPy operations, with no ``if`` on values, in the state AND in the settings: the
-  same call advances one run (scalars), many runs (arrays), or many runs with different
-  settings. ``grads_finite`` is True for a good step; ``grad_absmax`` (the largest scaled
-  |gradient|) is passed only to policies with ``needs_grad_absmax = True``.
+- ``update(state, grads_finite, grad_absmax=None)`` returns the next state. Its rules are
+  written once, with no ``if`` on values, over a small namespace of elementwise operations
+  (``_ops``): Python-number operations for one run (scalar state, flag and settings: a few
+  microseconds), NumPy operations otherwise, so the same code advances one run, many runs
+  (arrays), or many runs with different settings. ``grads_finite`` is True for a good step;
+  ``grad_absmax`` (the largest scaled |gradient|) is passed only to policies with
+  ``needs_grad_absmax = True``.
 - The scale stays finite, > 0 and within the policy's ``[min_scale, max_scale]`` if it has them.
 
 Named configurations (``pytorch``, ``deepspeed``, ...) are in :mod:`updater.presets`. No module
@@ -30,7 +32,10 @@ Example:
 
 from __future__ import annotations
 
+import math
+import operator
 from dataclasses import asdict, dataclass, fields
+from types import SimpleNamespace
 from typing import Any, ClassVar, Dict, NamedTuple
 
 import numpy as np
@@ -42,12 +47,15 @@ from .float16 import FP16_MAX
 class ScaleState(NamedTuple):
     """State of one run (scalars) or many runs (arrays of one shape).
 
+    One run holds Python numbers (``float``, ``int``, ``int``), many runs NumPy arrays
+    (float64, int64, int64).
+
     Attributes:
-        scale: the loss scale to use for the next step (float64).
-        good_steps: consecutive finite steps since the last growth or overflow (int64).
+        scale: the loss scale to use for the next step.
+        good_steps: consecutive finite steps since the last growth or overflow.
         hysteresis_left: overflows until the next backoff, that backoff's overflow included,
-            in [1, hysteresis] (int64; 1 means the next overflow backs off; always 1 for
-            policies without hysteresis).
+            in [1, hysteresis] (1 means the next overflow backs off; always 1 for policies
+            without hysteresis).
     """
 
     scale: Any
@@ -68,11 +76,82 @@ class ScaleState(NamedTuple):
 
 
 def _make_state(scale, good_steps, hysteresis_left) -> ScaleState:
-    return ScaleState(
-        np.asarray(scale, dtype=np.float64),
-        np.asarray(good_steps, dtype=np.int64),
-        np.asarray(hysteresis_left, dtype=np.int64),
-    )
+    """A state of arrays, or of Python numbers when every field is a single value."""
+    scale = np.asarray(scale, dtype=np.float64)
+    good_steps = np.asarray(good_steps, dtype=np.int64)
+    hysteresis_left = np.asarray(hysteresis_left, dtype=np.int64)
+    if scale.ndim == good_steps.ndim == hysteresis_left.ndim == 0:
+        return _one_state(scale, good_steps, hysteresis_left)
+    return ScaleState(scale, good_steps, hysteresis_left)
+
+
+def _one_state(scale, good_steps, hysteresis_left) -> ScaleState:
+    return ScaleState(float(scale), int(good_steps), int(hysteresis_left))
+
+
+# ---------------------------------------------------------------- the operations of the rules
+
+
+def _quiet_mul(a, b):
+    with np.errstate(over="ignore"):  # an inf product is capped by the rule that uses it
+        return np.multiply(a, b)
+
+
+def _one_largest_safe_scale(a: float, margin: float) -> float:
+    """:func:`largest_safe_scale` of one Python number."""
+    y = FP16_MAX / (a * margin) if a * margin != 0 else math.inf
+    return math.ldexp(0.5, math.frexp(y)[1]) if 0 < y < math.inf else y
+
+
+_ONE_RUN = SimpleNamespace(
+    flag=bool,
+    value=float,
+    both=lambda a, b: bool(a and b),
+    either=lambda a, b: bool(a or b),
+    negate=operator.not_,
+    where=lambda cond, a, b: a if cond else b,
+    minimum=min,
+    maximum=max,
+    clip=lambda v, low, high: min(max(v, low), high),
+    mul=operator.mul,
+    isfinite=math.isfinite,
+    largest_safe_scale=_one_largest_safe_scale,
+    like=lambda value, other: value,
+    state=_one_state,
+)
+"""The rules' operations on Python numbers: one run."""
+
+_MANY_RUNS = SimpleNamespace(
+    flag=lambda v: np.asarray(v, dtype=bool),
+    value=lambda v: np.asarray(v, dtype=np.float64),
+    both=np.logical_and,
+    either=np.logical_or,
+    negate=np.logical_not,
+    where=np.where,
+    minimum=np.minimum,
+    maximum=np.maximum,
+    clip=np.clip,
+    mul=_quiet_mul,
+    isfinite=np.isfinite,
+    largest_safe_scale=lambda a, margin: largest_safe_scale(a, margin),
+    like=lambda value, other: np.broadcast_to(value, np.shape(other)),
+    state=_make_state,
+)
+"""The same operations, elementwise on NumPy arrays: many runs."""
+
+_SINGLE = (bool, int, float, np.bool_, np.number)
+
+
+def _single(value) -> bool:
+    return isinstance(value, _SINGLE) or (isinstance(value, np.ndarray) and value.ndim == 0)
+
+
+def _ops(policy, state, *values) -> SimpleNamespace:
+    """The operations for this call: one run when the policy's settings, the state and the
+    step's values are all single numbers, else many."""
+    if policy._one_run and _single(state.scale) and all(v is None or _single(v) for v in values):
+        return _ONE_RUN
+    return _MANY_RUNS
 
 
 # ---------------------------------------------------------------- validation helpers
@@ -112,10 +191,6 @@ def _set(policy, name: str, value) -> None:
     object.__setattr__(policy, name, value)
 
 
-def _finite_flags(grads_finite) -> np.ndarray:
-    return np.asarray(grads_finite, dtype=bool)
-
-
 # ---------------------------------------------------------------- policies
 
 
@@ -127,6 +202,7 @@ class _Policy:
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
+        _set(self, "_one_run", not arrays)  # single settings: one-run states take _ONE_RUN
         if not arrays:
             self._validate()
             return
@@ -173,9 +249,9 @@ class StaticScale(_Policy):
     def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
         """Return the next state: the scale never changes; ``good_steps`` counts finite steps
         since the last overflow."""
-        finite = _finite_flags(grads_finite)
-        good = np.where(finite, state.good_steps + 1, 0)
-        return _make_state(np.broadcast_to(state.scale, good.shape), good, state.hysteresis_left)
+        x = _ops(self, state, grads_finite)
+        good = x.where(x.flag(grads_finite), state.good_steps + 1, 0)
+        return x.state(x.like(state.scale, good), good, state.hysteresis_left)
 
 
 @dataclass(frozen=True)
@@ -259,21 +335,19 @@ class DynamicScale(_Policy):
 
     def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
         """Return the state after one step whose gradients were finite or not."""
-        finite = _finite_flags(grads_finite)
+        x = _ops(self, state, grads_finite)
+        finite = x.flag(grads_finite)
         scale, good, hyst = state
         good_next = good + 1
-        grow = finite & (good_next >= self.growth_interval)
-        back = ~finite & (hyst <= 1)
-        with np.errstate(over="ignore"):  # an inf product is capped by max_scale below
-            grown = np.minimum(scale * self.growth_factor, self.max_scale)
-        shrunk = np.maximum(scale * self.backoff_factor, self.min_scale)
-        new_scale = np.where(grow, grown, np.where(back, shrunk, scale))
-        new_good = np.where(finite & ~grow, good_next, 0)
-        refill = grow | (finite & self.consecutive_hysteresis)
-        new_hyst = np.where(
-            refill, self.hysteresis, np.where(finite, hyst, np.maximum(hyst - 1, 1))
-        )
-        return _make_state(new_scale, new_good, new_hyst)
+        grow = x.both(finite, good_next >= self.growth_interval)
+        back = x.both(x.negate(finite), hyst <= 1)
+        grown = x.minimum(x.mul(scale, self.growth_factor), self.max_scale)
+        shrunk = x.maximum(scale * self.backoff_factor, self.min_scale)
+        new_scale = x.where(grow, grown, x.where(back, shrunk, scale))
+        new_good = x.where(x.both(finite, x.negate(grow)), good_next, 0)
+        refill = x.either(grow, x.both(finite, self.consecutive_hysteresis))
+        new_hyst = x.where(refill, self.hysteresis, x.where(finite, hyst, x.maximum(hyst - 1, 1)))
+        return x.state(new_scale, new_good, new_hyst)
 
 
 @dataclass(frozen=True)
@@ -306,16 +380,15 @@ class NnablaLegacy(_Policy):
 
     def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
         """Return the state after one step, exactly as the old updater changes it."""
-        finite = _finite_flags(grads_finite)
+        x = _ops(self, state, grads_finite)
+        finite = x.flag(grads_finite)
         scale, counter, hyst = state
-        grow = finite & (counter > self.N)
-        new_scale = np.where(
-            finite,
-            np.where(grow, scale * self.scaling_factor, scale),
-            scale / self.scaling_factor,
+        grow = x.both(finite, counter > self.N)
+        new_scale = x.where(
+            finite, x.where(grow, scale * self.scaling_factor, scale), scale / self.scaling_factor
         )
-        new_counter = np.where(finite, np.where(grow, 0, counter) + 1, 0)
-        return _make_state(new_scale, new_counter, np.broadcast_to(hyst, new_counter.shape))
+        new_counter = x.where(finite, x.where(grow, 0, counter) + 1, 0)
+        return x.state(new_scale, new_counter, x.like(hyst, new_counter))
 
 
 @dataclass(frozen=True)
@@ -368,18 +441,18 @@ class HeadroomScale(_Policy):
                 "HeadroomScale.update needs grad_absmax (the largest absolute scaled gradient "
                 "of the step), got None"
             )
-        finite = _finite_flags(grads_finite)
+        x = _ops(self, state, grads_finite, grad_absmax)
+        finite = x.flag(grads_finite)
         scale, good, hyst = state
-        absmax = np.asarray(grad_absmax, dtype=np.float64)
-        usable = finite & np.isfinite(absmax) & (absmax > 0)
-        safe_absmax = np.where(usable, absmax, 1.0)
-        target = largest_safe_scale(safe_absmax / scale, self.margin)
-        with np.errstate(over="ignore"):  # an inf product is capped by max_scale below
-            moved = np.where(usable, target, scale * self.growth_factor)
+        absmax = x.value(grad_absmax)
+        usable = x.both(x.both(finite, x.isfinite(absmax)), absmax > 0)
+        safe_absmax = x.where(usable, absmax, 1.0)
+        target = x.largest_safe_scale(safe_absmax / scale, self.margin)
+        moved = x.where(usable, target, x.mul(scale, self.growth_factor))
         shrunk = scale * self.backoff_factor
-        new_scale = np.clip(np.where(finite, moved, shrunk), self.min_scale, self.max_scale)
-        new_good = np.where(finite, good + 1, 0)
-        return _make_state(new_scale, new_good, np.broadcast_to(hyst, new_good.shape))
+        new_scale = x.clip(x.where(finite, moved, shrunk), self.min_scale, self.max_scale)
+        new_good = x.where(finite, good + 1, 0)
+        return x.state(new_scale, new_good, x.like(hyst, new_good))
 
 
 POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}
@@ -422,4 +495,8 @@ def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):
     """
     a = np.asarray(grad_absmax_unscaled, dtype=np.float64)
     with np.errstate(divide="ignore", over="ignore"):  # 0 -> inf, clipped by callers
-        return np.exp2(np.floor(np.log2(FP16_MAX / (a * margin))))
+        y = FP16_MAX / (a * margin)
+    # y = m * 2**e with 0.5 <= m < 1 gives 2**(e-1), exactly (a rounded log2 is not, just below
+    # a power of two); m is 0, inf or NaN for y = 0, inf or NaN, and ceil keeps those
+    m, e = np.frexp(y)
+    return np.ldexp(np.ceil(m) * 0.5, e)

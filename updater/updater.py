@@ -11,8 +11,8 @@ instead of driving the scale to zero, growth follows the policy's one-sentence r
 is validated, and the scale and counters can be saved and restored.
 
 Only this module and its helpers (:mod:`updater.gradients` for the solver's gradient work,
-:mod:`updater.arrays` for reading and copying arrays) call solver and loss methods. The scale
-dynamics live in :mod:`updater.policy`, shared with the simulator.
+:mod:`updater.arrays` for reading, unscaling and copying arrays) call solver and loss methods.
+The scale dynamics live in :mod:`updater.policy`, shared with the simulator.
 """
 
 from __future__ import annotations
@@ -43,7 +43,16 @@ from .arrays import (
     seed_dtype,
 )
 from .checks import check_bool, check_choice, check_int, check_number, check_positive
-from .gradients import apply_update, choose_check, host_grads, inspect_gradients
+from .gradients import (
+    DeviceStats,
+    Inspection,
+    apply_update,
+    choose_check,
+    grad_sumsq,
+    host_grads,
+    inspect_gradients,
+    unscale_grads,
+)
 from .policy import ScaleState
 from .records import NonFiniteGradientsError, StepRecord
 
@@ -76,6 +85,7 @@ class _Pending:
     bad: List[str]
     new_state: ScaleState
     unscaled: bool = False
+    sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
 
 
 class DynamicLossScalingUpdater:
@@ -87,7 +97,17 @@ class DynamicLossScalingUpdater:
     workers on "finite"; finite check; if finite: unscale by ``1/seed``, clip, weight decay,
     ``solver.update()``; advance the policy; return a :class:`StepRecord`. The seed is the scale
     rounded to the precision of the loss's last function (float16 in half mode, else float32),
-    which is the value the backward pass really multiplies by, so unscaling is exact.
+    which is the value the backward pass really multiplies by, so unscaling is exact. Unscaled
+    gradients are float32, also in half mode (as ``solver.scale_grad`` leaves them, and nnabla's
+    solvers read them so), so true gradients below float16's range are kept.
+
+    Cost per ``update()`` (``finite_check``): "numpy" makes one pass per gradient array that
+    checks it (and measures |g| max and the sum of squares when needed) and unscales it, while
+    it is in cache; "solver" runs one small nnabla graph over all gradients on their device and
+    makes one host read (two with ``comm``: the agreed flag; one more per extra accumulation
+    round: each round's loss); the gradients stay on the device, clipping included; "nnabla"
+    (small CPU models) makes two C++ calls. A ``recorder`` reads every gradient to the host on
+    the steps it records.
 
     The policy: ``policy=`` if given. Else, with none of ``scale``, ``scaling_factor``, ``N``
     given, the recommended ``DynamicScale()`` (bounded by ``min_scale``/``max_scale``). Else
@@ -152,13 +172,16 @@ class DynamicLossScalingUpdater:
         monitor (nnabla.monitor.Monitor or None, default None): writes the ``loss_scale`` used
             and the ``skipped_steps`` so far, each step.
         recorder (GradientRecorder or None, default None): records gradient histograms.
-        finite_check (str, default "auto"): "numpy" (one exact NumPy pass per gradient
-            array over its bit patterns, giving the largest |g| too; a float32 dot product when
-            |g| max is not needed), "solver" (``check_inf_or_nan_grad()``;
-            the largest |g| by nnabla functions on the device), or "auto" ("numpy" on CPU
-            contexts when the parameters hold at least 2**17 values or the gradients are read
-            anyway for the policy's |g| max, clipping or the recorder; "solver" otherwise,
-            including on GPUs). Both give the same answer.
+        finite_check (str, default "auto"): "numpy" (host views: per gradient array an exact
+            check (a BLAS dot product, or the bit patterns when |g| max is needed or the dot
+            overflows) fused with the unscaling multiply), "solver" (one nnabla graph over all
+            gradients on their device: ``F.isinf``/``F.isnan`` counts, |g| max, sum of
+            squares, read back in one host read), "nnabla" (``check_inf_or_nan_grad()`` and
+            ``scale_grad``; the gradients are read to the host only for |g| max, clipping or
+            the names of non-finite parameters), or "auto" (off the CPU "solver"; on CPU
+            contexts "nnabla" for models under 2**15 gradient values when neither |g| max,
+            clipping nor a recorder is used, else "numpy"). All decide exactly as
+            ``solver.check_inf_or_nan_grad()``.
         enabled (bool, default True): False turns loss scaling off (as PyTorch's
             ``GradScaler(enabled=False)``): the backward pass is seeded with 1, no finite
             check runs, every step is applied and the policy never moves; for float32 runs of
@@ -213,7 +236,7 @@ class DynamicLossScalingUpdater:
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale)
         check_choice("on_overflow", on_overflow, ("skip", "retry"))
-        check_choice("finite_check", finite_check, ("auto", "numpy", "solver"))
+        check_choice("finite_check", finite_check, ("auto", "numpy", "solver", "nnabla"))
 
         self.solver = solver
         self.loss = loss
@@ -247,11 +270,13 @@ class DynamicLossScalingUpdater:
             )
         self._seed_type = seed_dtype(loss)
         self._step_params = None  # the solver's parameters, read once per step when needed
-        reads_anyway = (
-            policy.needs_grad_absmax or self.clip_grad_norm is not None or recorder is not None
-        )
+        reads = policy.needs_grad_absmax or clip_grad_norm is not None or recorder is not None
         n_values = sum(p.size for p in self._params().values())
-        self.finite_check = choose_check(finite_check, reads_anyway, n_values)
+        self.finite_check = choose_check(finite_check, not reads, n_values)
+        self._device = None
+        if self.finite_check == "solver":
+            where = loss.parent.context if loss.parent is not None else nn.get_current_context()
+            self._device = DeviceStats(where)
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
         self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
@@ -331,13 +356,15 @@ class DynamicLossScalingUpdater:
     # ------------------------------------------------------------ the iteration
 
     def update(self) -> StepRecord:
-        """Run one iteration: exactly ``backward(); unscale(); return step()``.
+        """Run one iteration: ``backward(); unscale(); return step()`` (the same records and the
+        same parameters, bit for bit), with the finite check fused into the unscaling pass (and,
+        with ``clip_grad_norm``, the sum of squares too), except on steps the recorder records.
 
         Raises:
             NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive calls
                 applied no update (parameters and solver state untouched by them).
         """
-        self.backward()
+        self._backward(fuse=self.recorder is None or not self.recorder.wants(self.steps))
         self.unscale()
         return self.step()
 
@@ -354,6 +381,11 @@ class DynamicLossScalingUpdater:
         Raises:
             RuntimeError: ``backward()`` was already called and :meth:`step` was not.
         """
+        return self._backward(fuse=False)
+
+    def _backward(self, fuse: bool) -> bool:
+        """:meth:`backward`; ``fuse`` unscales in the checking pass ("numpy") or measures for
+        clipping in the same read ("solver") when the gradients will not be seen scaled."""
         if self._pending is not None:
             raise RuntimeError(
                 "backward() was called again before step(): finish the iteration with "
@@ -373,14 +405,15 @@ class DynamicLossScalingUpdater:
             loss_finite = self._forward_backward(seed, replay=attempts > 1)
             if self.comm is not None:
                 self._all_reduce()
-            arrays, finite, absmax, bad = self._check()
+            found = self._inspect(seed if fuse else None)
+            arrays, finite, absmax, bad = found[:4]
             if not finite and loss_finite is None:
-                loss_finite = self._loss_finite()
+                loss_finite = self._loss_finite(found)
             if self.comm is not None:
                 finite, bad_loss_anywhere = self._agree(finite, loss_finite is False)
                 loss_finite = False if bad_loss_anywhere else loss_finite
                 if not finite and loss_finite is None:
-                    loss_finite = self._loss_finite()
+                    loss_finite = self._loss_finite(found)
             if not finite and absmax is not None:
                 absmax = math.inf
             new_state = self.policy.update(
@@ -411,20 +444,23 @@ class DynamicLossScalingUpdater:
             )
         for var, saved in moved or ():
             restore_array(var, saved)
-        self._pending = _Pending(seed, finite, absmax, loss_finite, attempts, bad, new_state)
+        self._pending = _Pending(
+            seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
+        )
         return finite
 
     def unscale(self) -> None:
-        """Second stage: divide every gradient by the seed, so each holds its true value
-        (``solver.scale_grad(1/seed)``). A second call does nothing; after non-finite gradients
-        it does nothing either (no update will be applied).
+        """Second stage: multiply every gradient by ``1/seed``, so each holds its true value in
+        float32 (as ``solver.scale_grad(1/seed)`` does, bit for bit: NumPy on the "numpy"
+        path, that call on "solver"). A second call does nothing; after non-finite gradients it
+        does nothing either (no update will be applied).
 
         Raises:
             RuntimeError: called before :meth:`backward`.
         """
         pending = self._require_backward("unscale()")
         if not pending.unscaled and pending.finite:
-            self.solver.scale_grad(1.0 / pending.seed)
+            unscale_grads(self.finite_check, self.solver, self._params(), 1.0 / pending.seed)
         pending.unscaled = True
 
     def step(self) -> StepRecord:
@@ -445,8 +481,10 @@ class DynamicLossScalingUpdater:
         self.unscale()
         finite = pending.finite
         if finite:
-            clip_on = None if self.clip_grad_norm is None else self._host_grads()
-            apply_update(self.solver, clip_on, self.clip_grad_norm, self.weight_decay)
+            sumsq = pending.sumsq
+            if self.clip_grad_norm is not None and sumsq is None:
+                sumsq = grad_sumsq(self.finite_check, self._params(), self._device)
+            apply_update(self.solver, sumsq, self.clip_grad_norm, self.weight_decay)
         self._state = pending.new_state
         self._pending = None
         step = self.steps
@@ -530,7 +568,10 @@ class DynamicLossScalingUpdater:
             self.passes += 1
         return loss_finite
 
-    def _loss_finite(self) -> bool:
+    def _loss_finite(self, found: Inspection | None = None) -> bool:
+        """Whether the loss is finite: as ``found`` by the device check, else read now."""
+        if found is not None and found.loss_finite is not None:
+            return found.loss_finite
         return bool(np.isfinite(host_view(self.loss.data)).all())
 
     def _reduced_grads(self) -> List[nn.NdArray]:
@@ -552,10 +593,22 @@ class DynamicLossScalingUpdater:
     def _host_grads(self) -> List[np.ndarray]:
         return host_grads(self._params())
 
-    def _check(self):
-        """Return (host arrays or None, finite, absmax or None, names of non-finite params)."""
+    def _inspect(self, seed=None) -> Inspection:
+        """The finite check; with ``seed``, fused with unscaling by ``1/seed`` ("numpy") and
+        with the sum of squares for clipping."""
         absmax_over = self.grads if self.comm is not None and self.grads else None
         return inspect_gradients(
-            self.finite_check, self.solver, self._params(), self.policy.needs_grad_absmax,
+            self.finite_check,
+            self.solver,
+            self._params(),
+            self.policy.needs_grad_absmax,
             absmax_over,
-        )  # fmt: skip
+            unscale_by=None if seed is None else 1.0 / seed,
+            need_sumsq=seed is not None and self.clip_grad_norm is not None,
+            device=self._device,
+            loss=self.loss,
+        )
+
+    def _check(self):
+        """Return (host arrays or None, finite, absmax or None, names of non-finite params)."""
+        return self._inspect()[:4]
