@@ -21,7 +21,7 @@ PLAIN = [
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 5
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 6
     assert "save_checkpoint" in QUICK_START
 
 
@@ -40,12 +40,15 @@ def run_script(tmp_path, code, *launcher):
 
 
 @pytest.mark.nnabla
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_readme_block_runs_as_written(tmp_path, index):
     out = run_script(tmp_path, PLAIN[index])
     if "save_checkpoint" in PLAIN[index]:
         assert (tmp_path / "run.ckpt.npz").exists()
         assert out.splitlines()[0].startswith("0 32768.0")
+    if "amp.rewrite" in PLAIN[index]:  # issue 14: the precision table says what runs where
+        assert re.search(r"\| Affine \| half \| \d+ \|", out)
+        assert re.search(r"\| SoftmaxCrossEntropy \| float \|", out)
     if "GradientRecorder" in PLAIN[index]:
         from updater.trace import Trace
 
