@@ -15,6 +15,7 @@ import numpy as np
 
 from sim.fp16 import classify
 from sim.predictions import prediction_rows
+from sim.real_runs import MEASURED, MeasuredRun, run_path
 from sim.real_traces import MODEL_NOTES, MODELS
 from sim.run import RunResult, simulate_many
 from sim.sweep import grid_points, run_sweep
@@ -159,8 +160,6 @@ def real_traces_dir(config: ReportConfig) -> Path | None:
 def check_real_traces(config: ReportConfig) -> None:
     """Raise FileNotFoundError naming what is missing from the real traces' folder (each
     model's trace and its measured runs); nothing when the real traces are left out."""
-    from sim.real_runs import MEASURED, run_path
-
     folder = real_traces_dir(config)
     if folder is None:
         return
@@ -188,8 +187,6 @@ def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
 def measured_rows(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
     """:meth:`sim.real_runs.MeasuredRun.summary` of each measured real run of ``traces``: the
     recording's own run, then the checked policies'."""
-    from sim.real_runs import MEASURED, MeasuredRun, run_path
-
     folder = real_traces_dir(config)
     return [
         MeasuredRun.load(run_path(folder, model, label)).summary()
