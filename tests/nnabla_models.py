@@ -160,3 +160,51 @@ class TinyBNClassifier(TinyClassifier):
 
     def __init__(self, scope: str = "tinybn", hidden: int = 6, **kwargs):
         super().__init__(scope, hidden=hidden, batchnorm=True, **kwargs)
+
+
+GRADIENT_CASES = {
+    "finite": {},
+    "inf": {"fc2/affine/W": ("inf", (0, 1))},
+    "-inf": {"fc1/affine/b": ("-inf", (3,))},
+    "nan": {"fc1/affine/W": ("nan", (2, 5))},
+    "65504": {"fc2/affine/b": (65504.0, (1,))},
+    "-65504": {"fc1/affine/W": (-65504.0, (0, 0))},
+    "subnormal": {"fc2/affine/b": (2.0**-24, (0,))},
+    # float32 only: finite, but its square overflows a float32 dot product or sum of squares
+    "3e38": {"fc1/affine/W": (3e38, (1, 1)), "fc2/affine/W": (-3e38, (0, 0))},
+}
+"""Special gradient values planted in a TinyClassifier's gradients: name -> where, what."""
+GRADIENT_RUNS = [
+    (c, t) for c in sorted(GRADIENT_CASES) for t in ("half", "float") if (c, t) != ("3e38", "half")
+]
+"""(case, type_config) pairs of :data:`GRADIENT_CASES` (3e38 does not exist in float16)."""
+
+
+def gradient_values(model, case: str, dtype, seed: int = 3) -> Dict[str, np.ndarray]:
+    """Random gradients (std 100) of ``model``'s parameters with ``case``'s values planted."""
+    rng = np.random.RandomState(seed)
+    values = {n: (rng.randn(*p.shape) * 100).astype(dtype) for n, p in model.params.items()}
+    for name, (v, idx) in GRADIENT_CASES[case].items():
+        values[name][idx] = float(v)
+    return values
+
+
+def set_grads(model, values_by_name: Mapping[str, np.ndarray]) -> None:
+    """Write ``values_by_name`` into the gradients of ``model``'s parameters (zeros for the
+    parameters not named)."""
+    for name, p in model.params.items():
+        p.g = values_by_name.get(name, np.zeros(p.shape, np.float16))
+
+
+def iterate(updater, steps: int, staged: bool) -> list:
+    """Run ``steps`` iterations of ``updater``: ``update()``, or with ``staged`` its three
+    stages ``backward(); unscale(); step()``; return the step records."""
+    records = []
+    for _ in range(steps):
+        if staged:
+            updater.backward()
+            updater.unscale()
+            records.append(updater.step())
+        else:
+            records.append(updater.update())
+    return records

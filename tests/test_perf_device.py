@@ -7,8 +7,15 @@ import math
 import nnabla as nn
 import numpy as np
 import pytest
-from nnabla_models import TinyClassifier, assert_same_values, param_values
-from test_perf_fused import RUNS, gradient_values, set_grads
+from nnabla_models import (
+    GRADIENT_RUNS,
+    TinyClassifier,
+    assert_same_values,
+    gradient_values,
+    iterate,
+    param_values,
+    set_grads,
+)
 
 from updater import DynamicScale, HeadroomScale
 from updater.arrays import host_reads
@@ -39,7 +46,7 @@ def pair(type_config, policy, clip=None):
 
 
 @pytest.mark.parametrize("policy", [DynamicScale(), HeadroomScale()])
-@pytest.mark.parametrize("case,type_config", RUNS)
+@pytest.mark.parametrize("case,type_config", GRADIENT_RUNS)
 def test_device_check_decides_as_numpy_and_nnabla_in_one_host_read(case, type_config, policy):
     dtype = np.float16 if type_config == "half" else np.float32
     m, (numpy_path, device_path) = pair(type_config, policy)
@@ -60,7 +67,7 @@ def test_device_check_decides_as_numpy_and_nnabla_in_one_host_read(case, type_co
         assert np.array_equal(p.grad.get_data("r"), values[name], equal_nan=True)
 
 
-@pytest.mark.parametrize("case,type_config", RUNS)
+@pytest.mark.parametrize("case,type_config", GRADIENT_RUNS)
 def test_device_sum_of_squares_matches_the_numpy_pass(case, type_config):
     """Each array's squares are summed as ``m**2 * sum((g/m)**2)``: no float32 overflow, even
     for 3e38 (whose square overflows a plain float32 sum)."""
@@ -133,15 +140,7 @@ def test_device_path_update_is_exactly_backward_unscale_step(on_overflow, init_s
             policy=DynamicScale(init_scale, growth_interval=3), on_overflow=on_overflow,
             clip_grad_norm=0.5, weight_decay=1e-3, accum_grad=2,
         )  # fmt: skip
-        records = []
-        for _ in range(8):
-            if staged:
-                u.backward()
-                u.unscale()
-                records.append(u.step())
-            else:
-                records.append(u.update())
-        runs.append((records, param_values(m.params)))
+        runs.append((iterate(u, 8, staged), param_values(m.params)))
     assert runs[0][0] == runs[1][0]
     assert_same_values(runs[0][1], runs[1][1])
 

@@ -9,24 +9,20 @@ import nnabla.initializer as I
 import nnabla.solvers as S
 import numpy as np
 import pytest
-from nnabla_models import TinyClassifier, cpu_context, param_values
+from nnabla_models import (
+    GRADIENT_RUNS,
+    TinyClassifier,
+    cpu_context,
+    gradient_values,
+    iterate,
+    param_values,
+    set_grads,
+)
 
 from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 from updater.arrays import host_reads
 from updater.policy import FP16_MAX, largest_safe_scale
 from updater.updater import DynamicLossScalingUpdater
-
-CASES = {
-    "finite": {},
-    "inf": {"fc2/affine/W": ("inf", (0, 1))},
-    "-inf": {"fc1/affine/b": ("-inf", (3,))},
-    "nan": {"fc1/affine/W": ("nan", (2, 5))},
-    "65504": {"fc2/affine/b": (65504.0, (1,))},
-    "subnormal": {"fc2/affine/b": (2.0**-24, (0,))},
-    # float32 only: finite, but its square overflows a float32 sum of squares
-    "3e38": {"fc1/affine/W": (3e38, (1, 1)), "fc2/affine/W": (-3e38, (0, 0))},
-}
-RUNS = [(c, t) for c in sorted(CASES) for t in ("half", "float") if (c, t) != ("3e38", "half")]
 
 
 @pytest.fixture(autouse=True)
@@ -34,19 +30,6 @@ def fresh_parameters():
     nn.clear_parameters()
     yield
     nn.clear_parameters()
-
-
-def gradient_values(m, case, dtype, seed=3):
-    rng = np.random.RandomState(seed)
-    values = {n: (rng.randn(*p.shape) * 100).astype(dtype) for n, p in m.params.items()}
-    for name, (v, idx) in CASES[case].items():
-        values[name][idx] = float(v)
-    return values
-
-
-def set_grads(m, values):
-    for name, p in m.params.items():
-        p.g = values[name]
 
 
 class CountingSolver:
@@ -72,7 +55,7 @@ class CountingSolver:
 @pytest.mark.nnabla
 @pytest.mark.parametrize("seed", [2.0**10, 2.0**-3])  # factor 1/seed <= 1 and > 1
 @pytest.mark.parametrize("policy", ["dynamic", "headroom"])
-@pytest.mark.parametrize("case,type_config", RUNS)
+@pytest.mark.parametrize("case,type_config", GRADIENT_RUNS)
 def test_fused_pass_decides_as_nnabla_and_unscales_as_scale_grad(case, type_config, policy, seed):
     m = TinyClassifier(type_config=type_config)
     dtype = np.float16 if type_config == "half" else np.float32
@@ -191,13 +174,7 @@ def test_parameters_without_a_gradient_stay_untouched_as_nnabla_leaves_them(mode
             solver.update()
     else:
         u = DynamicLossScalingUpdater(solver, loss, finite_check=check, clip_grad_norm=10.0)
-        for _ in range(3):
-            if mode == "update":
-                u.update()
-            else:
-                u.backward()
-                u.unscale()
-                u.step()
+        iterate(u, 3, staged=mode != "update")
     values = param_values(params)
     after_manual_step = np.float32(1.0 - 0.1)
     np.testing.assert_array_equal(values["w2"], np.full(3, after_manual_step))
@@ -267,7 +244,7 @@ def test_auto_uses_nnabla_calls_for_small_models_that_need_only_the_flag(kwargs,
 
 @pytest.mark.nnabla
 @pytest.mark.parametrize("policy", ["dynamic", "headroom"])
-@pytest.mark.parametrize("case,type_config", RUNS)
+@pytest.mark.parametrize("case,type_config", GRADIENT_RUNS)
 def test_nnabla_path_decides_as_the_numpy_path(case, type_config, policy):
     """Two C++ calls on finite flag-only steps, no host read; the gradients are read only for
     |g| max or for the names of non-finite parameters."""

@@ -7,7 +7,7 @@ import nnabla.initializer as I
 import nnabla.solvers as S
 import numpy as np
 import pytest
-from nnabla_models import TinyClassifier, assert_same_values, cpu_context, param_values
+from nnabla_models import TinyClassifier, assert_same_values, cpu_context, iterate, param_values
 
 import updater.updater as driver
 from updater import DynamicScale
@@ -34,15 +34,7 @@ def run(staged, on_overflow, steps=9, **kwargs):
         m.solver, m.loss, m.feeder(weights=SPIKES), policy=policy, on_overflow=on_overflow,
         accum_grad=2, **kwargs,
     )  # fmt: skip
-    records = []
-    for _ in range(steps):
-        if staged:
-            u.backward()
-            u.unscale()
-            records.append(u.step())
-        else:
-            records.append(u.update())
-    return records, param_values(m.params)
+    return iterate(u, steps, staged), param_values(m.params)
 
 
 @pytest.mark.parametrize("on_overflow", ["skip", "retry"])

@@ -13,9 +13,12 @@ from nnabla.experimental.mixed_precision_training import (
 )
 from nnabla.monitor import Monitor
 from nnabla_models import (
+    GRADIENT_RUNS,
     TinyClassifier,
     assert_same_values,
+    gradient_values,
     param_values,
+    set_grads,
     solver_state_values,
 )
 
@@ -260,37 +263,16 @@ def test_nnabla_updater_recurses_on_new_batches_while_ours_skips_one():
 # ---------------------------------------------------------------- finite check
 
 
-def _set_grads(model, values_by_name):
-    for name, p in model.params.items():
-        p.g = values_by_name.get(name, np.zeros(p.shape, np.float16))
-
-
-CASES = {
-    "finite": {},
-    "inf": {"fc2/affine/W": ("inf", (0, 1))},
-    "-inf": {"fc1/affine/b": ("-inf", (3,))},
-    "nan": {"fc1/affine/W": ("nan", (2, 5))},
-    "65504": {"fc2/affine/b": (65504.0, (1,))},
-    "-65504": {"fc1/affine/W": (-65504.0, (0, 0))},
-    "subnormal": {"fc2/affine/b": (2.0**-24, (0,))},
-    # float32 only: finite, but its square overflows the float32 dot product -> exact fallback
-    "3e38": {"fc1/affine/W": (3e38, (1, 1)), "fc2/affine/W": (-3e38, (0, 0))},
-}
-
-
 @pytest.mark.parametrize("need_absmax", [True, False])
 @pytest.mark.parametrize(
     "case,type_config",
-    [(c, t) for c in sorted(CASES) for t in ("half", "float") if (c, t) != ("3e38", "half")],
+    GRADIENT_RUNS,
 )
 def test_finite_check_equals_nnabla_check(case, type_config, need_absmax):
     m = make(type_config=type_config)
     dtype = np.float16 if type_config == "half" else np.float32
-    rng = np.random.RandomState(3)
-    values = {n: (rng.randn(*p.shape) * 100).astype(dtype) for n, p in m.params.items()}
-    for name, (v, idx) in CASES[case].items():
-        values[name][idx] = float(v)
-    _set_grads(m, values)
+    values = gradient_values(m, case, dtype, seed=3)
+    set_grads(m, values)
     arrays = [p.grad.get_data("r") for p in m.solver.get_parameters().values()]
     assert arrays[0].dtype == dtype
     flags, absmax = grad_stats(arrays, need_absmax)
@@ -320,7 +302,7 @@ def test_finite_check_equals_nnabla_check_on_generated_float16(values):
     name = "fc1/affine/W"
     p = m.params[name]
     filled = np.resize(values, p.shape).astype(np.float16)
-    _set_grads(m, {name: filled})
+    set_grads(m, {name: filled})
     flags, absmax = grad_stats([q.grad.get_data("r") for q in m.params.values()])
     assert all(flags) == (not m.solver.check_inf_or_nan_grad())
     if all(flags):
@@ -353,17 +335,14 @@ def test_gradient_views_are_the_get_data_memory_and_keep_the_dtype(type_config):
 
 @pytest.mark.parametrize(
     "case,type_config",
-    [(c, t) for c in sorted(CASES) for t in ("half", "float") if (c, t) != ("3e38", "half")],
+    GRADIENT_RUNS,
 )
 def test_updater_numpy_check_through_views_equals_nnabla_check(case, type_config):
     m = make(type_config=type_config)
     dtype = np.float16 if type_config == "half" else np.float32
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
-    rng = np.random.RandomState(5)
-    values = {n: (rng.randn(*p.shape) * 100).astype(dtype) for n, p in m.params.items()}
-    for name, (v, idx) in CASES[case].items():
-        values[name][idx] = float(v)
-    _set_grads(m, values)
+    values = gradient_values(m, case, dtype, seed=5)
+    set_grads(m, values)
     arrays, finite, absmax, bad = u._check()
     assert finite == (not m.solver.check_inf_or_nan_grad())
     assert set(bad) == {n for n, v in values.items() if not np.isfinite(v).all()}
@@ -384,7 +363,7 @@ def test_updater_numpy_check_through_float16_views_on_generated_values(values):
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
     name = "fc2/affine/W"
     filled = np.resize(values, m.params[name].shape).astype(np.float16)
-    _set_grads(m, {name: filled})
+    set_grads(m, {name: filled})
     _, finite, _, bad = u._check()
     assert finite == (not m.solver.check_inf_or_nan_grad())
     assert bad == ([] if np.isfinite(filled).all() else [name])
@@ -397,7 +376,7 @@ def test_auto_check_uses_numpy_views_on_cpu_for_large_models(hidden, expected):
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="auto")
     assert u.finite_check == expected
     ref = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="solver")
-    _set_grads(m, {"fc1/affine/b": np.full(hidden, np.inf, np.float32)})
+    set_grads(m, {"fc1/affine/b": np.full(hidden, np.inf, np.float32)})
     assert u._check()[1:] == ref._check()[1:] == (False, None, ["fc1/affine/b"])
 
 
