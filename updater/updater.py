@@ -608,7 +608,3 @@ class DynamicLossScalingUpdater:
             device=self._device,
             loss=self.loss,
         )
-
-    def _check(self):
-        """Return (host arrays or None, finite, absmax or None, names of non-finite params)."""
-        return self._inspect()[:4]
