@@ -268,10 +268,10 @@ def record_model(
         run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)
     run.save(run_path(out_dir, name, RECORDED))
     trace = recorder.trace()
-    row = run.summary()
+    summary = run.summary()
+    kept = ("model", "steps", "skipped", "final_scale", "final_loss", "accuracy", "seconds")
     return {
-        **{k: row[k] for k in ("model", "steps", "skipped", "final_scale", "final_loss")},
-        **{k: row[k] for k in ("accuracy", "seconds")},
+        **{k: summary[k] for k in kept},
         "recorded": trace.steps,
         "every": every,
         "params": int((trace.counts.sum(axis=1) + trace.zeros).max()),

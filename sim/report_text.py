@@ -298,7 +298,7 @@ def _real(data: ReportData) -> str:
         inside = sum(r["low"] <= r["measured"] <= r["high"] for r in sub)
         errors.append(
             f"- **{METRICS[metric].label}**: mean |predicted - measured| "
-            f"{_metric_cell(metric, _mean([{'e': abs(r['error'])} for r in sub], 'e'))}; "
+            f"{_metric_cell(metric, float(np.mean([abs(r['error']) for r in sub])))}; "
             f"largest on {worst['model']} under {worst['policy']} (predicted "
             f"{_metric_cell(metric, worst['predicted'])}, measured "
             f"{_metric_cell(metric, worst['measured'])}); the measured value lies inside the "
