@@ -260,3 +260,21 @@ def test_nnabla_path_decides_as_the_numpy_path(case, type_config, policy):
     reads = host_reads() - before
     assert found[1:] == paths["numpy"]._inspect()[:4][1:]
     assert reads == (0 if found[1] and policy == "dynamic" else len(m.params))
+
+
+@pytest.mark.parametrize("unscale_by", [None, 2.0**-10])
+def test_numpy_absmax_is_over_absmax_over_when_given(unscale_by):
+    """With a communicator that all-reduces only some gradients, |g| max (scaled) is taken over
+    those arrays, in the checking pass and in the fused one."""
+    from updater.gradients import inspect_gradients
+
+    m = TinyClassifier()
+    values = gradient_values(m, "finite", np.float16)
+    set_grads(m, values)
+    names = list(m.solver.get_parameters())
+    params = m.solver.get_parameters()
+    found = inspect_gradients(
+        "numpy", m.solver, params, True, [params[names[1]].grad], unscale_by=unscale_by
+    )
+    assert found.finite and found.absmax == np.abs(values[names[1]].astype(np.float64)).max()
+    assert found.unscaled == (unscale_by is not None)

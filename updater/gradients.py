@@ -123,17 +123,18 @@ def inspect_gradients(
         top = None
         if need_absmax and absmax_over:
             top = grad_stats([host_view(g) for g in absmax_over])[1]
+        own_absmax = need_absmax and top is None  # else |g| max is over absmax_over only
         if unscale_by is None:
             arrays = host_grads(params)
-            flags, absmax = grad_stats(arrays, need_absmax)
+            flags, absmax = grad_stats(arrays, own_absmax)
         else:
             with _overflow_quiet(unscale_by):
                 found = [
-                    unscale_grad(p.grad, unscale_by, True, need_absmax, need_sumsq)
+                    unscale_grad(p.grad, unscale_by, True, own_absmax, need_sumsq)
                     for p in params.values()
                 ]
             flags = [f[0] for f in found]
-            absmax = max((f[1] for f in found), default=0.0) if need_absmax else None
+            absmax = max((f[1] for f in found), default=0.0) if own_absmax else None
             if need_sumsq and all(flags):
                 sumsq = sum(f[2] for f in found)
         absmax = absmax if top is None else top
