@@ -3,9 +3,10 @@
 Variants run interleaved in rounds (a, b, c, d, a, b, c, d, ...) on the same trace and the best
 round is kept for each, so background load hits all of them alike:
 
-a. ``sim.run`` inner loop: ``runs`` runs advance together (state arrays of shape ``(runs,)``);
-b. the same plus trace set-up and all metrics (``sim.run.simulate``, end to end);
-c. the per-step Python loop: each run alone with scalar states (``sim.run.simulate_scalar``),
+a. ``sim.replay.run`` inner loop: ``runs`` runs advance together (state arrays of shape
+``(runs,)``);
+b. the same plus trace set-up and all metrics (``sim.replay.run.simulate``, end to end);
+c. the per-step Python loop: each run alone with scalar states (``sim.replay.run.simulate_scalar``),
    on ``scalar_runs`` runs (its rate per policy-step does not depend on how many);
 d. the physical reference: per step, one ``numpy.copyto`` of a float64 array of ``runs``
    elements (the least a vectorized step can do: one call touching the run axis).
@@ -22,14 +23,14 @@ from typing import Dict
 
 import numpy as np
 
-from sim.run import (
+from sim.replay.run import (
     _advance,
     _overflow_limits,
     jitter_factors,
     simulate,
     simulate_scalar,
 )
-from sim.traces import make_trace
+from sim.traces.families import make_trace
 from updater.presets import PRESETS
 
 GOAL_RATE = 1e7

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from benchmarks import bench_comm, bench_fp16, bench_sim, bench_updater
-from sim.provenance import current_commit
+from sim.report.provenance import current_commit
 from updater.files import atomic_write_text
 
 

@@ -36,7 +36,7 @@ How the two graphs share parameters (as nnabla's DCGAN example does):
   also *accumulates* gradients, at G's scale, into D's parameters. They are never applied:
   G's solver holds only G's parameters (G's updater checks, unscales and steps only those), and
   D's next ``update()`` starts with ``solver_d.zero_grad()``, which discards them, even
-  inf/NaN ones. ``tests/test_gan_example.py`` checks both.
+  inf/NaN ones. ``tests/examples/test_gan_example.py`` checks both.
 
 Printed: the final losses, each updater's skipped steps, overflows and scale changes, and the
 generated samples' mean and std and the RMS distance between their per-pixel mean and the

@@ -1,1 +1,2 @@
-"""NumPy float16 simulation testbed for loss-scaling policies (no nnabla import)."""
+"""The float16 simulation testbed: imports ``updater``, never the other way; NumPy only outside
+``sim.nnabla_studies``."""

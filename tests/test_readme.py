@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 GPU = [b for b in BLOCKS if '"cudnn"' in b]
 MPI = [b for b in BLOCKS if "MPICommunicator()" in b]

@@ -5,7 +5,7 @@ The policy contract, which every policy here keeps and a new one must keep:
 - A policy is a frozen dataclass of settings, subclassing ``_Policy`` and listed in
   :data:`POLICIES`. Its ``_validate()`` checks scalar settings (wrong type ``TypeError``, wrong
   value ``ValueError``, see :mod:`updater.checks`); a policy built with array-valued settings
-  (many settings at once, :func:`sim.run.stack_policies`) is validated element by element.
+  (many settings at once, :func:`sim.replay.run.stack_policies`) is validated element by element.
 - ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
 - ``update(state, grads_finite, grad_absmax=None)`` returns the next state. Its rules are
   written once, with no ``if`` on values, over a small namespace of elementwise operations

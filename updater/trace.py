@@ -6,15 +6,16 @@ range land in the end bins), the count of exact zeros, the largest magnitude (un
 whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
 the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
 never was). :class:`GradientRecorder` writes it from a training run; the simulator
-(:mod:`sim.traces` makes synthetic ones, :mod:`sim.run` replays them) reads it. Optionally
+(:mod:`sim.traces.families` makes synthetic ones, :mod:`sim.replay.run` replays them) reads it.
+Optionally
 (``GradientRecorder(per_parameter=True)``) a trace also holds the same statistics for each
 parameter array ("layers": ``fc1/affine/W`` and ``fc1/affine/b`` are two), which
-:mod:`sim.layers` analyses.
+:mod:`sim.replay.layers` analyses.
 
 Overflow versus bad batch. A bad batch (``nonfinite``) is skipped at every scale. An overflow is
 a property of a scale: a step recorded as overflowing at scale ``s_o`` (finite loss, inf/NaN
 gradients) overflows at every scale ``>= s_o`` and replays as a normal step below it, unless its
-``absmax`` says otherwise (see :mod:`sim.run`). The threshold is stored, not derived from
+``absmax`` says otherwise (see :mod:`sim.replay.run`). The threshold is stored, not derived from
 ``absmax``, because the overflow can happen in intermediate backward values that no parameter
 gradient shows. Synthetic families record no overflow (``overflow_scale`` all inf): their
 overflows follow from ``absmax`` alone.

@@ -1,0 +1,1 @@
+"""The ``dls`` command: parse, check before work, call the library, show progress."""

@@ -1,0 +1,192 @@
+"""Checks ``dls`` makes before any work: argument values, trace files, output paths, memory.
+
+Each check reports a bad argument through ``parser.error`` (exit status 2 and a one-line
+message naming the option, as argparse does), so a command never starts work it cannot finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+
+from sim.replay.run import MAX_JITTER, memory_estimate
+from sim.traces.families import FAMILIES, Trace
+
+TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
+MEMORY_SHARE = 0.5
+"""Largest share of physical memory a simulation may need before ``dls`` refuses to start it."""
+
+
+# ---------------------------------------------------------------- argparse types
+
+
+def int_at_least(low: int):
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"needs an int >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+nonnegative_int = int_at_least(0)
+
+
+def jitter_value(text: str) -> float:
+    """An argparse type: a number in [0, 8] (the log2 std of the gradient size factor)."""
+    problem = f"needs a number in [0, {MAX_JITTER:g}], got {text!r}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(problem) from None
+    if not 0 <= value <= MAX_JITTER:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+# ---------------------------------------------------------------- traces
+
+
+def _trace_problem(path: Path, e: BaseException) -> str:
+    """Trace.load's error, worded for the command line (without the path it repeats)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    if isinstance(e, zipfile.BadZipFile):
+        return f"a damaged .npz archive ({text})"
+    if "allow_pickle" in text:
+        return "it holds pickled Python objects, which a trace never does"
+    m = re.fullmatch(r"(.+) is not a file in the archive", text)
+    if m:  # numpy's KeyError for a missing array
+        return f"missing array {m.group(1)!r}"
+    for prefix in (f"{path}: ", f"{path} ", "is not a gradient trace: "):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return text
+
+
+def load_trace(parser, spec: str) -> Trace:
+    """The trace file ``--trace spec`` names, or a one-line error saying what is wrong with it
+    (missing, a folder, not an .npz archive, a single .npy array, missing arrays, ...)."""
+    path = Path(spec)
+    if not path.exists():
+        if path.suffix != ".npz":
+            parser.error(
+                f"--trace must be a family ({', '.join(FAMILIES)}) or an .npz trace file, "
+                f"got {spec!r}"
+            )
+        parser.error(f"--trace {spec}: trace file not found")
+    if path.is_dir():
+        parser.error(f"--trace {spec}: is a folder, not a trace file ({TRACE_HINT})")
+    if not path.is_file():
+        parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as e:
+        parser.error(f"--trace {spec}: cannot read it: {e.strerror}")
+    if not is_zip:
+        with open(path, "rb") as fh:
+            npy = fh.read(6) == b"\x93NUMPY"
+        what = "a single NumPy array (.npy), not an .npz archive" if npy else "not an .npz archive"
+        parser.error(f"--trace {spec}: {what} ({TRACE_HINT})")
+    try:
+        return Trace.load(path)
+    except (ValueError, TypeError, KeyError, OSError, EOFError, zipfile.BadZipFile) as e:
+        parser.error(
+            f"--trace {spec}: not a gradient trace: {_trace_problem(path, e)} ({TRACE_HINT})"
+        )
+
+
+# ---------------------------------------------------------------- output paths
+
+
+def _check_writable(parser, option: str, path: str, folder: Path) -> None:
+    """Create and delete a temporary file in ``folder``: the honest test (permissions, a
+    read-only file system, root's exemptions)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        parser.error(f"{option} {path}: cannot write into {folder}: {e.strerror}")
+
+
+def check_output_file(parser, option: str, path: str) -> None:
+    """An output file: its folder must exist and be writable; it must not be a folder."""
+    p = Path(path)
+    if p.is_dir():
+        parser.error(f"{option} {path}: is a folder; give a file name")
+    folder = p.parent
+    if not folder.exists():
+        parser.error(f"{option} {path}: folder {folder} does not exist (create it first)")
+    if not folder.is_dir():
+        parser.error(f"{option} {path}: {folder} is a file, not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        parser.error(f"{option} {path}: the file exists and is read-only")
+    _check_writable(parser, option, path, folder)
+
+
+def check_output_dir(parser, option: str, path: str) -> None:
+    """An output folder (created if missing): not an existing file, and its nearest existing
+    ancestor is a writable folder."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        parser.error(f"{option} {path}: is an existing file, not a folder")
+    existing = next(a for a in (p.absolute(), *p.absolute().parents) if a.exists())
+    if not existing.is_dir():
+        parser.error(f"{option} {path}: cannot create it: {existing} is a file")
+    _check_writable(parser, option, path, existing)
+
+
+def check_figure(parser, option: str, path: str) -> None:
+    """A figure file: an output file whose extension names a format matplotlib writes."""
+    check_output_file(parser, option, path)
+    from sim.plots.common import check_figure_path  # its extension names a format matplotlib writes
+
+    try:
+        check_figure_path(path)
+    except (ValueError, TypeError) as e:
+        parser.error(f"{option}: {e}")
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _memory_limit():
+    """``(limit, physical)`` in bytes, or ``(None, None)`` where the OS does not say."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None, None
+    return int(physical * MEMORY_SHARE), physical
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def check_memory(parser, steps: int, runs: int, policies: int = 1) -> None:
+    """Refuse a run whose :func:`sim.replay.run.memory_estimate` exceeds ``MEMORY_SHARE`` of
+    physical
+    memory (no check where the OS does not tell its memory size)."""
+    limit, physical = _memory_limit()
+    need = memory_estimate(steps, runs, policies)
+    if limit is not None and need > limit:
+        what = f"{steps} steps x {runs} runs" + (f" x {policies} settings" if policies > 1 else "")
+        parser.error(
+            f"{what} needs about {_size(need)} of memory (estimate), more than the limit "
+            f"{_size(limit)} ({MEMORY_SHARE:.0%} of this machine's {_size(physical)}); "
+            "use fewer --steps or --runs"
+        )

@@ -1,0 +1,400 @@
+"""``dls``: command line for the float16 loss-scaling simulator and the nnabla demo.
+
+Thin: parses arguments, calls :mod:`sim.replay.run`, :mod:`sim.report.build`, :mod:`sim.plots.runs`
+(or
+:mod:`sim.nnabla_studies.demo` for ``train``) and writes files. Everything that can be checked
+before the work
+is checked first (:mod:`sim.cli.checks`: settings, trace files, output paths, the memory a
+simulation needs); a bad argument exits with status 2 and a one-line message, as argparse does.
+Policies and their settings come from :mod:`sim.cli.settings` (the ``--policy`` help is
+generated from :mod:`updater.presets`), printed output from :mod:`sim.report.tables`.
+
+Progress goes to stderr (:class:`sim.cli.progress.StageProgress`): tqdm bars on a terminal, one
+status line per stage otherwise (a file or a pipe), so long commands are never silent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import sys
+import textwrap
+from pathlib import Path
+
+from sim.cli.checks import (
+    MEMORY_SHARE,
+    check_figure,
+    check_memory,
+    check_output_dir,
+    check_output_file,
+    jitter_value,
+    load_trace,
+    nonnegative_int,
+    positive_int,
+)
+from sim.cli.progress import StageProgress
+from sim.cli.settings import build_policy, parse_grid, parse_settings, policy_help, policy_list
+from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
+from sim.replay.run import simulate
+from sim.replay.sweep import grid_points, run_sweep
+from sim.report.provenance import current_commit
+from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
+from sim.traces.families import FAMILIES, make_trace
+from updater.files import atomic_write_text
+
+
+def _version() -> str:
+    """The installed distribution's version (nnabla-dls)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nnabla-dls")
+    except PackageNotFoundError:
+        return "unknown (nnabla-dls is not installed; run from a checkout)"
+
+
+# ---------------------------------------------------------------- subcommands
+
+
+def _cmd_simulate(parser, args) -> int:
+    settings = parse_settings(parser, args.policy, args.set)
+    policy = build_policy(parser, args.policy, settings)
+    if args.plot:
+        check_figure(parser, "--plot", args.plot)
+    if args.trace in FAMILIES:
+        check_memory(parser, args.steps, args.runs)
+        trace = make_trace(args.trace, steps=args.steps, seed=args.seed)
+    else:
+        trace = load_trace(parser, args.trace)
+        check_memory(parser, trace.steps, args.runs)
+    with StageProgress("simulate") as progress:
+        progress.start(1)
+        progress.stage(f"{args.policy} on {trace.name}: {args.runs} runs x {trace.steps} steps")
+        result = simulate(
+            policy,
+            trace,
+            runs=args.runs,
+            seed=args.seed,
+            jitter=args.jitter,
+            label=args.policy,
+            progress=progress,
+        )
+    summary = result.summary()
+    print(f"policy: {describe_policy(args.policy, policy)}")
+    print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
+    print(markdown_table(with_percents([summary], SHARES, digits=4), SUMMARY_COLUMNS))
+    for note in na_notes([summary]):
+        print(note)
+    if args.plot:
+        from sim.plots.common import save_figure
+        from sim.plots.runs import plot_trajectory
+
+        save_figure(plot_trajectory(result), args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _cmd_sweep(parser, args) -> int:
+    grid = parse_grid(parser, args.policy, args.grid)
+    if not grid:
+        parser.error("sweep needs at least one --grid KEY=V1,V2,...")
+    fixed = parse_settings(parser, args.policy, args.set)
+    both = [k for k in fixed if k in grid]
+    if both:
+        k = both[0]
+        parser.error(
+            f"--set {k} conflicts with --grid {k}: a setting is either fixed (--set) or swept "
+            "(--grid), not both"
+        )
+    combos = grid_points(grid)
+    policies = [build_policy(parser, args.policy, {**fixed, **c}) for c in combos]
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    bad = [f for f in families if f not in FAMILIES]
+    if bad or not families:
+        parser.error(
+            f"--families must be a comma list of {', '.join(FAMILIES)}, got {args.families!r}"
+        )
+    if args.csv:
+        check_output_file(parser, "--csv", args.csv)
+    check_memory(parser, args.steps, args.runs, len(policies))
+    traces = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
+    with StageProgress("sweep") as progress:
+        progress.start(len(families))
+        rows = run_sweep(
+            policies, combos, traces, runs=args.runs, seed=args.seed, jitter=args.jitter,
+            progress=progress, label=args.policy,
+        )  # fmt: skip
+    columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
+    values = "; ".join(
+        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
+    )
+    print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
+    print(
+        f"grid: {values} ({len(combos)} settings), families: {','.join(families)}, "
+        f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
+    )
+    print(markdown_table(with_percents(rows, SHARES, digits=4), columns))
+    for note in na_notes(rows):
+        print(note)
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _cmd_report(parser, args) -> int:
+    from sim.report.build import QUICK, ReportConfig, build_report
+    from sim.report.experiments import check_real_traces
+
+    check_output_dir(parser, "--out", args.out)
+    config = QUICK if args.quick else ReportConfig()
+    real = None if args.real_traces == "none" else args.real_traces
+    config = dataclasses.replace(config, real_traces=real)
+    try:
+        check_real_traces(config)
+    except FileNotFoundError as e:
+        parser.error(f"--real-traces: {e}")
+    with StageProgress("report") as progress:
+        result = build_report(args.out, config, progress=progress)
+    for path in result["files"]:
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_train(parser, args) -> int:
+    check_output_dir(parser, "--out", args.out)
+    import sim.nnabla_studies.demo as demo
+
+    try:
+        demo.load_data(args.seed)  # needs scikit-learn: say so before any work
+    except ImportError as e:
+        parser.error(str(e))
+    with StageProgress("train") as progress:
+        rows = demo.run_comparison(
+            steps=args.steps, seed=args.seed, out_dir=args.out, progress=progress
+        )
+    table = demo.format_table(rows)
+    print(table)
+    path = Path(args.out) / "train.md"
+    atomic_write_text(
+        path,
+        f"# `dls train --steps {args.steps} --seed {args.seed}`\n\n"
+        f"Generated at commit {current_commit(args.out)}. "
+        "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways; the time "
+        "column is wall time on the machine that ran it, not a benchmark.\n\n"
+        f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n",
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+
+PROGRESS_NOTE = (
+    "Progress goes to stderr: bars on a terminal, one status line per stage otherwise. "
+    "Output paths, settings and the memory needed are checked before any work."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dls`` argument parser (subcommands simulate, sweep, report, train)."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="dls",
+        description="Dynamic loss scaling for nnabla: float16 simulator, report and demo. "
+        + PROGRESS_NOTE,
+        epilog=(
+            "examples:\n"
+            "  dls simulate --policy dynamic --set growth_interval=200 --trace drifting\n"
+            "  dls sweep --policy dynamic --grid growth_interval=500,1000,2000 "
+            "--grid hysteresis=1,2\n"
+            "  dls report --out my_report\n"
+            "  dls train --steps 300 --out train_out\n"
+            "(scripts/report.sh regenerates the committed reports/ folder)"
+        ),
+        formatter_class=fmt,
+    )
+    parser.add_argument("--version", action="version", version=f"dls (nnabla-dls) {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def common(p, steps_default=10000, runs_default=64):
+        p.add_argument(
+            "--steps",
+            type=positive_int,
+            default=steps_default,
+            help=f"steps per synthetic trace (default {steps_default})",
+        )
+        p.add_argument(
+            "--runs",
+            type=positive_int,
+            default=runs_default,
+            help=f"runs per setting, advanced together (default {runs_default})",
+        )
+        p.add_argument(
+            "--seed", type=nonnegative_int, default=0, help="seed of traces and jitter (default 0)"
+        )
+        p.add_argument(
+            "--jitter",
+            type=jitter_value,
+            default=0.25,
+            help="log2 std of the per-step, per-run gradient size factor; 0 replays "
+            "the trace exactly (default 0.25)",
+        )
+
+    memory_note = (
+        f"A run that would need more than {MEMORY_SHARE:.0%} of physical memory (estimated "
+        "from the steps, runs and settings) is refused before it starts."
+    )
+    policies = policy_list()  # generated from updater.presets: new presets show up by themselves
+    p = sub.add_parser(
+        "simulate",
+        help="run one policy over one trace and print its metrics",
+        description="Run one policy over a synthetic trace family or a recorded .npz trace, "
+        "many runs at once, and print run-averaged metrics. Settings print as people write "
+        "them (2^-24, 0.5, 2000). " + memory_note,
+        epilog="examples:\n  dls simulate --policy headroom --trace spikes --plot traj.png\n"
+        "  dls simulate --policy DynamicScale --set init_scale=2**15 --set hysteresis=2 "
+        "--trace run.npz\n"
+        "  dls simulate --policy static --set scale=2**10 --steps 2000 --runs 8\n\n" + policies,
+        formatter_class=fmt,
+    )
+    p.add_argument("--policy", default="dynamic", help=policy_help("dynamic"))
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change one setting of the policy, e.g. growth_interval=200 or "
+        "init_scale=2**15 (repeatable, each setting once)",
+    )
+    p.add_argument(
+        "--trace",
+        default="stationary",
+        help=f"a family ({', '.join(FAMILIES)}) or an .npz trace written by GradientRecorder or "
+        "Trace.save (default stationary)",
+    )
+    common(p)
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also write the scale trajectory of run 0 (the extension names the format: png, "
+        "pdf, svg, ...; the folder must exist)",
+    )
+    p.set_defaults(handler=_cmd_simulate, subparser=p)
+
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of settings of one policy across trace families",
+        description="Run every combination of the --grid settings of one policy on each "
+        "family; print a table and optionally write CSV. Each setting is either swept "
+        "(one --grid with all its values) or fixed (one --set): repeating a setting, or "
+        "giving it to both, is an error. " + memory_note,
+        epilog="examples:\n  dls sweep --policy dynamic --grid growth_interval=500,1000,2000 "
+        "--grid hysteresis=1,2 --families stationary,nan --csv sweep.csv\n"
+        "  dls sweep --policy dynamic --grid init_scale=2**10,2**15 --set hysteresis=2\n\n"
+        + policies,
+        formatter_class=fmt,
+    )
+    p.add_argument("--policy", default="dynamic", help=policy_help("dynamic"))
+    p.add_argument(
+        "--grid",
+        action="append",
+        metavar="KEY=V1,V2,...",
+        help="all values of one setting to sweep (repeatable for other settings; the grid is "
+        "their product)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fix one setting (not one in --grid) for every grid point (repeatable)",
+    )
+    p.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help=f"comma list of families (default {','.join(FAMILIES)})",
+    )
+    common(p, steps_default=5000, runs_default=16)
+    p.add_argument(
+        "--csv", metavar="FILE.csv", help="also write every row as CSV (the folder must exist)"
+    )
+    p.set_defaults(handler=_cmd_sweep, subparser=p)
+
+    p = sub.add_parser(
+        "report",
+        help="regenerate the simulation report (figures + README.md)",
+        description="Regenerate the report with fixed seeds: PNG figures and README.md "
+        "comparing nnabla's legacy, PyTorch-style, DeepSpeed-style, DynamicScale and "
+        "HeadroomScale on every trace family (synthetic ones and three real nnabla models' "
+        "recorded traces), the SSD reproduction, the simulator's predictions from the real "
+        "traces against real runs of other policies, the per-layer view and the "
+        "default-setting sweeps. Same inputs, same files. About 30 s on two cores.",
+        epilog="examples:\n  dls report --out my_report\n"
+        "  dls report --out /tmp/smoke --quick\n"
+        "(scripts/report.sh regenerates the committed reports/ folder)",
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--out",
+        default="reports",
+        help="output folder, created if missing (default reports: in a checkout, the "
+        "committed report)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="small sizes for a smoke test (numbers not meaningful)"
+    )
+    p.add_argument(
+        "--real-traces",
+        default="reports/traces",
+        metavar="DIR",
+        help="folder of the real models' traces and measured runs, written by python -m "
+        "sim.nnabla_studies.real_traces; relative to the source checkout unless absolute (default "
+        "%(default)s); 'none' leaves the real models out",
+    )
+    p.set_defaults(handler=_cmd_report, subparser=p)
+
+    p = sub.add_parser(
+        "train",
+        help="train the digits demo: float32 vs float16 without/with loss scaling",
+        description="Train a small model on scikit-learn's 8x8 digits with nnabla: float32, "
+        "float16 without scaling, float16 with nnabla's updater and with ours; print a table "
+        "and write train.md (the table) and train_scale_trajectory.png into --out. "
+        "300 steps take about 15 s on two cores.",
+        epilog="example:\n  dls train --steps 300 --out train_out\n"
+        "(scripts/report.sh regenerates the committed 600-step reports/train.md)",
+        formatter_class=fmt,
+    )
+    p.add_argument("--steps", type=positive_int, default=300, help="training steps (default 300)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed (default 0)")
+    p.add_argument(
+        "--out",
+        default="train_out",
+        help="folder for train.md (the results table) and train_scale_trajectory.png, created "
+        "if missing (default train_out; the committed 600-step report is reports/, written "
+        "by scripts/report.sh)",
+    )
+    p.set_defaults(handler=_cmd_train, subparser=p)
+    for p in (parser, *sub.choices.values()):  # the raw formatter keeps examples' lines
+        p.description = textwrap.fill(p.description, width=88)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of ``dls``; returns the exit status (argument errors exit with 2)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args.subparser, args)
+    except MemoryError:
+        args.subparser.exit(
+            1, f"{args.subparser.prog}: error: out of memory; use fewer --steps or --runs\n"
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

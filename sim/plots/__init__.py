@@ -1,0 +1,1 @@
+"""matplotlib figures of runs and gradient values (each function takes ``ax=``)."""

@@ -1,0 +1,171 @@
+"""What every figure of the simulator shares: new figures, figure files, colours, tick labels.
+
+The figures themselves live by subject: :mod:`sim.plots.runs` (simulated runs: scale
+trajectories, policy comparisons) and :mod:`sim.plots.gradients` (gradient distributions:
+histograms by binade, underflow against the loss scale). A new figure goes into the module of
+its subject and uses the helpers here.
+
+Every figure is a :class:`matplotlib.figure.Figure` built directly: no pyplot and no backend
+switch, so importing these modules leaves the user's matplotlib session alone. Each plot
+function takes ``ax=None``: it draws on ``ax`` when given, otherwise on a new figure of
+``figsize`` inches at :data:`DPI` (:func:`new_axes`), and returns the figure.
+:func:`save_figure` writes the format named by the file's extension; :func:`check_figure_path`
+checks a path before any work.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import List, Union
+
+import matplotlib as mpl
+from matplotlib.backend_bases import FigureCanvasBase
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+DPI = 100
+"""Dots per inch of new figures and of :func:`save_figure`."""
+
+SCALE_COLORS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+)
+"""Colours of loss scales: scale ``2**k`` always gets ``SCALE_COLORS[k % 9]``."""
+
+_NO_VERSION = {
+    "png": {"Software": None},
+    "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    "svg": {"Creator": None, "Date": None},
+}
+
+
+# ---------------------------------------------------------------- figure files
+
+
+def figure_formats() -> List[str]:
+    """File extensions :func:`save_figure` accepts: the formats the installed matplotlib
+    writes (``pgf`` only when its TeX program is on PATH)."""
+    tex = shutil.which(mpl.rcParams["pgf.texsystem"])
+    return sorted(f for f in FigureCanvasBase.get_supported_filetypes() if f != "pgf" or tex)
+
+
+def check_figure_path(path: Union[str, Path]) -> str:
+    """Check a figure path before doing the work that makes the figure; return its format.
+
+    Args:
+        path (str or Path): output file; its extension (any case) names the format, one of
+            :func:`figure_formats` (png, pdf, svg, jpg, ...); its folder must exist.
+
+    Returns:
+        str: the format, the extension in lower case without the dot.
+
+    Raises:
+        TypeError: ``path`` is not a str or Path.
+        ValueError: no extension, one matplotlib cannot write, or a missing folder.
+
+    >>> check_figure_path("traj.PDF")
+    'pdf'
+    """
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"figure path must be a str or Path, got {type(path).__name__}")
+    path = Path(path)
+    formats = figure_formats()
+    fmt = path.suffix[1:].lower()
+    if not fmt:
+        raise ValueError(
+            f"figure path {str(path)!r} has no extension; add one of: {', '.join(formats)}"
+        )
+    if fmt not in formats:
+        raise ValueError(
+            f"figure path {str(path)!r}: cannot write {path.suffix!r} files; "
+            f"use one of: {', '.join(formats)}"
+        )
+    if not path.parent.is_dir():
+        raise ValueError(f"figure path {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    return fmt
+
+
+def save_figure(fig: Figure, path: Union[str, Path], dpi: int = DPI) -> Path:
+    """Write ``fig`` in the format of ``path``'s extension (see :func:`check_figure_path`).
+
+    PNG, PDF and SVG files carry no matplotlib version, so a rerun writes the same PNG bytes.
+
+    Args:
+        fig (Figure): the figure.
+        path (str or Path): output file, e.g. ``traj.png``, ``traj.pdf``, ``traj.svg``.
+        dpi (int, default 100): dots per inch; a raster image is ``figsize * dpi`` pixels.
+    """
+    fmt = check_figure_path(path)
+    fig.savefig(path, dpi=dpi, format=fmt, metadata=_NO_VERSION.get(fmt))
+    return Path(path)
+
+
+# ---------------------------------------------------------------- new figures, legends
+
+
+def new_axes(ax, figsize):
+    """``(figure, axes)`` to draw on: ``ax`` and its figure when given, otherwise a new
+    constrained-layout figure of ``figsize`` inches at :data:`DPI` with one axes."""
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def cycle_color(i: int) -> str:
+    """The ``i``-th colour of the current property cycle."""
+    colors = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
+    return colors[i % len(colors)]
+
+
+def scale_color(scale: float) -> str:
+    """The fixed colour of a loss scale (nearest power of two), the same in every figure."""
+    return SCALE_COLORS[round(math.log2(scale)) % len(SCALE_COLORS)]
+
+
+def legend_note(ax, text: str) -> None:
+    """Add a legend line without a symbol."""
+    ax.plot([], [], " ", label=text)
+
+
+def legend_right(ax, **kw):
+    """The axes' legend, right of the axes, top-aligned."""
+    return ax.legend(
+        loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize="small", **kw
+    )
+
+
+# ---------------------------------------------------------------- powers of two in labels
+
+
+def is_pow2(x: float) -> bool:
+    """True when ``x`` is a finite power of two ``2**k`` (any integer ``k``)."""
+    return x > 0 and math.isfinite(x) and math.log2(x) == int(math.log2(x))
+
+
+def pow2_label(x: float) -> str:
+    """``2^k`` (mathtext) for a power of two, else ``%g``.
+
+    >>> pow2_label(2.0**-24), pow2_label(3.0)
+    ('$2^{-24}$', '3')
+    """
+    return f"$2^{{{int(math.log2(x))}}}$" if is_pow2(x) else f"{x:g}"
+
+
+def log2_ticks() -> FuncFormatter:
+    """Tick labels ``2^k`` for an axis whose data are the exponents ``k``."""
+    return FuncFormatter(lambda v, _: f"$2^{{{v:.0f}}}$")
+
+
+def log10_share_ticks() -> FuncFormatter:
+    """Tick labels ``10^k`` for a log axis of shares; ticks above 1 stay blank."""
+    return FuncFormatter(lambda v, _: "" if v > 1.0 else f"$10^{{{math.log10(v):.0f}}}$")

@@ -1,0 +1,215 @@
+"""Figures of gradient distributions (a :class:`updater.trace.Trace` or an array of values):
+magnitudes by binade, and the share float16 flushes to zero at each loss scale.
+
+:func:`plot_histogram` draws the share of values per binade with float16's representable
+window at several scales; :func:`plot_underflow_vs_scale` draws :func:`underflow_curve` (the
+flushed share: :mod:`sim.fp16.underflow` for traces, :func:`sim.fp16.scales.sweep` for values)
+against the
+scale, pale from :func:`first_overflow_scale` on. Conventions (``ax=``, saving, colours) are
+those of :mod:`sim.plots.common`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from sim.fp16.counts import representable_window
+from sim.fp16.scales import sweep
+from sim.fp16.underflow import pooled_flushed_share
+from sim.plots.common import (
+    cycle_color,
+    is_pow2,
+    legend_note,
+    log2_ticks,
+    log10_share_ticks,
+    new_axes,
+    pow2_label,
+    scale_color,
+)
+from updater.float16 import FP16_OVERFLOW
+from updater.trace import EXP_MIN, NBINS, Trace
+
+# ---------------------------------------------------------------- histograms by binade
+
+
+def plot_histogram(
+    trace: Trace,
+    step: Union[int, None] = None,
+    scales: Sequence[float] = (1.0, 8.0, 2.0**15),
+    ax=None,
+    title: Union[str, None] = None,
+    figsize=(8.0, 5.0),
+) -> Figure:
+    """Gradient-magnitude histogram by binade, with float16's representable window at several
+    scales.
+
+    Bars give each binade's share of ALL values (exact zeros included in the total, shown in
+    the legend). For each scale ``s`` the window ``[2**-24 / s, 65504 / s]`` of unscaled
+    magnitudes that stay nonzero and finite is drawn as a bracket in the scale's fixed colour
+    (:func:`scale_color`); values left of it flush to zero, values right of it overflow. The
+    legend sits below the axes.
+
+    Args:
+        trace (Trace): the trace.
+        step (int, optional): one step to show; default all steps pooled.
+        scales (sequence of float, default (1, 8, 2**15)): loss scales to draw windows for.
+        ax (Axes, optional): draw here; default a new figure.
+        title (str, optional): default "<trace name>: gradient magnitudes, <all steps or step>".
+        figsize (tuple, default (8, 5)): inches, for a new figure.
+    """
+    if step is None:
+        counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
+    else:
+        if not (isinstance(step, (int, np.integer)) and 0 <= step < trace.steps):
+            raise ValueError(f"step must be an int in [0, {trace.steps}), got {step!r}")
+        counts, zeros = trace.counts[step], int(trace.zeros[step])
+    total = counts.sum() + zeros
+    if total == 0:
+        raise ValueError("trace has no values to plot (all counts and zeros are 0)")
+    fig, ax = new_axes(ax, figsize)
+    binades = np.arange(NBINS) + EXP_MIN
+    share = counts / total
+    used = np.flatnonzero(counts)
+    lo_b, hi_b = (binades[used[0]], binades[used[-1]]) if used.size else (-30, 0)
+    ax.bar(
+        binades,
+        share,
+        width=1.0,
+        align="edge",
+        color="0.6",
+        label=f"nonzero values (exact zeros: {zeros / total:.1%} of all)",
+    )
+    ax.set_yscale("log")
+    positive = share[share > 0]
+    ymin = positive.min() / 3 if positive.size else 1e-6
+    ymax = positive.max() if positive.size else 1.0
+    ax.set_ylim(ymin, ymax * (ymax / ymin) ** 0.4)  # bars fill the lower ~70%
+    ax.yaxis.set_major_formatter(log10_share_ticks())
+    for i, s in enumerate(scales):
+        lo, hi = representable_window(s)
+        c = scale_color(s)
+        y = 0.95 - 0.06 * i
+        ax.annotate(
+            "",
+            xy=(math.log2(lo), y),
+            xytext=(math.log2(hi), y),
+            xycoords=("data", "axes fraction"),
+            textcoords=("data", "axes fraction"),
+            arrowprops=dict(arrowstyle="|-|", color=c, lw=1.5, shrinkA=0, shrinkB=0),
+        )
+        ax.axvline(math.log2(lo), color=c, ls="--", lw=1.0)
+        top = f"65504$\\cdot${pow2_label(1 / s)}" if is_pow2(s) else f"{hi:.4g}"
+        ax.plot([], [], color=c, lw=1.5, label=f"scale {pow2_label(s)}: [{pow2_label(lo)}, {top}]")
+    xmin = min(lo_b, *(math.log2(representable_window(s)[0]) for s in scales)) - 2
+    xmax = max(hi_b + 1, *(math.log2(representable_window(s)[1]) for s in scales)) + 2
+    ax.set_xlim(xmin, xmax)
+    ax.xaxis.set_major_formatter(log2_ticks())
+    ax.set_xlabel("|gradient|, unscaled (log2 axis)")
+    ax.set_ylabel("share of all values (log scale)")
+    where = "all steps" if step is None else f"step {step}"
+    ax.set_title(title if title is not None else f"{trace.name}: gradient magnitudes, {where}")
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=2,
+        fontsize="small",
+        title="float16 keeps |gradient| nonzero and finite in [$2^{-24}$, 65504] / scale",
+        title_fontsize="small",
+    )
+    return fig
+
+
+# ---------------------------------------------------------------- underflow against scale
+
+
+def underflow_curve(source, exponents: Sequence[int]) -> np.ndarray:
+    """Share of nonzero values flushed to zero at scales ``2**k``.
+
+    Args:
+        source (Trace or array of values): a trace (binade model, all steps pooled) or
+            gradient values (exact float16 counts via :func:`sim.fp16.scales.sweep`).
+        exponents (sequence of int): the ``k``.
+    """
+    k = np.asarray(list(exponents), dtype=np.int64)
+    if isinstance(source, Trace):
+        return pooled_flushed_share(source, np.exp2(k.astype(np.float64)))
+    return sweep(source, k).share_flushed
+
+
+def first_overflow_scale(source) -> float:
+    """The smallest scale at which the source's largest finite gradient overflows float16.
+
+    ``65520 / max |g|``; for a trace also no more than its smallest recorded
+    ``overflow_scale``. inf when every value is 0.
+    """
+    if isinstance(source, Trace):
+        finite = source.absmax[np.isfinite(source.absmax)]
+        amax = float(finite.max()) if finite.size else 0.0
+        recorded = float(source.overflow_scale.min())
+    else:
+        a = np.abs(np.asarray(source, dtype=np.float64))
+        a = a[np.isfinite(a)]
+        amax, recorded = (float(a.max()) if a.size else 0.0), math.inf
+    return min(FP16_OVERFLOW / amax if amax > 0 else math.inf, recorded)
+
+
+def plot_underflow_vs_scale(
+    sources: Mapping[str, object],
+    exponents: Sequence[int] = tuple(range(-2, 31)),
+    ax=None,
+    title: str = "Share of nonzero gradient values lost to underflow",
+    figsize=(8.0, 5.5),
+) -> Figure:
+    """Share of nonzero values flushed to zero against the loss scale, one line per source.
+
+    Each source has its own colour, line style and hollow marker, so overlapping lines stay
+    visible. A dashed vertical line in the source's colour marks
+    :func:`first_overflow_scale`: from there on the largest gradient overflows, so the line
+    goes pale. A line ends where the share reaches exactly 0 (its legend entry says where).
+    The legend sits below the axes.
+
+    Args:
+        sources (mapping label -> Trace or array of values): see :func:`underflow_curve`.
+        exponents (sequence of int, default -2..30): scales ``2**k`` on the x axis.
+        ax (Axes, optional): draw here; default a new figure.
+        title (str): the axes title.
+        figsize (tuple, default (8, 5.5)): inches, for a new figure.
+    """
+    if not sources:
+        raise ValueError("sources must hold at least one trace or array, got none")
+    fig, ax = new_axes(ax, figsize)
+    k = np.asarray(list(exponents), dtype=np.int64)
+    scales = np.exp2(k.astype(float))
+    styles = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v")]
+    for i, (label, src) in enumerate(sources.items()):
+        share = underflow_curve(src, k)
+        zero = np.flatnonzero(share <= 0)
+        if zero.size:
+            label += f" (0 from {pow2_label(scales[zero[0]])} on)"
+        share = np.where(share > 0, share, np.nan)  # a share of 0 ends the line
+        c = cycle_color(i)
+        ls, marker = styles[i % len(styles)]
+        limit = first_overflow_scale(src)
+        ok = scales < limit
+        kw = dict(color=c, ls=ls, marker=marker, ms=5, mfc="none", lw=1.3)
+        ax.plot(np.where(ok, scales, np.nan), share, label=label, **kw)
+        tail = ~ok
+        tail[max(np.argmax(tail) - 1, 0)] |= tail.any()  # join the pale part to the line
+        ax.plot(np.where(tail, scales, np.nan), share, alpha=0.3, **kw)
+        if scales[0] <= limit <= scales[-1]:  # dashes interleave where limits coincide
+            ax.axvline(limit, color=c, ls=(3 * i, (3, 3 * len(sources) - 3)), lw=1.5)
+    legend_note(ax, "vertical line: the largest gradient overflows from this scale on (line pale)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(top=1.5)
+    ax.set_xlabel("loss scale (log2 axis)")
+    ax.set_ylabel("share of nonzero values flushed to 0")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small")
+    return fig

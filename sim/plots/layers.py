@@ -1,0 +1,152 @@
+"""Figure of per-layer underflow (:mod:`sim.replay.layers`): for each model, each parameter array's
+share of nonzero gradient values flushed to zero against the loss scale, and the scale it needs.
+
+Conventions (``Figure`` objects, saving, colours, legends) are those of :mod:`sim.plots.common`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MultipleLocator
+
+from sim.fp16.underflow import pooled_flushed_share
+from sim.plots.common import (
+    DPI,
+    cycle_color,
+    legend_note,
+    legend_right,
+    log2_ticks,
+    log10_share_ticks,
+)
+from sim.replay.layers import (
+    TOLERANCE,
+    check_layers,
+    layer_flushed_curves,
+    layer_view,
+    needed_exponent,
+    safe_exponent,
+)
+from updater.trace import Trace
+
+LINE_STYLES = ("-", "--", ":", "-.")
+"""Line styles of the parameter arrays of one layer (weight, bias, ...), in name order."""
+
+
+def plot_layer_flush(
+    traces: Sequence[Trace],
+    tolerance: float = TOLERANCE,
+    exponents: Sequence[int] | None = None,
+    axes=None,
+    figsize=None,
+) -> Figure:
+    """Per model, each parameter array's flushed share against the loss scale.
+
+    One panel per trace. Each parameter array is a line (arrays of one layer, i.e. one name
+    prefix such as ``fc1/affine``, share a colour and differ in line style); the whole model is
+    the thick black line. A filled circle marks where each line first falls to ``tolerance``
+    or below (:func:`sim.replay.layers.needed_exponent`, all recorded steps without overflow
+    pooled);
+    the legend gives that scale. A line ends where its share reaches 0 (when it is 0 at the
+    needed scale already, a hollow circle on the tolerance line marks the scale). The grey area
+    is where the whole model's largest gradient overflows float16. Legends sit right of the
+    axes.
+
+    Args:
+        traces (Trace or sequence of Trace): models recorded with per-parameter histograms.
+        tolerance (float, default 1e-3): the flushed share drawn as the dotted line.
+        exponents (sequence of int or None): scales ``2**k`` on the x axis; default ``2**0`` to
+            ``2**24``, widened to one step past the smallest and largest need.
+        axes (sequence of Axes or None): one per trace; default a new figure, panels stacked.
+        figsize (tuple or None): inches of a new figure; default 10 wide, 3.8 high per panel
+            (more for panels with many parameter arrays).
+    """
+    traces = [check_layers(t) for t in ([traces] if isinstance(traces, Trace) else traces)]
+    if not traces:
+        raise ValueError("traces must hold at least one trace with layers, got none")
+    needs = [_needs(t, tolerance) for t in traces]
+    if exponents is None:
+        found = [k for n in needs for k, _ in n.values() if k is not None]
+        exponents = range(min([0] + [k - 1 for k in found]), max([24] + [k + 1 for k in found]) + 1)
+    k = np.asarray(list(exponents), dtype=np.int64)
+    if axes is None:  # a panel's height leaves room for its legend
+        heights = [max(3.8, 0.25 * (len(t.layer_names) + 9)) for t in traces]
+        fig = Figure(figsize=figsize or (10.0, sum(heights)), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(traces), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
+    if len(axes) != len(traces):
+        raise ValueError(f"axes must hold one Axes per trace ({len(traces)}), got {len(axes)}")
+    for ax, trace, need in zip(axes, traces, needs):
+        _panel(ax, trace, k, tolerance, need)
+    axes[-1].set_xlabel("loss scale")
+    return axes[0].figure
+
+
+def _needs(trace: Trace, tolerance: float) -> Dict:
+    """:func:`needed_exponent` per layer name, and the whole model's under None."""
+    out = {None: needed_exponent(layer_view(trace, None), tolerance)}
+    for i, name in enumerate(trace.layer_names):
+        out[name] = needed_exponent(layer_view(trace, i), tolerance)
+    return out
+
+
+def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> None:
+    scales = np.exp2(k.astype(np.float64))
+    curves = dict(zip(trace.layer_names, layer_flushed_curves(trace, scales)))
+    whole = layer_view(trace, None)
+    groups: List[str] = sorted({n.rpartition("/")[0] for n in curves})
+    seen: Dict[str, int] = {}
+    for name in sorted(curves):
+        group = name.rpartition("/")[0]
+        style = LINE_STYLES[seen.get(group, 0) % len(LINE_STYLES)]
+        seen[group] = seen.get(group, 0) + 1
+        kw = dict(color=cycle_color(groups.index(group)), ls=style, lw=1.4)
+        _curve(ax, k, curves[name], needs[name], tolerance, name, kw)
+    kw = dict(color="black", lw=3.0)
+    _curve(ax, k, pooled_flushed_share(whole, scales), needs[None], tolerance, "whole model", kw)
+    ax.axhline(tolerance, color="0.3", ls=(0, (1, 2)), lw=1.2, label=f"tolerance {tolerance:g}")
+    legend_note(ax, "a line ends where no value is flushed")
+    ax.plot([], [], "o", color="0.4", label="the scale each line needs")
+    ax.plot([], [], "o", color="0.4", mfc="white", label="the same, where the share is 0")
+    safe = safe_exponent(whole)
+    if safe is not None and safe < k[-1]:
+        ax.axvspan(
+            max(safe, k[0]),
+            k[-1],
+            color="0.85",
+            label=f"whole model's largest gradient\noverflows above $2^{{{safe}}}$",
+        )
+    ax.set_yscale("log")
+    ax.set_ylim(top=1.5)
+    ax.yaxis.set_major_formatter(log10_share_ticks())
+    span = max(int(k[-1] - k[0]), 1)
+    ax.set_xlim(k[0], k[-1])
+    ax.xaxis.set_major_locator(MultipleLocator(2 ** max(1, math.ceil(math.log2(span / 13)))))
+    ax.xaxis.set_major_formatter(log2_ticks())
+    ax.tick_params(labelbottom=True)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_ylabel(
+        "share of nonzero gradient values\nflushed to zero (float16, recorded\n"
+        "steps without overflow, pooled)"
+    )
+    ax.set_title(
+        f"{trace.name}: {len(curves)} parameter arrays, {whole.steps} of {trace.steps} "
+        "recorded steps without overflow",
+        fontsize="medium",
+    )
+    title = f"parameter array: the smallest scale\nwith flushed share $\\leq$ {tolerance:g}"
+    legend_right(ax, title=title, title_fontsize="small")
+
+
+def _curve(ax, k, share, need_reason, tolerance, label, kw) -> None:
+    """One line (ending where the share is 0) and its need marker."""
+    need, reason = need_reason
+    text = f"n/a ({reason})" if need is None else f"$2^{{{need}}}$"
+    ax.plot(k, np.where(share > 0, share, np.nan), label=f"{label}: {text}", **kw)
+    at = np.flatnonzero(k == need)
+    if at.size and share[at[0]] > 0:
+        ax.plot([need], [share[at[0]]], "o", color=kw["color"], ms=6, zorder=3)
+    elif at.size:
+        ax.plot([need], [tolerance], "o", mfc="white", color=kw["color"], ms=6, zorder=3)

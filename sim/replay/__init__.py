@@ -1,0 +1,1 @@
+"""Policies replayed over traces: the engine, metrics, sweeps, the selection rule, checks."""

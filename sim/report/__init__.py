@@ -1,0 +1,1 @@
+"""The report: experiments to data, figures and markdown, with provenance."""

@@ -1,0 +1,1 @@
+"""Gradient traces: the synthetic families and the real traces that ship."""

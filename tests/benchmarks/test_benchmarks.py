@@ -1,0 +1,32 @@
+"""The benchmark runner works end to end (a quick run into a temporary file)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import ROOT
+
+
+@pytest.mark.slow
+@pytest.mark.nnabla
+@pytest.mark.mpi
+def test_quick_benchmark_run_writes_every_section(tmp_path):
+    out = tmp_path / "bench.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run_all", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    for title in ("Updater cost", "float16 sweep", "Simulator", "Distributed step"):
+        assert f"## {title}" in text
+    assert "retry / skip =" in text and "parameter arrays" in text
+    # issue 13: the larger model, host reads per update() on both paths, Python per update()
+    assert "| cpu:float | 784-1536-1024-10 |" in text and "| cpu:half |" in text
+    assert "points below nnabla's updater" in text
+    assert "| finite steps | 6 | 1 | 0 |" in text  # six views / one graph read / C++ only
+    assert "Python per `update()`" in text and '| "numpy", HeadroomScale |' in text

@@ -1,0 +1,521 @@
+"""The ``dls`` command line (sim/cli/main.py) and the report it writes (sim/report/build.py)."""
+
+import csv
+import dataclasses
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+import types
+from importlib import metadata
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+from sim.cli.main import main
+from sim.cli.progress import StageProgress
+from sim.replay.run import memory_estimate, simulate_many
+from sim.report.tables import format_value, markdown_table
+from sim.traces.families import make_trace
+from tests.paths import ROOT
+from updater.policy import POLICIES, StaticScale
+from updater.presets import PRESETS, make_policy
+from updater.presets import names as policy_names
+
+REPO = ROOT
+
+
+def test_simulate_prints_metrics_and_writes_a_plot(tmp_path, capsys):
+    plot = tmp_path / "traj.png"
+    code = main([
+        "simulate", "--policy", "dynamic", "--set", "growth_interval=50", "--set",
+        "init_scale=2**12", "--trace", "spikes", "--steps", "300", "--runs", "3",
+        "--plot", str(plot),
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "growth_interval=50" in out and "init_scale=2^12" in out
+    assert "| dynamic | spikes | 3 |" in out
+    assert mpimg.imread(plot).shape[:2] == (450, 800)
+
+
+def test_simulate_takes_a_bool_setting(capsys):
+    argv = ["simulate", "--set", "hysteresis=2", "--set", "consecutive_hysteresis=True"]
+    assert main([*argv, "--steps", "50", "--runs", "1"]) == 0
+    assert "consecutive_hysteresis=True" in capsys.readouterr().out
+
+
+def test_simulate_replays_a_recorded_trace_file(tmp_path, capsys):
+    path = make_trace("nan", steps=200, seed=1, nan_prob=0.05).save(tmp_path / "rec.npz")
+    assert main(["simulate", "--policy", "headroom", "--trace", str(path), "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "trace: nan (200 steps)" in out
+
+
+def test_sweep_prints_and_writes_csv(tmp_path, capsys):
+    out_csv = tmp_path / "sweep.csv"
+    code = main([
+        "sweep", "--policy", "dynamic", "--grid", "growth_interval=20,200", "--grid",
+        "hysteresis=1,2", "--families", "stationary,nan", "--steps", "300", "--runs", "2",
+        "--csv", str(out_csv),
+    ])  # fmt: skip
+    assert code == 0
+    rows = list(csv.DictReader(out_csv.open()))
+    assert len(rows) == 2 * 2 * 2
+    assert {(r["growth_interval"], r["hysteresis"], r["trace"]) for r in rows} == {
+        (g, h, f) for g in ("20", "200") for h in ("1", "2") for f in ("stationary", "nan")
+    }
+    # a short growth interval probes (and overflows) more often than a long one
+    skipped = {(r["growth_interval"], r["trace"]): float(r["skipped"]) for r in rows}
+    assert skipped[("20", "stationary")] > skipped[("200", "stationary")]
+    assert "| growth_interval | hysteresis | trace |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["simulate", "--trace", "missing_file.npz"], "trace file not found"),
+        (["simulate", "--trace", "weird"], "--trace must be a family"),
+        (["simulate", "--set", "growth_interval=0"], "growth_interval must be an int >= 1"),
+        (["simulate", "--set", "growth_interval=1.5"], "needs an int"),
+        (["simulate", "--set", "margin=2"], "unknown setting 'margin'"),
+        (["simulate", "--set", "hysteresis"], "KEY=VALUE"),
+        (["simulate", "--set", "consecutive_hysteresis=1"], "needs true or false"),
+        (["simulate", "--policy", "magic"], "policy must be one of"),
+        (["simulate", "--runs", "0"], "--runs"),
+        (["simulate", "--jitter", "-1"], "--jitter"),
+        (["sweep", "--families", "stationary"], "at least one --grid"),
+        (["sweep", "--grid", "hysteresis=1", "--families", "moon"], "--families"),
+        (["fly"], "invalid choice"),
+        ([], "required"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreadable_trace_file_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros(2))
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--trace", str(bad)])
+    assert exc.value.code == 2 and "not a gradient trace" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep", "report", "train"])
+def test_help_has_description_and_examples(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert f"dls {command}" in text and "example" in text
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_policy_help_lists_every_preset_and_class_with_its_settings(command, capsys):
+    # issue 10: the --policy help is generated from updater.presets, not written by hand
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for name in policy_names():
+        assert name in text, name
+    lines = [line.strip() for line in text.splitlines()]
+    for name, policy in PRESETS.items():
+        head = f"{name} = {type(policy).__name__}("
+        assert any(line.startswith(head) for line in lines), head
+    for name in POLICIES:
+        assert any(line.startswith(f"{name}(") for line in lines), name
+    assert "pytorch = DynamicScale(init_scale=2^15, " in text  # as people write settings
+
+
+@dataclasses.dataclass(frozen=True)
+class _PinnedScale(StaticScale):
+    """A stand-in for a policy class added to updater.policy after the CLI was written."""
+
+    scale: float = 2.0**-3
+
+
+def test_a_new_preset_or_policy_class_needs_no_cli_edit(monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "tiny-static", StaticScale(2.0**-6))
+    monkeypatch.setitem(POLICIES, "_PinnedScale", _PinnedScale)
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = capsys.readouterr().out
+    assert "tiny-static = StaticScale(scale=2^-6)" in text
+    assert "_PinnedScale(scale=0.125)" in text
+    for policy in ("tiny-static", "_PinnedScale"):
+        assert main(["simulate", "--policy", policy, "--steps", "20", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "policy: tiny-static = StaticScale(scale=2^-6)" in out
+    assert "policy: _PinnedScale(scale=0.125)" in out
+
+
+@pytest.mark.nnabla
+def test_train_runs_the_demo(tmp_path, capsys):
+    pytest.importorskip("nnabla")
+    pytest.importorskip("sim.nnabla_studies.demo")
+    assert main(["train", "--steps", "3", "--seed", "1", "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "| variant |" in out and "float16 + this updater" in out
+    # issue 10: not on a terminal, one status line per variant (stage) on stderr
+    assert "dls train: [1/4] float32: 3 steps" in err
+    assert "dls train: [4/4] float16 + this updater: 3 steps" in err
+    assert list(tmp_path.glob("*.png"))
+    written = (tmp_path / "train.md").read_text()
+    assert "| float16 + this updater |" in written and "train_scale_trajectory.png" in written
+
+
+# ---------------------------------------------------------------- issue 10 part B: the CLI in use
+
+
+def test_counts_print_as_integers_and_scales_as_powers_of_two(capsys):
+    # 16 overflows printed as 2^4 before; a scale of 16 is still 2^4
+    row = {"overflows": 16.0, "skipped": 32.0, "steps_to_safe": 64.0, "final_scale": 16.0}
+    table = markdown_table([row], list(row))
+    assert table.splitlines()[-1] == "| 16 | 32 | 64 | 2^4 |"
+    assert format_value(2.0**15, name="init_scale") == "2^15"
+    assert format_value(1024.0, name="skipped") == "1024"
+    # every step overflows at 2^15 and 2^14: 16 steps give 16 overflows, 16 skipped steps
+    argv = ["sweep", "--policy", "static", "--grid", "scale=2**15,2**14", "--steps", "16"]
+    assert main([*argv, "--runs", "1", "--families", "stationary"]) == 0
+    out = capsys.readouterr().out
+    assert "| 2^15 | stationary | 1 | 16 | 16 |" in out
+    assert "| 2^14 | stationary | 1 | 16 | 16 |" in out
+
+
+def test_simulate_explains_mean_flushed_when_no_step_was_applied(capsys):
+    # every step overflows at 2^15: no applied step, so the mean over applied steps is 0/0
+    argv = ["simulate", "--policy", "static", "--set", "scale=2**15", "--steps", "100"]
+    assert main([*argv, "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "nan%" not in out
+    assert "| static | stationary | 2 | 100 | 100 | n/a | 100% |" in out
+    assert "mean_flushed n/a: every step of every run was skipped" in out
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Make any simulation, trace, report or training fail loudly: checks must come first."""
+
+    def work(*args, **kwargs):
+        raise AssertionError("the work started before the arguments were checked")
+
+    for name in ("simulate", "make_trace"):
+        monkeypatch.setattr(f"sim.cli.main.{name}", work)
+    monkeypatch.setattr("sim.replay.sweep.simulate_many", work)
+    monkeypatch.setattr("sim.report.build.build_report", work)
+    demo = types.ModuleType("sim.nnabla_studies.demo")
+    demo.run_comparison = demo.load_data = work
+    monkeypatch.setitem(sys.modules, "sim.nnabla_studies.demo", demo)
+
+
+def _unwritable_folder(tmp_path) -> Path:
+    """A folder this process cannot create files in (root ignores permission bits; /sys
+    refuses even root)."""
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    folder.chmod(0o555)
+    for candidate in (folder, Path("/sys")):
+        try:
+            with tempfile.TemporaryFile(dir=candidate):
+                pass
+        except OSError:
+            return candidate
+    pytest.skip("no folder this process cannot write into")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["simulate", "--plot", "{tmp}/missing/t.png"], "missing does not exist (create it first)"),
+        (["simulate", "--plot", "{tmp}"], "is a folder; give a file name"),
+        (["simulate", "--plot", "{tmp}/t.xyz"], "cannot write '.xyz' files"),
+        (["simulate", "--plot", "{ro}/t.png"], "cannot write into"),
+        (["sweep", "--grid", "hysteresis=1", "--csv", "{tmp}/missing/s.csv"], "does not exist"),
+        (["sweep", "--grid", "hysteresis=1", "--csv", "{file}/s.csv"], "is a file, not a folder"),
+        (["sweep", "--grid", "hysteresis=1", "--csv", "{ro}/s.csv"], "cannot write into"),
+        (["report", "--out", "{file}"], "is an existing file, not a folder"),
+        (["report", "--out", "{file}/sub"], "cannot create it"),
+        (["report", "--out", "{ro}/rep"], "cannot write into"),
+        (["train", "--out", "{file}"], "is an existing file, not a folder"),
+        (["train", "--out", "{ro}"], "cannot write into"),
+    ],
+)
+def test_bad_output_paths_fail_before_any_work(argv, message, tmp_path, capsys, no_work):
+    (tmp_path / "file").write_text("x")
+    paths = {"tmp": tmp_path, "file": tmp_path / "file"}
+    if any("{ro}" in a for a in argv):
+        paths["ro"] = _unwritable_folder(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main([a.format(**paths) for a in argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert message in err and len(err.strip().splitlines()[-1]) > 0
+    assert "Traceback" not in err
+
+
+def test_checks_do_not_create_the_output_folder(tmp_path, no_work):
+    with pytest.raises(AssertionError, match="work started"):
+        main(["report", "--out", str(tmp_path / "a" / "b")])  # passes the checks
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_text("not a trace"), "not an .npz archive"),
+        (lambda p: p.mkdir(), "is a folder, not a trace file"),
+        (lambda p: np.save(open(p, "wb"), np.zeros(3)), "a single NumPy array (.npy)"),
+        (lambda p: np.savez(open(p, "wb"), x=np.zeros(2)), "missing arrays ['counts'"),
+    ],
+)
+@pytest.mark.parametrize("name", ["x.npz", "notes.txt"])
+def test_unusable_trace_files_say_what_is_wrong(make, message, name, tmp_path, capsys):
+    path = tmp_path / name
+    make(path)
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--trace", str(path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert f"--trace {path}: " in err and message in err, err
+    assert "GradientRecorder or Trace.save" in err
+    assert "pickled" not in err and "not found" not in err
+
+
+def test_a_setting_given_twice_or_both_swept_and_fixed_is_rejected(capsys):
+    cases = [
+        (["sweep", "--grid", "hysteresis=1,2", "--grid", "hysteresis=3"], "given twice"),
+        (["sweep", "--grid", "hysteresis=1,2", "--set", "hysteresis=3"], "conflicts with --grid"),
+        (["simulate", "--set", "hysteresis=1", "--set", "hysteresis=2"], "given twice"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "giving it to both, is an error" in " ".join(capsys.readouterr().out.split())
+
+
+def test_simulate_refuses_a_run_that_does_not_fit_in_memory(capsys, no_work):
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--steps", str(10**9)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2
+    assert re.search(r"10\d+ steps x 64 runs needs about [\d.]+ TiB of memory \(estimate\)", err)
+    assert "more than the limit" in err and "of this machine's" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "--grid", "hysteresis=1,2", "--steps", str(10**9)])
+    assert "x 2 settings needs about" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, runs, policies",
+    [
+        (["simulate", "--runs", "16"], 16, 1),
+        (["sweep", "--grid", "growth_interval=10,20,40,80", "--runs", "8",
+          "--families", "stationary,nan"], 8, 4),
+    ],
+)  # fmt: skip
+def test_memory_estimate_covers_the_measured_peak(argv, runs, policies, capsys):
+    steps = 10000
+    tracemalloc.start()
+    try:
+        assert main([*argv, "--steps", str(steps)]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = memory_estimate(steps, runs, policies)
+    assert peak <= estimate <= 2 * peak, (peak, estimate)
+
+
+def test_version_is_the_installed_distributions(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dls (nnabla-dls) {metadata.version('nnabla-dls')}"
+
+
+@pytest.mark.parametrize("command", [[], ["report"], ["train"]])
+def test_help_examples_do_not_overwrite_the_committed_reports(command, capsys):
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert "--out reports" not in text
+    if command == ["train"]:
+        flat = " ".join(text.split())
+        assert "folder for train.md" in flat and "the folder for the plot" not in flat
+
+
+def test_simulate_prints_settings_as_people_write_them(capsys):
+    assert main(["simulate", "--policy", "pytorch", "--steps", "20", "--runs", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (
+        "policy: pytorch = DynamicScale(init_scale=2^15, growth_factor=2, backoff_factor=0.5, "
+        "growth_interval=2000, min_scale=2^-24, max_scale=2^15, hysteresis=1, "
+        "consecutive_hysteresis=False)"
+    )
+
+
+def test_progress_prints_a_status_line_per_stage_when_not_a_terminal(capsys):
+    argv = ["sweep", "--grid", "hysteresis=1,2", "--families", "stationary,nan"]
+    assert main([*argv, "--steps", "50", "--runs", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("dls sweep: [1/2] stationary: 2 settings x 1 runs x 50 steps;")
+    assert err[1].startswith("dls sweep: [2/2] nan: 2 settings x 1 runs x 50 steps;")
+    assert err[2].startswith("dls sweep: done in")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_terminal_keeps_the_overall_bar_with_readable_labels():
+    screen = _Terminal()
+    with StageProgress("sweep", stream=screen) as progress:
+        progress.start(2)
+        for family in ("stationary", "nan"):
+            progress.stage(family)
+            policies = [make_policy("dynamic", growth_interval=g) for g in (10, 20, 30, 40, 50)]
+            trace = make_trace(family, steps=30)
+            simulate_many(policies, trace, labels=list("01234"), progress=progress)
+    text = screen.getvalue()
+    assert "0+1+2" not in text and "5 settings" in text
+    last = text.rstrip("\n").split("\r")[-1]  # what stays on screen: the overall bar, complete
+    assert last.startswith("dls sweep: 100%") and "2/2" in last and "done in" in last
+
+
+def test_library_progress_bars_have_readable_labels(capsys):
+    policies = [make_policy("dynamic", growth_interval=g) for g in (10, 20, 30, 40, 50)]
+    simulate_many(policies, make_trace("nan", steps=30), labels=list("01234"), progress=True)
+    err = capsys.readouterr().err
+    assert "0+1+2" not in err and "5 policies (0, ..., 4)" in err
+
+
+# ---------------------------------------------------------------- scripts/venv.sh (issue 10, 12)
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# A stand-in interpreter: reports version VERSION, makes venvs holding a copy of itself and
+# logs pip commands to $FAKE_LOG instead of installing anything.
+case "$1" in
+  -c) echo "VERSION" ;;
+  -m)
+    if [ "$2" = venv ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi
+    if [ "$2" = pip ]; then shift 2; echo "pip $*" >> "$FAKE_LOG"; fi ;;
+esac
+"""
+
+
+def _fake_python(path: Path, version: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(FAKE_PYTHON.replace("VERSION", version))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A temporary checkout: a copy of scripts/venv.sh (its folder's parent is the root it
+    works in) and a pyproject.toml; the real .venv is never touched."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "venv.sh", root / "scripts" / "venv.sh")
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    return root
+
+
+def _venv_sh(root: Path, python: Path):
+    env = {**os.environ, "DLS_PYTHON": str(python), "FAKE_LOG": str(root / "pip.log")}
+    return subprocess.run(
+        ["bash", "-c", 'source scripts/venv.sh && echo "ok: $(command -v python)"'],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_venv_sh_refuses_an_unsupported_python_and_creates_nothing(checkout, tmp_path):
+    done = _venv_sh(checkout, _fake_python(tmp_path / "bin" / "python3.12", "3.12"))
+    assert done.returncode != 0
+    assert "is Python 3.12" in done.stderr and "3.8-3.10" in done.stderr
+    assert not (checkout / ".venv").exists() and not (checkout / "pip.log").exists()
+
+
+def test_venv_sh_installs_once_and_again_only_when_pyproject_changes(checkout, tmp_path):
+    python = _fake_python(tmp_path / "bin" / "python3.10", "3.10")
+    log = checkout / "pip.log"
+    first = _venv_sh(checkout, python)
+    assert first.returncode == 0, first.stderr
+    assert "creating .venv" in first.stderr
+    assert "installing nnabla-dls and its extras" in first.stderr
+    assert f"ok: {checkout}/.venv/bin/python" in first.stdout
+    assert "install --quiet -e .[test,mpi,dev]" in log.read_text()
+    calls = log.read_text()
+    again = _venv_sh(checkout, python)
+    assert again.returncode == 0 and log.read_text() == calls  # stamp: nothing reinstalled
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'y'\n")
+    changed = _venv_sh(checkout, python)
+    assert changed.returncode == 0 and "pyproject.toml changed" in changed.stderr
+    assert log.read_text().count("-e .[test,mpi,dev]") == 2
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda py: _fake_python(py, "3.12"), "is Python 3.12"),
+        (lambda py: py.unlink(), "has no working bin/python"),
+        (lambda py: py.write_text("#!/bin/sh\nexit 3\n"), "does not run"),
+    ],
+)
+def test_venv_sh_rebuilds_a_venv_of_the_wrong_or_a_broken_python(
+    damage, message, checkout, tmp_path
+):
+    python = _fake_python(tmp_path / "bin" / "python3.10", "3.10")
+    assert _venv_sh(checkout, python).returncode == 0
+    damage(checkout / ".venv" / "bin" / "python")
+    done = _venv_sh(checkout, python)
+    assert done.returncode == 0, done.stderr
+    assert message in done.stderr and "rebuilding" in done.stderr
+    version = subprocess.run(
+        [str(checkout / ".venv" / "bin" / "python"), "-c", "v"], capture_output=True, text=True
+    )
+    assert version.stdout.strip() == "3.10"
+    assert (checkout / "pip.log").read_text().count("-e .[test,mpi,dev]") == 2
+
+
+def test_train_without_scikit_learn_says_what_to_install(tmp_path):
+    """The digits demo's one extra dependency: a one-line error before any work."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['sklearn'] = None  # as if scikit-learn were not installed\n"
+        "from sim.cli.main import main\n"
+        f"main(['train', '--steps', '5', '--out', {str(tmp_path)!r}])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "pip install 'nnabla-dls[demo]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bare_train_does_not_overwrite_the_committed_report():
+    from sim.cli.main import build_parser
+
+    assert build_parser().parse_args(["train"]).out == "train_out"
+    assert build_parser().parse_args(["train", "--out", "reports"]).out == "reports"

@@ -1,0 +1,157 @@
+"""Real runs measured against a float32 shadow (sim.nnabla_studies.real_runs) and the simulator's
+predictions
+from recorded traces checked against them (sim.replay.predictions), on real nnabla models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sim.nnabla_studies.real_runs import (
+    CHECKED_POLICIES,
+    MeasuredRun,
+    _flushed_shares,
+    measure_run,
+    run_path,
+)
+from sim.nnabla_studies.real_traces import MODELS, record_all
+from sim.replay.predictions import PREDICTED, prediction_rows
+from sim.report.experiments import QUICK, check_real_traces, load_real_traces
+from tests.paths import SHIPPED_TRACES
+from updater.policy import DynamicScale, StaticScale
+from updater.trace import Trace
+
+SHIPPED = SHIPPED_TRACES
+
+
+@pytest.fixture
+def nnabla_and_digits():
+    pytest.importorskip("nnabla")
+    pytest.importorskip("sklearn")
+
+
+def test_flushed_shares_count_zeroed_true_values_and_split_the_small_ones():
+    true = [np.array([2.0**-30, 1.0, 0.0, 2.0**-10]), np.array([2.0**-20, 3.0])]
+    half = [np.array([0.0, 1.0, 0.0, 0.0]), np.array([0.0, 3.0])]
+    # nonzero true values: 5; zeroed: 2**-30, 2**-10, 2**-20; at scale 2**4 only 2**-30 * 16 =
+    # 2**-26 is below 2**-24 (2**-20 * 16 = 2**-16 and 2**-10 * 16 are representable)
+    lost, small = _flushed_shares(true, half, 2.0**4)
+    assert lost == pytest.approx(3 / 5) and small == pytest.approx(1 / 5)
+
+
+@pytest.mark.nnabla
+def test_a_measured_run_keeps_every_step_and_round_trips(tmp_path, nnabla_and_digits):
+    run = measure_run("digits_mlp", StaticScale(8.0), "static-8", steps=4, seed=0)
+    assert run.steps == 4 and run.model == "digits_mlp" and run.label == "static-8"
+    np.testing.assert_array_equal(run.scale, 8.0)
+    assert run.applied.all() and run.loss_finite.all()
+    assert (run.absmax > 0).all()
+    assert ((0 <= run.flushed_small) & (run.flushed_small <= run.flushed) & (run.flushed < 1)).all()
+    m = run.metrics()
+    assert m["skipped"] == 0 and m["below_half_safe"] == 1.0  # scale 8 is far below safe
+    assert m["mean_flushed"] == pytest.approx(run.flushed.mean())
+    back = MeasuredRun.load(run.save(tmp_path / "r.npz"))
+    assert back.policy == run.policy and back.accuracy == run.accuracy
+    for name in ("scale", "applied", "loss_finite", "absmax", "flushed", "flushed_small"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(run, name))
+
+
+def _final_parameters(monkeypatch, sink):
+    """Make sim.nnabla_studies.real_traces.half_model copy every parameter (running statistics
+    included) into
+    ``sink`` when its block ends, before it clears them."""
+    import contextlib
+
+    import nnabla as nn
+
+    import sim.nnabla_studies.real_traces as rt
+
+    original = rt.half_model
+
+    @contextlib.contextmanager
+    def copying(name, seed):
+        with original(name, seed) as model:
+            yield model
+            sink.update({k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()})
+
+    monkeypatch.setattr(rt, "half_model", copying)
+
+
+@pytest.mark.nnabla
+def test_the_shadow_pass_leaves_training_as_without_it(monkeypatch, nnabla_and_digits):
+    """The float32 shadow shares parameters and running statistics with the float16 model; its
+    passes must leave training bit-identical to a plain run (BatchNormalization's running
+    statistics move in every training forward pass, the shadow's included)."""
+    from sim.nnabla_studies.real_traces import half_model
+    from updater import DynamicLossScalingUpdater
+
+    with half_model("digits_conv_bn", 1) as model:
+        updater = DynamicLossScalingUpdater(model["solver"], model["loss"], model["feed"])
+        scales = [updater.update().scale for _ in range(3)]
+        import nnabla as nn
+
+        plain = {k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
+    measured: dict = {}
+    _final_parameters(monkeypatch, measured)
+    run = measure_run("digits_conv_bn", DynamicScale(), "dynamic", steps=3, seed=1)
+    assert run.scale.tolist() == scales and run.applied.all()
+    assert any("mean" in k for k in plain)  # the running statistics are compared too
+    assert plain.keys() == measured.keys()
+    for k in plain:
+        np.testing.assert_array_equal(plain[k], measured[k], err_msg=k)
+
+
+@pytest.mark.nnabla
+def test_predictions_from_a_recorded_trace_against_its_real_runs(tmp_path, nnabla_and_digits):
+    done = record_all(tmp_path, steps=6, seed=0, models=["digits_mlp"])
+    assert [r["policy"] for r in done["runs"]] == list(CHECKED_POLICIES)
+    trace = Trace.load(tmp_path / "digits_mlp.npz")
+    assert trace.steps == 6  # every step recorded: the replay lines up with the real runs
+    rows = prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
+    assert [(r["policy"], r["metric"]) for r in rows] == [
+        (p, m) for p in CHECKED_POLICIES for m in PREDICTED
+    ]
+    for r in rows:
+        assert r["error"] == pytest.approx(r["predicted"] - r["measured"])
+        assert r["low"] <= r["high"]
+    legacy = {r["metric"]: r for r in rows if r["policy"] == "nnabla-legacy"}
+    # scale 8 against gradients of about 0.1-1: every step far below the safe scale, both ways
+    assert legacy["below_half_safe"]["predicted"] == legacy["below_half_safe"]["measured"] == 1
+    assert legacy["skipped"]["predicted"] == legacy["skipped"]["measured"] == 0
+
+
+@pytest.mark.nnabla
+def test_a_run_of_another_length_or_a_missing_run_is_refused(tmp_path, nnabla_and_digits):
+    record_all(tmp_path, steps=3, seed=0, models=["digits_mlp"], policy_runs=False)
+    trace = Trace.load(tmp_path / "digits_mlp.npz")
+    with pytest.raises(
+        ValueError, match="no measured run .*python -m sim.nnabla_studies.real_traces"
+    ):
+        prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
+    for label, policy in CHECKED_POLICIES.items():
+        measure_run("digits_mlp", policy, label, steps=2).save(
+            run_path(tmp_path, "digits_mlp", label)
+        )
+    with pytest.raises(ValueError, match="has 2 steps but the trace digits_mlp has 3"):
+        prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
+
+
+def test_the_report_names_what_is_missing_from_the_real_traces_folder(tmp_path):
+    config = dataclasses.replace(QUICK, real_traces=str(tmp_path))
+    with pytest.raises(
+        FileNotFoundError, match="digits_mlp.npz.*python -m sim.nnabla_studies.real_traces"
+    ):
+        check_real_traces(config)
+    assert load_real_traces(dataclasses.replace(QUICK, real_traces=None)) == {}
+
+
+def test_the_shipped_traces_and_runs_line_up():
+    config = dataclasses.replace(QUICK, real_traces=str(SHIPPED))
+    check_real_traces(config)
+    for model, trace in load_real_traces(config).items():
+        assert model in MODELS
+        for label in CHECKED_POLICIES:
+            run = MeasuredRun.load(run_path(SHIPPED, model, label))
+            assert run.steps == trace.steps and run.model == model
