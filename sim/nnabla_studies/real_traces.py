@@ -1,236 +1,38 @@
-"""Gradient traces recorded from three real nnabla models trained in ``cpu:half``.
+"""Record the gradient traces of the real models and their measured runs.
 
-Each model trains with :class:`updater.DynamicLossScalingUpdater` under the default policy
-(``DynamicScale()``: starts at 2**15) and a :class:`updater.GradientRecorder` that keeps every
-step, per parameter array too (``per_parameter=True``, for :mod:`sim.replay.layers`), so the
-simulator
+Each model of :mod:`sim.nnabla_studies.models` trains with
+:class:`updater.DynamicLossScalingUpdater` under the default policy (``DynamicScale()``: starts
+at 2**15) and a :class:`updater.GradientRecorder` that keeps every step, per parameter array too
+(``per_parameter=True``, for :mod:`sim.replay.layers`), so the simulator
 (``dls simulate --trace FILE``) can replay real gradient distributions next to the synthetic
 families. Each model then trains again for real under each policy of
-:data:`sim.nnabla_studies.real_runs.CHECKED_POLICIES`, measured step by step
-(:mod:`sim.nnabla_studies.real_runs`), so that
-the report can check what the simulator predicts from the trace (:mod:`sim.replay.predictions`). The
-three models differ in kind:
+:data:`sim.replay.measured.CHECKED_POLICIES`, measured step by step
+(:mod:`sim.nnabla_studies.real_runs`), so that the report can check what the simulator predicts
+from the trace (:mod:`sim.replay.predictions`).
 
-- ``digits_mlp``: the 64-64-10 ReLU MLP of :mod:`sim.nnabla_studies.demo` on scikit-learn's bundled
-8x8
-  digits, with an ordinary loss (weight 1), momentum SGD;
-- ``digits_conv_bn``: a small convolutional net with BatchNormalization on the same digits
-  (two 3x3 convolutions, each followed by BatchNormalization and ReLU, max pooling, global
-  average pooling, an affine head), momentum SGD over ``nn.get_parameters()`` (the running
-  statistics are not solver parameters);
-- ``sequence_lstm``: nnabla's ``PF.lstm`` (one layer) reading a random 0/1 sequence and
-  classifying how many ones it holds (a counting task, generated with a fixed seed), Adam.
-
-Everything is seeded (weights, data split, batch order, generated sequences), so the same seed
-gives the same traces. Run ``python -m sim.nnabla_studies.real_traces --out reports/traces`` (about
-8 minutes
-on 2 cores); ``--quick`` records a handful of steps per model in seconds.
+Everything is seeded, so the same seed gives the same traces. Run
+``python -m sim.nnabla_studies.real_traces --out reports/traces`` (about 8 minutes on 2 cores);
+``--quick`` records a handful of steps per model in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import math
 from pathlib import Path
-from typing import Callable, Dict, List, Union
-
-import numpy as np
+from typing import Dict, List, Union
 
 from sim.cli.checks import nonnegative_int, positive_int
-from sim.nnabla_studies.demo import BATCH, _Batches
+from sim.nnabla_studies.real_runs import measure_run
+from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import current_commit
 from sim.report.tables import markdown_table
+from sim.traces.real import MODELS
 from updater.files import atomic_write_text
 
-MODELS = ("digits_mlp", "digits_conv_bn", "sequence_lstm")
-MODEL_NOTES = {
-    "digits_mlp": "real: MLP 64-64-10 on sklearn's 8x8 digits, Momentum, cpu:half",
-    "digits_conv_bn": "real: 2 conv + BatchNorm on sklearn's 8x8 digits, Momentum, cpu:half",
-    "sequence_lstm": "real: LSTM counting ones in 0/1 sequences, Adam, cpu:half",
-}
-"""One line per model, for tables."""
 DEFAULT_STEPS = {"digits_mlp": 2000, "digits_conv_bn": 800, "sequence_lstm": 1000}
 """Training steps per model of a full recording."""
 QUICK_STEPS = 6
-SEQ_LEN = 10
-SEQ_HIDDEN = 16
-SEQ_TEST = 256
-
-
-def _accuracy(logits: np.ndarray, y: np.ndarray) -> float:
-    return float(np.mean(logits.argmax(axis=1) == y))
-
-
-# ---------------------------------------------------------------- the three models
-
-
-def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) -> Dict:
-    """A classifier's loss on batches of ``train`` and its accuracy on ``test``.
-
-    ``net(x, training)`` builds the logits; later calls (the evaluation graph, ``training``
-    False; ``training_loss()`` in another context) share the first call's parameters by name.
-    The solver holds every parameter that needs a gradient (not BatchNormalization's running
-    statistics).
-    """
-    import nnabla as nn
-    import nnabla.functions as F
-
-    (x_train, y_train), (x_test, y_test) = train, test
-    x = nn.Variable((BATCH, *x_train.shape[1:]))
-    t = nn.Variable((BATCH, 1))
-
-    def training_loss():  # in the current context, on the batch in x and t
-        return F.mean(F.softmax_cross_entropy(net(x, True), t))
-
-    loss = training_loss()
-    x_eval = nn.Variable(x_test.shape)
-    y_eval = net(x_eval, False)
-    solver = make_solver()
-    solver.set_parameters(nn.get_parameters())
-
-    def evaluate():
-        x_eval.d = x_test
-        y_eval.forward(clear_buffer=True)
-        return _accuracy(y_eval.d, y_test)
-
-    return {
-        "loss": loss,
-        "training_loss": training_loss,
-        "solver": solver,
-        "feed": _Batches(x, t, x_train, y_train, seed + 1),
-        "evaluate": evaluate,
-        "data": data,
-        "arch": arch,
-    }
-
-
-def _digits_mlp(seed: int) -> Dict:
-    import nnabla.solvers as S
-
-    from sim.nnabla_studies.demo import HIDDEN, LEARNING_RATE, MOMENTUM, _mlp, load_data
-
-    x_train, y_train, x_test, y_test = load_data(seed)
-    return _classifier(
-        lambda x, training: _mlp(x, seed),
-        (x_train, y_train),
-        (x_test, y_test),
-        lambda: S.Momentum(LEARNING_RATE, MOMENTUM),
-        seed,
-        f"sklearn digits 8x8, {len(x_train)} train / {len(x_test)} test",
-        f"MLP 64-{HIDDEN}-10 ReLU, Momentum({LEARNING_RATE}, {MOMENTUM})",
-    )
-
-
-def _conv_bn_net(x, batch_stat: bool, rng_seed: int):
-    import nnabla.functions as F
-    import nnabla.initializer as I
-    import nnabla.parametric_functions as PF
-
-    rng = np.random.RandomState(rng_seed)
-
-    def he(fan_in):
-        return I.NormalInitializer(math.sqrt(2.0 / fan_in), rng=rng)
-
-    h = PF.convolution(x, 8, (3, 3), pad=(1, 1), w_init=he(9), name="conv1")
-    h = F.relu(PF.batch_normalization(h, batch_stat=batch_stat, name="bn1"))
-    h = F.max_pooling(h, (2, 2))  # 8x4x4
-    h = PF.convolution(h, 16, (3, 3), pad=(1, 1), w_init=he(8 * 9), name="conv2")
-    h = F.relu(PF.batch_normalization(h, batch_stat=batch_stat, name="bn2"))
-    h = F.mean(h, axis=(2, 3))  # global average pooling: (B, 16)
-    return PF.affine(h, 10, w_init=I.NormalInitializer(math.sqrt(1.0 / 16), rng=rng), name="fc")
-
-
-def _digits_conv_bn(seed: int) -> Dict:
-    import nnabla.solvers as S
-
-    from sim.nnabla_studies.demo import load_data
-
-    x_train, y_train, x_test, y_test = load_data(seed)
-    return _classifier(
-        lambda x, training: _conv_bn_net(x, training, seed),  # evaluation: running statistics
-        (x_train.reshape(-1, 1, 8, 8), y_train),
-        (x_test.reshape(-1, 1, 8, 8), y_test),
-        lambda: S.Momentum(0.05, 0.9),
-        seed,
-        f"sklearn digits 8x8 as 1x8x8 images, {len(x_train)} train / {len(x_test)} test",
-        "conv3x3(8)-BN-ReLU-maxpool-conv3x3(16)-BN-ReLU-GAP-affine(10), Momentum(0.05, 0.9)",
-    )
-
-
-def make_sequences(n: int, seed: int):
-    """Random 0/1 sequences of length :data:`SEQ_LEN` and their count of ones.
-
-    Returns:
-        ``(x, y)``: float32 ``(n, SEQ_LEN)`` and int ``(n,)`` in ``[0, SEQ_LEN]``.
-    """
-    rng = np.random.RandomState(seed)
-    x = (rng.rand(n, SEQ_LEN) < rng.rand(n, 1)).astype(np.float32)  # varied densities
-    return x, x.sum(axis=1).astype(np.int64)
-
-
-def _lstm_net(x, seed: int):
-    """``x``: (B, T) of 0/1; returns logits (B, T + 1) from the last LSTM output."""
-    import nnabla as nn
-    import nnabla.functions as F
-    import nnabla.initializer as I
-    import nnabla.parametric_functions as PF
-
-    b = x.shape[0]
-    seq = F.reshape(F.transpose(x, (1, 0)), (SEQ_LEN, b, 1))  # (T, B, 1)
-    h0 = nn.Variable.from_numpy_array(np.zeros((1, 1, b, SEQ_HIDDEN), np.float32))
-    c0 = nn.Variable.from_numpy_array(np.zeros((1, 1, b, SEQ_HIDDEN), np.float32))
-    rng = np.random.RandomState(seed)
-    y, _, _ = PF.lstm(seq, h0, c0, rng=rng, name="lstm")
-    last = y[SEQ_LEN - 1]  # (B, H)
-    w = I.NormalInitializer(math.sqrt(1.0 / SEQ_HIDDEN), rng=rng)
-    return PF.affine(last, SEQ_LEN + 1, w_init=w, name="head")
-
-
-def _sequence_lstm(seed: int) -> Dict:
-    import nnabla.solvers as S
-
-    return _classifier(
-        lambda x, training: _lstm_net(x, seed),
-        make_sequences(4096, seed),
-        make_sequences(SEQ_TEST, seed + 1000),
-        lambda: S.Adam(0.01),
-        seed,
-        f"generated 0/1 sequences of length {SEQ_LEN} (seed {seed}), target: count of ones "
-        f"({SEQ_LEN + 1} classes), 4096 train / {SEQ_TEST} test",
-        f"PF.lstm(hidden {SEQ_HIDDEN}) + affine({SEQ_LEN + 1}) on the last output, Adam(0.01)",
-    )
-
-
-BUILDERS: Dict[str, Callable[[int], Dict]] = {
-    "digits_mlp": _digits_mlp,
-    "digits_conv_bn": _digits_conv_bn,
-    "sequence_lstm": _sequence_lstm,
-}
-
-
-# ---------------------------------------------------------------- recording
-
-
-@contextlib.contextmanager
-def half_model(name: str, seed: int):
-    """Model ``name`` (a dict of :func:`_classifier`) built in ``cpu:half`` under its own
-    parameter scope, with nnabla seeded by ``seed``; its parameters are cleared before and after.
-    The block runs in the ``cpu:half`` context."""
-    import nnabla as nn
-
-    from updater import get_context
-
-    if name not in BUILDERS:
-        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-    nn.seed(seed)
-    with nn.parameter_scope(f"dls_real_traces/{name}"):
-        nn.clear_parameters()
-        try:
-            with nn.context_scope(get_context("cpu:half")):
-                yield BUILDERS[name](seed)
-        finally:
-            nn.clear_parameters()
+"""Training steps per model of a quick recording (``--quick``)."""
 
 
 def record_model(
@@ -258,7 +60,6 @@ def record_model(
         dict: a table row (model, steps, recorded, params, final loss, accuracy, skipped, final
         scale, seconds, path, bytes, about).
     """
-    from sim.nnabla_studies.real_runs import RECORDED, measure_run, run_path
     from updater import GradientRecorder
     from updater.policy import DynamicScale
 
@@ -295,7 +96,7 @@ def record_all(
     policy_runs: bool = True,
 ) -> Dict[str, List[Dict]]:
     """Record a trace of each model into ``out_dir`` and, with ``policy_runs``, its real runs
-    under :data:`sim.nnabla_studies.real_runs.CHECKED_POLICIES` (same steps and seed).
+    under :data:`sim.replay.measured.CHECKED_POLICIES` (same steps and seed).
 
     Args:
         out_dir (str or Path): folder of the ``.npz`` files.
@@ -310,8 +111,6 @@ def record_all(
         dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
         model, policy, steps, skipped, final scale, accuracy, seconds, path).
     """
-    from sim.nnabla_studies.real_runs import CHECKED_POLICIES, measure_run, run_path
-
     traces, runs = [], []
     for name in models:
         n = (QUICK_STEPS if quick else DEFAULT_STEPS[name]) if steps is None else steps
@@ -354,8 +153,6 @@ def format_table(rows: List[Dict], columns: Dict[str, str] = TRACE_COLUMNS) -> s
 
 
 def main(argv=None) -> int:
-    from sim.nnabla_studies.real_runs import CHECKED_POLICIES
-
     checked = ", ".join(CHECKED_POLICIES)
     parser = argparse.ArgumentParser(
         prog="python -m sim.nnabla_studies.real_traces",

@@ -2,8 +2,8 @@
 
 For each real model, :mod:`sim.nnabla_studies.real_traces` records a trace under the default policy
 and trains
-it again for real under each of :data:`sim.nnabla_studies.real_runs.CHECKED_POLICIES`
-(:class:`sim.nnabla_studies.real_runs.MeasuredRun`). :func:`prediction_rows` replays the recorded
+it again for real under each of :data:`sim.replay.measured.CHECKED_POLICIES`
+(:class:`sim.replay.measured.MeasuredRun`). :func:`prediction_rows` replays the recorded
 trace with
 the simulator under those other policies and puts each prediction next to the measured value.
 """
@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Union
 
 import numpy as np
 
-from sim.nnabla_studies.real_runs import CHECKED_POLICIES, MeasuredRun, run_path
+from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.replay.run import simulate
 from updater.trace import Trace
 
@@ -33,7 +33,7 @@ def prediction_rows(
     Args:
         traces (mapping model -> Trace): the recorded traces (every step recorded).
         runs_dir (str or Path): where the measured runs are
-        (:func:`sim.nnabla_studies.real_runs.run_path`).
+        (:func:`sim.replay.measured.run_path`).
         jitter (float): the jitter of the spread (:data:`RANGE_RUNS` runs); the prediction
             itself replays the trace exactly (jitter 0).
         seed (int, default 0): seed of the jitter.

@@ -15,8 +15,7 @@ import numpy as np
 
 from sim.fp16.counts import classify
 from sim.fp16.underflow import pooled_flushed_share
-from sim.nnabla_studies.real_runs import MEASURED, MeasuredRun, run_path
-from sim.nnabla_studies.real_traces import MODEL_NOTES, MODELS
+from sim.replay.measured import MEASURED, MeasuredRun, run_path
 from sim.replay.predictions import prediction_rows
 from sim.replay.run import RunResult, simulate_many
 from sim.replay.sweep import grid_points, run_sweep
@@ -28,6 +27,7 @@ from sim.traces.families import (
     sample_values,
     ssd_binade_shares,
 )
+from sim.traces.real import MODEL_NOTES, MODELS
 from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
 from updater.presets import PRESETS
 from updater.trace import Trace
@@ -183,7 +183,7 @@ def check_real_traces(config: ReportConfig) -> None:
 
 
 def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
-    """The real models' traces (:data:`sim.nnabla_studies.real_traces.MODELS`), empty when left out.
+    """The real models' traces (:data:`sim.traces.real.MODELS`), empty when left out.
 
     Raises:
         FileNotFoundError: a trace or a measured run is missing (:func:`check_real_traces`).
@@ -194,7 +194,7 @@ def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
 
 
 def measured_rows(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
-    """:meth:`sim.nnabla_studies.real_runs.MeasuredRun.summary` of each measured real run of
+    """:meth:`sim.replay.measured.MeasuredRun.summary` of each measured real run of
     ``traces``: the
     recording's own run, then the checked policies'."""
     folder = real_traces_dir(config)

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.nnabla_studies.real_runs import RECORDED
 from sim.replay.layers import TOLERANCE, format_layer_needs
+from sim.replay.measured import RECORDED
 from sim.replay.metrics import METRICS, SHARES
 from sim.replay.predictions import RANGE_RUNS
 from sim.replay.selection import HEADROOM_MAX_MARGIN

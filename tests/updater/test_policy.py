@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.paths import ROOT
 from updater.policy import (
     FP16_MAX,
     DynamicScale,
@@ -623,49 +620,6 @@ TestPolicyMachine.settings = settings(max_examples=100, stateful_step_count=30, 
 
 
 # ---------------------------------------------------------------- import hygiene
-
-
-def assert_imports_leave_out(imports: str, forbidden) -> None:
-    """Run ``imports`` in a fresh interpreter; no top-level package in ``forbidden`` loads."""
-    code = (
-        "import sys\n"
-        f"{imports}\n"
-        f"bad = sorted(k for k in sys.modules if k.split('.')[0] in {tuple(forbidden)!r})\n"
-        "print(bad)\n"
-        "sys.exit(1 if bad else 0)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_policy_and_sim_import_without_nnabla():
-    assert_imports_leave_out(
-        "import importlib, pkgutil, sim, updater, updater.policy\n"
-        "from updater import DynamicScale, HeadroomScale\n"
-        "for m in pkgutil.iter_modules(sim.__path__):\n"
-        "    importlib.import_module('sim.' + m.name)",
-        ["nnabla"],
-    )
-
-
-def test_the_library_never_imports_the_testbed():
-    """Every arrow runs sim -> updater: no module of updater imports sim, and the NumPy-only
-    modules (policies, trace format, checks, float16 facts, files) import without nnabla."""
-    import ast
-
-    root = ROOT / "updater"
-    for path in root.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module or ""]
-            assert not any(n.split(".")[0] == "sim" for n in names), f"{path.name} imports sim"
-    assert_imports_leave_out(
-        "import updater.policy, updater.trace, updater.checks, updater.float16, updater.files",
-        ["nnabla", "sim"],
-    )
 
 
 @given(st.floats(min_value=0, max_value=65520, allow_subnormal=True), st.integers(-10, 15))

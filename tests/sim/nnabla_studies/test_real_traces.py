@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from sim.nnabla_studies.real_traces import DEFAULT_STEPS, MODELS, record_model
+from sim.nnabla_studies.real_traces import DEFAULT_STEPS, record_model
 from sim.replay.run import simulate
+from sim.traces.real import MODELS
 from tests.paths import SHIPPED_TRACES
 from updater.policy import DynamicScale
 from updater.trace import NBINS, Trace

@@ -9,16 +9,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sim.nnabla_studies.real_runs import (
-    CHECKED_POLICIES,
-    MeasuredRun,
-    _flushed_shares,
-    measure_run,
-    run_path,
-)
-from sim.nnabla_studies.real_traces import MODELS, record_all
+from sim.nnabla_studies.real_runs import _flushed_shares, measure_run
+from sim.nnabla_studies.real_traces import record_all
+from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.replay.predictions import PREDICTED, prediction_rows
 from sim.report.experiments import QUICK, check_real_traces, load_real_traces
+from sim.traces.real import MODELS
 from tests.paths import SHIPPED_TRACES
 from updater.policy import DynamicScale, StaticScale
 from updater.trace import Trace
@@ -59,14 +55,13 @@ def test_a_measured_run_keeps_every_step_and_round_trips(tmp_path, nnabla_and_di
 
 
 def _final_parameters(monkeypatch, sink):
-    """Make sim.nnabla_studies.real_traces.half_model copy every parameter (running statistics
-    included) into
-    ``sink`` when its block ends, before it clears them."""
+    """Make the half_model that measured runs use copy every parameter (running statistics
+    included) into ``sink`` when its block ends, before it clears them."""
     import contextlib
 
     import nnabla as nn
 
-    import sim.nnabla_studies.real_traces as rt
+    import sim.nnabla_studies.real_runs as rt
 
     original = rt.half_model
 
@@ -84,7 +79,7 @@ def test_the_shadow_pass_leaves_training_as_without_it(monkeypatch, nnabla_and_d
     """The float32 shadow shares parameters and running statistics with the float16 model; its
     passes must leave training bit-identical to a plain run (BatchNormalization's running
     statistics move in every training forward pass, the shadow's included)."""
-    from sim.nnabla_studies.real_traces import half_model
+    from sim.nnabla_studies.models import half_model
     from updater import DynamicLossScalingUpdater
 
     with half_model("digits_conv_bn", 1) as model:

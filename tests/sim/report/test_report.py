@@ -9,7 +9,6 @@ import pytest
 
 from sim.cli.main import main
 from sim.fp16.counts import classify
-from sim.nnabla_studies.real_traces import MODELS
 from sim.replay.metrics import METRICS, SHARES, SUMMARY_COLUMNS
 from sim.replay.predictions import prediction_rows
 from sim.replay.run import simulate
@@ -20,6 +19,7 @@ from sim.report.experiments import load_real_traces, per_setting
 from sim.report.tables import format_percent, format_value, with_percents
 from sim.report.text import render
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
+from sim.traces.real import MODELS
 from tests.paths import SHIPPED_TRACES
 from updater.presets import PRESETS, make_policy
 

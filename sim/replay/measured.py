@@ -1,0 +1,163 @@
+"""Measured real runs: the per-step record of a real training run (:class:`MeasuredRun`), its
+file format, and the policies whose real runs check the simulator's predictions.
+
+:mod:`sim.nnabla_studies.real_runs` makes these runs; this module only reads and summarizes them
+(NumPy only), for :mod:`sim.replay.predictions` and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Union
+
+import numpy as np
+
+from sim.replay.metrics import run_metrics
+from sim.replay.run import safe_scales
+from updater.files import atomic_write
+from updater.float16 import FP16_OVERFLOW
+from updater.policy import DynamicScale, policy_from_dict
+from updater.presets import PRESETS
+
+RECORDED = "recorded"
+"""The label of the recording run (``DynamicScale()``, with the recorder) among measured runs."""
+CHECKED_POLICIES = {
+    "nnabla-legacy": PRESETS["nnabla-legacy"],
+    "dynamic-fast": DynamicScale(growth_interval=50),
+}
+"""The policies whose real runs check the simulator's predictions: the old updater's low start
+(8, doubling every 2000 steps: underflow) and DynamicScale growing every 50 steps (overflows)."""
+MEASURED = (RECORDED, *CHECKED_POLICIES)
+"""The labels of every measured run of a model."""
+
+
+@dataclass
+class MeasuredRun:
+    """Per-step measurements of one real run.
+
+    Attributes:
+        model (str): the model's name (:data:`sim.traces.real.MODELS`).
+        label (str): the policy's label.
+        policy: the policy.
+        scale (float64 array (steps,)): the loss scale used (the seed: rounded to float16).
+        applied (bool array (steps,)): the update was applied.
+        loss_finite (bool array (steps,)): the float16 loss was finite.
+        absmax (float64 array (steps,)): the largest true (float32) |gradient|.
+        flushed (float64 array (steps,)): share of the true nonzero gradient values that were
+            zero in float16 (0 on skipped steps).
+        flushed_small (float64 array (steps,)): the part of ``flushed`` whose true value times
+            the scale is below 2**-24, float16's smallest subnormal (what the simulator's flush
+            model counts); the rest was zeroed by float16 arithmetic on the way (e.g. a ReLU
+            whose float16 input is not positive).
+        loss (float64 array (steps,)): the float16 training loss of each step.
+        accuracy (float): test accuracy at the end.
+        seconds (float): training time (shadow passes included).
+        about (str): the data and the model, in words.
+    """
+
+    model: str
+    label: str
+    policy: Any
+    scale: np.ndarray
+    applied: np.ndarray
+    loss_finite: np.ndarray
+    absmax: np.ndarray
+    flushed: np.ndarray
+    flushed_small: np.ndarray
+    loss: np.ndarray
+    accuracy: float
+    seconds: float
+    about: str = ""
+
+    @property
+    def steps(self) -> int:
+        """Number of steps."""
+        return int(self.scale.shape[0])
+
+    def summary(self) -> Dict[str, Any]:
+        """A table row: model, policy, steps, skipped, final scale, final loss (mean over the
+        applied steps among the last tenth), accuracy, seconds, the mean over applied steps of
+        ``flushed`` and ``flushed_small``, ``overflows`` (skipped steps with a finite loss),
+        ``overflows_inside`` (those whose true largest |gradient| times the scale stayed below
+        65520: the overflow happened inside the backward pass) and ``below_max_scale`` (share of
+        steps below the policy's ``max_scale``; NaN without one)."""
+        overflow = ~self.applied & self.loss_finite
+        cap = getattr(self.policy, "max_scale", None)
+        return {
+            "model": self.model,
+            "policy": self.label,
+            "steps": self.steps,
+            "skipped": int((~self.applied).sum()),
+            "final_scale": float(self.scale[-1]),
+            "final_loss": float(np.mean(self.loss[self.applied][-max(1, self.steps // 10) :])),
+            "accuracy": self.accuracy,
+            "seconds": self.seconds,
+            "flushed": self.metrics()["mean_flushed"],
+            "flushed_small": self.metrics(self.flushed_small)["mean_flushed"],
+            "overflows": int(overflow.sum()),
+            "overflows_inside": int((overflow & (self.absmax * self.scale < FP16_OVERFLOW)).sum()),
+            "below_max_scale": float(np.mean(self.scale < cap)) if cap else math.nan,
+        }
+
+    def metrics(self, flushed: np.ndarray | None = None) -> Dict[str, float]:
+        """The simulator's per-run metrics (:func:`sim.replay.metrics.run_metrics`) of this run.
+
+        The safe scale of a step follows :func:`sim.replay.run.safe_scales`: from the true largest
+        |gradient|, below the scale of a step that overflowed, capped at the policy's
+        ``max_scale``. ``flushed`` (default :attr:`flushed`) is the per-step flushed share used.
+        """
+        flushed = self.flushed if flushed is None else flushed
+        skipped = ~self.applied
+        overflow = skipped & self.loss_finite
+        over_from = np.where(overflow, self.scale, np.inf)
+        safe = safe_scales(self.absmax, over_from, getattr(self.policy, "max_scale", None))
+        columns = [a[:, None] for a in (self.scale, overflow, skipped, safe, flushed)]
+        m = run_metrics(*columns, ~self.loss_finite)
+        return {k: float(v[0]) for k, v in m.items()}
+
+    def save(self, path: Union[str, Path]) -> Path:
+        """Write the run to ``path`` (.npz) atomically; return the path."""
+        arrays = {
+            "model": self.model,
+            "label": self.label,
+            "policy": json.dumps(self.policy.state_dict()),
+            "scale": self.scale,
+            "applied": self.applied,
+            "loss_finite": self.loss_finite,
+            "absmax": self.absmax,
+            "flushed": self.flushed,
+            "flushed_small": self.flushed_small,
+            "loss": self.loss,
+            "accuracy": self.accuracy,
+            "seconds": self.seconds,
+            "about": self.about,
+        }
+        return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> MeasuredRun:
+        """Read a run written by :meth:`save`."""
+        with np.load(path, allow_pickle=False) as z:
+            return cls(
+                model=str(z["model"]),
+                label=str(z["label"]),
+                policy=policy_from_dict(json.loads(str(z["policy"]))),
+                scale=z["scale"].astype(np.float64),
+                applied=z["applied"].astype(bool),
+                loss_finite=z["loss_finite"].astype(bool),
+                absmax=z["absmax"].astype(np.float64),
+                flushed=z["flushed"].astype(np.float64),
+                flushed_small=z["flushed_small"].astype(np.float64),
+                loss=z["loss"].astype(np.float64),
+                accuracy=float(z["accuracy"]),
+                seconds=float(z["seconds"]),
+                about=str(z["about"]),
+            )
+
+
+def run_path(out_dir: Union[str, Path], model: str, label: str) -> Path:
+    """Where the measured run of ``model`` under policy ``label`` is kept."""
+    return Path(out_dir) / f"{model}.{label}.run.npz"
