@@ -1,26 +1,18 @@
-"""The nnabla driver: one ``update()`` call runs one whole mixed-precision training iteration,
-made of three stages a script may also call itself: ``backward()``, ``unscale()``, ``step()``.
+"""The nnabla driver: ``DynamicLossScalingUpdater``, whose ``update()`` runs one whole
+mixed-precision training iteration made of three stages a script may also call itself:
+``backward()``, ``unscale()``, ``step()``. It keeps the constructor of nnabla's experimental
+updater (one import changes) and fixes what that one gets wrong (class doc).
 
-``DynamicLossScalingUpdater`` keeps the constructor arguments of
-``nnabla.experimental.mixed_precision_training.DynamicLossScalingUpdater`` (``solver, loss,
-data_feeder, scale, scaling_factor, N, clear_buffer, accum_grad, weight_decay, comm, grads``), so a
-script switches by changing one import, and fixes what the old one gets wrong: it never recurses
-(an overflow skips the step, or retries the *same* batch), the scale stays inside
-``[min_scale, max_scale]``, a persistent non-finite gradient raises :class:`NonFiniteGradientsError`
-instead of driving the scale to zero, growth follows the policy's one-sentence rule, every argument
-is validated, and the scale and counters can be saved and restored.
-
-Only this module and its helpers (:mod:`updater.gradients` for the solver's gradient work,
-:mod:`updater.arrays` for reading, unscaling and copying arrays) call solver and loss methods.
-The scale dynamics live in :mod:`updater.policy`, shared with the simulator.
+Only this module and its helpers call solver and loss methods: :mod:`updater.attempts` (the
+attempts of one iteration and their retries), :mod:`updater.step_work` and
+:mod:`updater.gradients` (the solver's gradient work), :mod:`updater.arrays` (reading, unscaling
+and copying arrays). The scale dynamics live in :mod:`updater.policy`, shared with the simulator.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import nnabla as nn
@@ -34,27 +26,13 @@ from .arguments import (
     policy_from_arguments,
     with_legacy_setting,
 )
-from .arrays import (
-    copy_array,
-    copy_forward_state,
-    host_view,
-    input_leaves,
-    restore_array,
-    seed_dtype,
-)
+from .arrays import seed_dtype
+from .attempts import Attempts, _Pending
 from .checks import check_bool, check_choice, check_int, check_number, check_positive
-from .gradients import (
-    DeviceStats,
-    Inspection,
-    apply_update,
-    choose_check,
-    grad_sumsq,
-    host_grads,
-    inspect_gradients,
-    unscale_grads,
-)
+from .gradients import DeviceStats, apply_update, choose_check, grad_sumsq, unscale_grads
 from .policy import ScaleState
 from .records import NonFiniteGradientsError, StepRecord
+from .step_work import GradientWork
 
 logger = logging.getLogger(__name__)
 
@@ -70,25 +48,7 @@ _COUNTERS = (
 )
 
 
-# ---------------------------------------------------------------- the updater
-
-
-@dataclass
-class _Pending:
-    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()``."""
-
-    seed: float
-    finite: bool
-    absmax: float | None
-    loss_finite: bool | None
-    attempts: int
-    bad: List[str]
-    new_state: ScaleState
-    unscaled: bool = False
-    sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
-
-
-class DynamicLossScalingUpdater:
+class DynamicLossScalingUpdater(Attempts, GradientWork):
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
     ``update()``: ``solver.zero_grad()``; ``accum_grad`` times ``data_feeder()``,
@@ -101,13 +61,8 @@ class DynamicLossScalingUpdater:
     gradients are float32, also in half mode (as ``solver.scale_grad`` leaves them, and nnabla's
     solvers read them so), so true gradients below float16's range are kept.
 
-    Cost per ``update()`` (``finite_check``): "numpy" makes one pass per gradient array that
-    checks it (and measures |g| max and the sum of squares when needed) and unscales it, while
-    it is in cache; "solver" runs one small nnabla graph over all gradients on their device and
-    makes one host read (two with ``comm``: the agreed flag; one more per extra accumulation
-    round: each round's loss); the gradients stay on the device, clipping included; "nnabla"
-    (small CPU models) makes two C++ calls. A ``recorder`` reads every gradient to the host on
-    the steps it records.
+    Cost per ``update()``: see ``finite_check`` below and :mod:`updater.gradients`; a
+    ``recorder`` reads every gradient to the host on the steps it records.
 
     The policy: ``policy=`` if given. Else, with none of ``scale``, ``scaling_factor``, ``N``
     given, the recommended ``DynamicScale()`` (bounded by ``min_scale``/``max_scale``). Else
@@ -121,14 +76,8 @@ class DynamicLossScalingUpdater:
     ``grads`` empty, the NumPy finite check, clipping, |g| max, the recorder, error messages),
     so parameters added with ``solver.set_parameters(..., reset=False)`` are followed.
 
-    ``on_overflow="retry"`` recomputes the same batch(es) at the lowered scale: the inputs of
-    each accumulation round are kept (copied on the device) and written back, and state that
-    the forward pass moves (BatchNormalization's running statistics: the registered parameters
-    with ``need_grad=False`` that feed the graph) is copied after the first attempt and
-    restored after the last, so each batch moves it exactly once, retried or not. A retry
-    happens only when the policy lowered the seed and the loss was finite on every worker (a
-    non-finite loss is bad data, which no scale fixes); otherwise the step is skipped. Skipped
-    steps still move the running statistics, as in nnabla's updater.
+    ``on_overflow="retry"`` recomputes the same batch(es) at the lowered scale, moving
+    BatchNormalization's running statistics once per batch (:mod:`updater.attempts`).
 
     Args:
         solver (nnabla.solvers.Solver): solver with parameters already set.
@@ -383,72 +332,6 @@ class DynamicLossScalingUpdater:
         """
         return self._backward(fuse=False)
 
-    def _backward(self, fuse: bool) -> bool:
-        """:meth:`backward`; ``fuse`` unscales in the checking pass ("numpy") or measures for
-        clipping in the same read ("solver") when the gradients will not be seen scaled."""
-        if self._pending is not None:
-            raise RuntimeError(
-                "backward() was called again before step(): finish the iteration with "
-                "step() (or call update(), which runs backward(), unscale() and step())"
-            )
-        self._step_params = None
-        if not self.enabled:
-            self._forward_backward(1.0, replay=False)
-            if self.comm is not None:
-                self._all_reduce()
-            self._pending = _Pending(1.0, True, None, None, 1, [], self._state, unscaled=True)
-            return True
-        attempts, overflow_scale, moved = 0, None, None
-        while True:
-            attempts += 1
-            seed = self._seed(self._state.scale)
-            loss_finite = self._forward_backward(seed, replay=attempts > 1)
-            if self.comm is not None:
-                self._all_reduce()
-            found = self._inspect(seed if fuse else None)
-            arrays, finite, absmax, bad = found[:4]
-            if not finite and loss_finite is None:
-                loss_finite = self._loss_finite(found)
-            if self.comm is not None:
-                finite, bad_loss_anywhere = self._agree(finite, loss_finite is False)
-                loss_finite = False if bad_loss_anywhere else loss_finite
-                if not finite and loss_finite is None:
-                    loss_finite = self._loss_finite(found)
-            if not finite and absmax is not None:
-                absmax = math.inf
-            new_state = self.policy.update(
-                self._state, finite, absmax if self.policy.needs_grad_absmax else None
-            )
-            retry = (
-                not finite
-                and self.on_overflow == "retry"
-                and loss_finite is not False
-                and attempts <= self.max_retries
-                and self._seed(new_state.scale) < seed
-            )
-            self.overflows += not finite
-            if not retry:
-                break
-            self._state = new_state
-            overflow_scale = seed
-            if moved is None:
-                moved = copy_forward_state(self.loss)
-        if self.recorder is not None and self.recorder.wants(self.steps):
-            self.recorder.record(
-                self.steps,
-                arrays or self._host_grads(),
-                seed,
-                loss_finite=loss_finite is not False,
-                overflow_scale=seed if not finite and loss_finite else overflow_scale,
-                names=list(self._params()),
-            )
-        for var, saved in moved or ():
-            restore_array(var, saved)
-        self._pending = _Pending(
-            seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
-        )
-        return finite
-
     def unscale(self) -> None:
         """Second stage: multiply every gradient by ``1/seed``, so each holds its true value in
         float32 (as ``solver.scale_grad(1/seed)`` does, bit for bit: NumPy on the "numpy"
@@ -510,101 +393,3 @@ class DynamicLossScalingUpdater:
                 record, pending.bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite
             )
         return record
-
-    def _require_backward(self, what: str) -> _Pending:
-        if self._pending is None:
-            raise RuntimeError(
-                f"{what} needs the gradients of backward(): call backward() first "
-                "(or update(), which runs backward(), unscale() and step())"
-            )
-        return self._pending
-
-    # ------------------------------------------------------------ pieces
-
-    def _seed(self, scale) -> float:
-        """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
-        seed = float(self._seed_type(scale))
-        if seed == 0:
-            raise ValueError(
-                f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
-                f"{np.dtype(self._seed_type).name}; the policy {self.policy!r} has no floor: "
-                "use one with min_scale >= 2**-24"
-            )
-        return seed
-
-    def _params(self) -> Dict[str, nn.Variable]:
-        """The solver's current parameters, read once per step."""
-        if self._step_params is None:
-            self._step_params = self.solver.get_parameters()
-        return self._step_params
-
-    def _input_leaves(self) -> List[nn.Variable]:
-        if self._inputs is None:
-            self._inputs = input_leaves(self.loss, self._params())
-        return self._inputs
-
-    def _forward_backward(self, seed: float, replay: bool) -> bool | None:
-        """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs."""
-        keep = self.on_overflow == "retry" and self.accum_grad > 1 and self.data_feeder is not None
-        if keep and not replay:
-            self._round_inputs = []
-        read_loss = self.enabled and self.accum_grad > 1
-        loss_finite = True if read_loss else None
-        self.solver.zero_grad()
-        for r in range(self.accum_grad):
-            if not replay:
-                if self.data_feeder is not None:
-                    self.data_feeder()
-                    self.batches += 1
-                if keep:
-                    self._round_inputs.append([copy_array(v.data) for v in self._input_leaves()])
-            elif keep:
-                for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
-                    restore_array(v, saved)
-            self.loss.forward(clear_no_need_grad=self.clear_buffer)
-            if read_loss:
-                loss_finite = self._loss_finite() and loss_finite
-            self.loss.backward(seed, clear_buffer=self.clear_buffer)
-            self.passes += 1
-        return loss_finite
-
-    def _loss_finite(self, found: Inspection | None = None) -> bool:
-        """Whether the loss is finite: as ``found`` by the device check, else read now."""
-        if found is not None and found.loss_finite is not None:
-            return found.loss_finite
-        return bool(np.isfinite(host_view(self.loss.data)).all())
-
-    def _reduced_grads(self) -> List[nn.NdArray]:
-        return self.grads or [p.grad for p in self._params().values()]
-
-    def _all_reduce(self) -> None:
-        self.comm.all_reduce(self._reduced_grads(), division=self.average_grads, inplace=False)
-
-    def _agree(self, local_finite: bool, local_bad_loss: bool):
-        """Sum a two-element flag over workers: (this worker saw inf/NaN gradients, this
-        worker's loss was inf/NaN). Returns (finite everywhere, a loss was bad somewhere)."""
-        if self._flag is None:
-            self._flag = nn.NdArray.from_numpy_array(np.zeros(2, np.float32))
-        self._flag.cast(np.float32)[...] = (0.0 if local_finite else 1.0, float(local_bad_loss))
-        self.comm.all_reduce(self._flag, division=False, inplace=True)
-        total = host_view(self._flag)
-        return bool(total[0] <= 0), bool(total[1] > 0)
-
-    def _host_grads(self) -> List[np.ndarray]:
-        return host_grads(self._params())
-
-    def _inspect(self, seed=None) -> Inspection:
-        """The finite check; with ``seed``, fused with unscaling by ``1/seed`` ("numpy") and
-        with the sum of squares for clipping."""
-        absmax_over = self.grads if self.comm is not None and self.grads else None
-        return inspect_gradients(
-            self.finite_check,
-            self.solver,
-            self._params(),
-            self.policy.needs_grad_absmax,
-            absmax_over,
-            unscale_by=None if seed is None else 1.0 / seed,
-            need_sumsq=seed is not None and self.clip_grad_norm is not None,
-            device=self._device,
-            loss=self.loss,
-        )

@@ -8,7 +8,7 @@ import nnabla.solvers as S
 import numpy as np
 import pytest
 
-import updater.updater as driver
+import updater.step_work as driver
 from tests.nnabla_models import (
     TinyClassifier,
     assert_same_values,

@@ -16,7 +16,7 @@ from nnabla.experimental.mixed_precision_training import (
 )
 
 import updater.arrays as arrays
-import updater.updater as driver
+import updater.attempts as driver
 from tests.nnabla_models import (
     TinyBNClassifier,
     TinyClassifier,

@@ -1,0 +1,166 @@
+"""The attempts of one iteration, and the retry machinery (mixed into
+:class:`updater.DynamicLossScalingUpdater`).
+
+One attempt is ``solver.zero_grad()`` and ``accum_grad`` rounds of feed, forward and
+``backward(seed)``, then the all-reduce and the agreed finite check. ``on_overflow="retry"``
+recomputes the same batch(es) at the lowered scale: the inputs of each accumulation round are
+kept (copied on the device) and written back, and state that the forward pass moves
+(BatchNormalization's running statistics: the registered parameters with ``need_grad=False`` that
+feed the graph) is copied after the first attempt and restored after the last, so each batch moves
+it exactly once, retried or not. A retry happens only when the policy lowered the seed and the
+loss was finite on every worker (a non-finite loss is bad data, which no scale fixes); otherwise
+the step is skipped. Skipped steps still move the running statistics, as in nnabla's updater.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List
+
+import nnabla as nn
+import numpy as np
+
+from .arrays import copy_array, copy_forward_state, host_view, input_leaves, restore_array
+from .gradients import Inspection
+from .policy import ScaleState
+
+
+@dataclass
+class _Pending:
+    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()``."""
+
+    seed: float
+    finite: bool
+    absmax: float | None
+    loss_finite: bool | None
+    attempts: int
+    bad: List[str]
+    new_state: ScaleState
+    unscaled: bool = False
+    sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
+
+
+class Attempts:
+    """The attempts of one iteration (module doc); state and settings are the updater's."""
+
+    def _require_backward(self, what: str) -> _Pending:
+        if self._pending is None:
+            raise RuntimeError(
+                f"{what} needs the gradients of backward(): call backward() first "
+                "(or update(), which runs backward(), unscale() and step())"
+            )
+        return self._pending
+
+    def _backward(self, fuse: bool) -> bool:
+        """:meth:`backward`; ``fuse`` unscales in the checking pass ("numpy") or measures for
+        clipping in the same read ("solver") when the gradients will not be seen scaled."""
+        if self._pending is not None:
+            raise RuntimeError(
+                "backward() was called again before step(): finish the iteration with "
+                "step() (or call update(), which runs backward(), unscale() and step())"
+            )
+        self._step_params = None
+        if not self.enabled:
+            self._forward_backward(1.0, replay=False)
+            if self.comm is not None:
+                self._all_reduce()
+            self._pending = _Pending(1.0, True, None, None, 1, [], self._state, unscaled=True)
+            return True
+        attempts, overflow_scale, moved = 0, None, None
+        while True:
+            attempts += 1
+            seed = self._seed(self._state.scale)
+            loss_finite = self._forward_backward(seed, replay=attempts > 1)
+            if self.comm is not None:
+                self._all_reduce()
+            found = self._inspect(seed if fuse else None)
+            arrays, finite, absmax, bad = found[:4]
+            if not finite and loss_finite is None:
+                loss_finite = self._loss_finite(found)
+            if self.comm is not None:
+                finite, bad_loss_anywhere = self._agree(finite, loss_finite is False)
+                loss_finite = False if bad_loss_anywhere else loss_finite
+                if not finite and loss_finite is None:
+                    loss_finite = self._loss_finite(found)
+            if not finite and absmax is not None:
+                absmax = math.inf
+            new_state = self.policy.update(
+                self._state, finite, absmax if self.policy.needs_grad_absmax else None
+            )
+            retry = (
+                not finite
+                and self.on_overflow == "retry"
+                and loss_finite is not False
+                and attempts <= self.max_retries
+                and self._seed(new_state.scale) < seed
+            )
+            self.overflows += not finite
+            if not retry:
+                break
+            self._state = new_state
+            overflow_scale = seed
+            if moved is None:
+                moved = copy_forward_state(self.loss)
+        if self.recorder is not None and self.recorder.wants(self.steps):
+            self.recorder.record(
+                self.steps,
+                arrays or self._host_grads(),
+                seed,
+                loss_finite=loss_finite is not False,
+                overflow_scale=seed if not finite and loss_finite else overflow_scale,
+                names=list(self._params()),
+            )
+        for var, saved in moved or ():
+            restore_array(var, saved)
+        self._pending = _Pending(
+            seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
+        )
+        return finite
+
+    def _seed(self, scale) -> float:
+        """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
+        seed = float(self._seed_type(scale))
+        if seed == 0:
+            raise ValueError(
+                f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
+                f"{np.dtype(self._seed_type).name}; the policy {self.policy!r} has no floor: "
+                "use one with min_scale >= 2**-24"
+            )
+        return seed
+
+    def _input_leaves(self) -> List[nn.Variable]:
+        if self._inputs is None:
+            self._inputs = input_leaves(self.loss, self._params())
+        return self._inputs
+
+    def _forward_backward(self, seed: float, replay: bool) -> bool | None:
+        """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs."""
+        keep = self.on_overflow == "retry" and self.accum_grad > 1 and self.data_feeder is not None
+        if keep and not replay:
+            self._round_inputs = []
+        read_loss = self.enabled and self.accum_grad > 1
+        loss_finite = True if read_loss else None
+        self.solver.zero_grad()
+        for r in range(self.accum_grad):
+            if not replay:
+                if self.data_feeder is not None:
+                    self.data_feeder()
+                    self.batches += 1
+                if keep:
+                    self._round_inputs.append([copy_array(v.data) for v in self._input_leaves()])
+            elif keep:
+                for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
+                    restore_array(v, saved)
+            self.loss.forward(clear_no_need_grad=self.clear_buffer)
+            if read_loss:
+                loss_finite = self._loss_finite() and loss_finite
+            self.loss.backward(seed, clear_buffer=self.clear_buffer)
+            self.passes += 1
+        return loss_finite
+
+    def _loss_finite(self, found: Inspection | None = None) -> bool:
+        """Whether the loss is finite: as ``found`` by the device check, else read now."""
+        if found is not None and found.loss_finite is not None:
+            return found.loss_finite
+        return bool(np.isfinite(host_view(self.loss.data)).all())
