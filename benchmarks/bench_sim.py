@@ -3,8 +3,8 @@
 Variants run interleaved in rounds (a, b, c, d, a, b, c, d, ...) on the same trace and the best
 round is kept for each, so background load hits all of them alike:
 
-a. ``sim.replay.run`` inner loop: ``runs`` runs advance together (state arrays of shape
-``(runs,)``);
+a. ``sim.replay.run`` inner loop: ``runs`` runs advance together (state arrays of
+   shape ``(runs,)``);
 b. the same plus trace set-up and all metrics (``sim.replay.run.simulate``, end to end);
 c. the per-step Python loop: each run alone with scalar states (``sim.replay.run.simulate_scalar``),
    on ``scalar_runs`` runs (its rate per policy-step does not depend on how many);

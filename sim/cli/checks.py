@@ -179,8 +179,7 @@ def _size(n: float) -> str:
 
 def check_memory(parser, steps: int, runs: int, policies: int = 1) -> None:
     """Refuse a run whose :func:`sim.replay.run.memory_estimate` exceeds ``MEMORY_SHARE`` of
-    physical
-    memory (no check where the OS does not tell its memory size)."""
+    physical memory (no check where the OS does not tell its memory size)."""
     limit, physical = _memory_limit()
     need = memory_estimate(steps, runs, policies)
     if limit is not None and need > limit:

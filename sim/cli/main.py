@@ -1,13 +1,11 @@
 """``dls``: command line for the float16 loss-scaling simulator and the nnabla demo.
 
 Thin: parses arguments, calls :mod:`sim.replay.run`, :mod:`sim.report.build`, :mod:`sim.plots.runs`
-(or
-:mod:`sim.nnabla_studies.demo` for ``train``) and writes files. Everything that can be checked
-before the work
-is checked first (:mod:`sim.cli.checks`: settings, trace files, output paths, the memory a
-simulation needs); a bad argument exits with status 2 and a one-line message, as argparse does.
-Policies and their settings come from :mod:`sim.cli.settings` (the ``--policy`` help is
-generated from :mod:`updater.presets`), printed output from :mod:`sim.report.tables`.
+(or :mod:`sim.nnabla_studies.demo` for ``train``) and writes files. Everything that can be checked
+before the work is checked first (:mod:`sim.cli.checks`: settings, trace files, output paths, the
+memory a simulation needs); a bad argument exits with status 2 and a one-line message, as
+argparse does. Policies and their settings come from :mod:`sim.cli.settings` (the ``--policy``
+help is generated from :mod:`updater.presets`), printed output from :mod:`sim.report.tables`.
 
 Progress goes to stderr (:class:`sim.cli.progress.StageProgress`): tqdm bars on a terminal, one
 status line per stage otherwise (a file or a pipe), so long commands are never silent.

@@ -2,9 +2,8 @@
 
 ``dls`` passes a :class:`StageProgress` as the ``progress`` argument of library functions
 (:func:`sim.replay.run.simulate`, :func:`sim.report.build.build_report`,
-:func:`sim.nnabla_studies.demo.run_comparison`):
-tqdm bars on a terminal, one status line per stage otherwise (a file or a pipe), so long
-commands are never silent.
+:func:`sim.nnabla_studies.demo.run_comparison`): tqdm bars on a terminal, one status line per
+stage otherwise (a file or a pipe), so long commands are never silent.
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ scikit-learn's bundled 8x8 digits three ways, on the CPU:
 
 Two input scales: the pixel values as ``load_digits`` returns them (0 to 16), and scaled to
 [0, 1] as :func:`sim.nnabla_studies.demo.load_data` gives them. Same seed, initial weights, batches
-and steps
-for every variant. ``python -m sim.nnabla_studies.amp_evidence --out reports/amp.md``.
+and steps for every variant. ``python -m sim.nnabla_studies.amp_evidence --out reports/amp.md``.
 """
 
 from __future__ import annotations

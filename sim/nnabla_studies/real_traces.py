@@ -44,9 +44,8 @@ def record_model(
 ) -> Dict:
     """Train model ``name`` in ``cpu:half`` under ``DynamicScale()`` with a per-parameter
     :class:`updater.GradientRecorder`, measured like the checked runs
-    (:mod:`sim.nnabla_studies.real_runs`):
-    writes the trace ``<out_dir>/<name>.npz`` and the measured run
-    ``<out_dir>/<name>.recorded.run.npz``.
+    (:mod:`sim.nnabla_studies.real_runs`): writes the trace ``<out_dir>/<name>.npz`` and the
+    measured run ``<out_dir>/<name>.recorded.run.npz``.
 
     Args:
         name (str): one of :data:`MODELS`.

@@ -4,9 +4,8 @@ magnitudes by binade, and the share float16 flushes to zero at each loss scale.
 :func:`plot_histogram` draws the share of values per binade with float16's representable
 window at several scales; :func:`plot_underflow_vs_scale` draws :func:`underflow_curve` (the
 flushed share: :mod:`sim.fp16.underflow` for traces, :func:`sim.fp16.scales.sweep` for values)
-against the
-scale, pale from :func:`first_overflow_scale` on. Conventions (``ax=``, saving, colours) are
-those of :mod:`sim.plots.common`.
+against the scale, pale from :func:`first_overflow_scale` on. Conventions (``ax=``, saving,
+colours) are those of :mod:`sim.plots.common`.
 """
 
 from __future__ import annotations

@@ -49,8 +49,7 @@ def plot_layer_flush(
     prefix such as ``fc1/affine``, share a colour and differ in line style); the whole model is
     the thick black line. A filled circle marks where each line first falls to ``tolerance``
     or below (:func:`sim.replay.layers.needed_exponent`, all recorded steps without overflow
-    pooled);
-    the legend gives that scale. A line ends where its share reaches 0 (when it is 0 at the
+    pooled); the legend gives that scale. A line ends where its share reaches 0 (when it is 0 at the
     needed scale already, a hollow circle on the tolerance line marks the scale). The grey area
     is where the whole model's largest gradient overflows float16. Legends sit right of the
     axes.

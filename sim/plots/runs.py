@@ -1,6 +1,5 @@
 """Figures of simulated runs (:class:`sim.replay.run.RunResult`): the loss scale against the step,
-and
-policies compared on summary metrics.
+and policies compared on summary metrics.
 
 :func:`plot_trajectory` draws one result's scale with its overflows, skips and safe band;
 :func:`plot_trajectory_panels` stacks several. :func:`plot_policy_comparison` draws one metric
@@ -217,8 +216,7 @@ def plot_policy_comparison(
     """Dot plot: one group per trace family, one dot per policy, with its spread over runs.
 
     A dot is the run average of :func:`sim.replay.metrics.summarize`; for a RunResult a bar spans
-    the
-    smallest to the largest per-run value. A dot at 0 on a log axis is written as "0" at the
+    the smallest to the largest per-run value. A dot at 0 on a log axis is written as "0" at the
     bottom; a family where every policy is 0 is labelled "all 0".
 
     Args:

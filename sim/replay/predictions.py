@@ -1,10 +1,8 @@
 """The simulator's predictions from a recorded trace, checked against real runs.
 
 For each real model, :mod:`sim.nnabla_studies.real_traces` records a trace under the default policy
-and trains
-it again for real under each of :data:`sim.replay.measured.CHECKED_POLICIES`
-(:class:`sim.replay.measured.MeasuredRun`). :func:`prediction_rows` replays the recorded
-trace with
+and trains it again for real under each of :data:`sim.replay.measured.CHECKED_POLICIES`
+(:class:`sim.replay.measured.MeasuredRun`). :func:`prediction_rows` replays the recorded trace with
 the simulator under those other policies and puts each prediction next to the measured value.
 """
 

@@ -76,8 +76,7 @@ class ReportConfig:
         ssd_values (int, default 2**20): values sampled for the exact SSD counts.
         real_traces (str or None, default "reports/traces"): folder of the real models' traces
             and measured runs (:mod:`sim.nnabla_studies.real_traces`), relative to the source
-            checkout unless
-            absolute; None leaves the real traces out.
+            checkout unless absolute; None leaves the real traces out.
     """
 
     steps: int = 10000
@@ -194,8 +193,7 @@ def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
 
 
 def measured_rows(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
-    """:meth:`sim.replay.measured.MeasuredRun.summary` of each measured real run of
-    ``traces``: the
+    """:meth:`sim.replay.measured.MeasuredRun.summary` of each measured real run of ``traces``: the
     recording's own run, then the checked policies'."""
     folder = real_traces_dir(config)
     return [

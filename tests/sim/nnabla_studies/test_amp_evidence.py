@@ -1,6 +1,5 @@
 """sim.nnabla_studies.amp_evidence: the --quick run writes a report where all-half breaks
-BatchNormalization on
-the 0-16 inputs and the rewrite does not."""
+BatchNormalization on the 0-16 inputs and the rewrite does not."""
 
 import subprocess
 import sys

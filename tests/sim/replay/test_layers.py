@@ -1,6 +1,5 @@
 """Per-layer underflow (sim/replay/layers.py) and its figure (sim/plots/layers.py) on constructed
-traces
-whose answers follow from the binade model: binade ``e`` is flushed at scale ``2**k`` iff
+traces whose answers follow from the binade model: binade ``e`` is flushed at scale ``2**k`` iff
 ``e + k <= -26``, and the largest safe scale is the largest ``2**k`` with
 ``absmax * 2**k <= 65504``."""
 

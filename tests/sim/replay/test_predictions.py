@@ -1,6 +1,6 @@
 """Real runs measured against a float32 shadow (sim.nnabla_studies.real_runs) and the simulator's
-predictions
-from recorded traces checked against them (sim.replay.predictions), on real nnabla models."""
+predictions from recorded traces checked against them (sim.replay.predictions), on real nnabla
+models."""
 
 from __future__ import annotations
 

@@ -299,8 +299,7 @@ def test_percentages_are_formatted_in_one_place():
 def test_report_shows_the_real_models_predictions_and_layers(quick_report):
     """Issue 12: the real traces next to the synthetic families, the predictions checked
     against the measured runs (the same numbers as sim.replay.predictions), the per-layer view and
-    the
-    defaults with and without the real traces."""
+    the defaults with and without the real traces."""
     text = (quick_report / "README.md").read_text()
     assert (quick_report / "layers_flush.png").stat().st_size > 10_000
     assert "![per-layer flushed share against the loss scale](layers_flush.png)" in text
