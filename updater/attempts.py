@@ -24,6 +24,7 @@ import numpy as np
 from .arrays import copy_array, copy_forward_state, host_view, input_leaves, restore_array
 from .gradients import Inspection
 from .policy import ScaleState
+from .probes import probe_overflow
 
 
 @dataclass
@@ -103,19 +104,44 @@ class Attempts:
             if moved is None:
                 moved = copy_forward_state(self.loss)
         if self.recorder is not None and self.recorder.wants(self.steps):
-            self.recorder.record(
-                self.steps,
-                arrays or self._host_grads(),
-                seed,
-                loss_finite=loss_finite is not False,
-                overflow_scale=seed if not finite and loss_finite else overflow_scale,
-                names=list(self._params()),
-            )
+            self._record(arrays, seed, finite, loss_finite, overflow_scale)
         for var, saved in moved or ():
             restore_array(var, saved)
         self._pending = _Pending(
             seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
         )
+        return finite
+
+    def _record(self, arrays, seed, finite, loss_finite, overflow_scale) -> None:
+        """Hand the recorded attempt to the recorder, probing its overflow threshold first when
+        the recorder asks for it (:mod:`updater.probes`) and the loss was finite."""
+        over = seed if not finite and loss_finite else overflow_scale
+        grads, scale = arrays, seed
+        if self.recorder.probe_overflow and loss_finite is not False:
+            known = math.inf if over is None else over
+            found = probe_overflow(self, seed, finite, known)
+            self.recorder.probe_passes += found.passes
+            over, grads = found.threshold, None  # host views taken before may be stale
+            if found.finite_grads is not None:
+                grads, scale = found.finite_grads, found.finite_seed
+        self.recorder.record(
+            self.steps,
+            grads or self._host_grads(),
+            scale,
+            loss_finite=loss_finite is not False,
+            overflow_scale=over,
+            names=list(self._params()),
+        )
+
+    def _probe_attempt(self, scale: float) -> bool:
+        """One overflow probe: the step's rounds again at ``scale`` (not counted), the
+        all-reduce and the check; whether the gradients are finite on every worker."""
+        self._forward_backward(self._seed(scale), replay=True, count=False)
+        if self.comm is not None:
+            self._all_reduce()
+        finite = self._inspect().finite
+        if self.comm is not None:
+            finite = self._agree(finite, False)[0]
         return finite
 
     def _seed(self, scale) -> float:
@@ -134,9 +160,12 @@ class Attempts:
             self._inputs = input_leaves(self.loss, self._params())
         return self._inputs
 
-    def _forward_backward(self, seed: float, replay: bool) -> bool | None:
-        """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs."""
-        keep = self.on_overflow == "retry" and self.accum_grad > 1 and self.data_feeder is not None
+    def _forward_backward(self, seed: float, replay: bool, count: bool = True) -> bool | None:
+        """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs;
+        ``count`` adds the rounds to ``passes``."""
+        probes = self.recorder is not None and self.recorder.probe_overflow
+        again = self.on_overflow == "retry" or (probes and self.recorder.wants(self.steps))
+        keep = again and self.accum_grad > 1 and self.data_feeder is not None
         if keep and not replay:
             self._round_inputs = []
         read_loss = self.enabled and self.accum_grad > 1
@@ -156,7 +185,7 @@ class Attempts:
             if read_loss:
                 loss_finite = self._loss_finite() and loss_finite
             self.loss.backward(seed, clear_buffer=self.clear_buffer)
-            self.passes += 1
+            self.passes += count
         return loss_finite
 
     def _loss_finite(self, found: Inspection | None = None) -> bool:

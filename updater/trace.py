@@ -284,11 +284,23 @@ class GradientRecorder:
     arrays holding inf/NaN get the same ``absmax`` bound as the whole step (``65520 / s``, if
     larger than their finite values); the others keep their measured largest value.
 
+    Overflow probes (``probe_overflow=True``, off by default): on each recorded step the updater
+    runs the step's forward and backward again on the same batch at other powers of two of the
+    scale and records the smallest at which the real backward pass overflows, within the
+    policy's bounds (:mod:`updater.probes`), so the simulator sees overflows born inside the
+    backward kernels, which no stored gradient shows; for a step that overflowed, the first
+    finite probe's gradients are recorded instead. Training is left exactly as without probing.
+    Cost: the extra forward/backward rounds, counted in :attr:`probe_passes`.
+
     Args:
         path (str or Path): output ``.npz`` path.
         every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
         name (str or None, default None): trace name; the file stem when None.
         per_parameter (bool, default False): also keep one histogram per gradient array.
+        probe_overflow (bool, default False): probe each recorded step's overflow threshold.
+
+    Attributes:
+        probe_passes (int): forward/backward rounds the probes ran so far.
     """
 
     def __init__(
@@ -297,8 +309,11 @@ class GradientRecorder:
         every: int = 1,
         name: str | None = None,
         per_parameter: bool = False,
+        probe_overflow: bool = False,
     ):
         self.every = check_int("every", every, 1)
+        self.probe_overflow = check_bool("probe_overflow", probe_overflow)
+        self.probe_passes = 0
         self.path = Path(path)
         self.name = name if name is not None else self.path.stem
         self.per_parameter = check_bool("per_parameter", per_parameter)

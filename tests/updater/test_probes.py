@@ -1,0 +1,143 @@
+"""Overflow probes of recorded steps (GradientRecorder(probe_overflow=True), updater/probes.py)
+on real nnabla graphs in cpu:half: the measured threshold, and training left bit-identical."""
+
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.initializer as I
+import nnabla.parametric_functions as PF
+import nnabla.solvers as S
+import numpy as np
+import pytest
+
+from tests.nnabla_models import (
+    TinyBNClassifier,
+    assert_same_values,
+    cpu_context,
+    param_values,
+    solver_state_values,
+)
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+
+pytestmark = pytest.mark.nnabla
+
+
+def _sum_model(scope, values):
+    """loss = sum(w * x) in half, x fixed: w's gradient at seed s is exactly ``values * s``."""
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(scope):
+        x = nn.Variable.from_numpy_array(np.asarray(values, np.float32))
+        w = nn.parameter.get_parameter_or_create("w", x.shape, np.ones(x.shape, np.float32))
+        loss = F.sum(w * x)
+        solver = S.Sgd(0.0)
+        solver.set_parameters({"w": w})
+    return solver, loss
+
+
+@pytest.mark.parametrize("start, passes", [(2.0**10, 4), (2.0**15, 2)])
+def test_the_probes_find_the_smallest_overflowing_power_of_two(tmp_path, start, passes):
+    """|grad| = 4 * seed overflows float16 from seed 2**14 (4 * 2**14 = 65536 rounds to inf):
+    from 2**10 the probes go up 2**11..2**14; from 2**15 (overflowed) down to 2**13, whose
+    finite gradients are recorded instead."""
+    solver, loss = _sum_model(f"probe_sum_{int(start)}", [4.0, -1.0, 0.5, 0.0])
+    policy = DynamicScale(init_scale=start, growth_interval=1000)
+    recorder = GradientRecorder(tmp_path / "t.npz", probe_overflow=True)
+    upd = DynamicLossScalingUpdater(solver, loss, None, policy=policy, recorder=recorder)
+    record = upd.update()
+    trace = recorder.trace()
+    assert record.update_applied == (start < 2.0**14)
+    assert trace.overflow_scale.tolist() == [2.0**14]
+    assert trace.absmax.tolist() == [4.0]  # the true largest gradient, also after an overflow
+    assert trace.counts.sum() == 3 and trace.zeros.tolist() == [1]
+    assert recorder.probe_passes == passes
+    assert upd.passes == 1  # probes are not counted as training passes
+
+
+def test_without_probes_the_recorder_keeps_the_old_rule(tmp_path):
+    """Control: the same finite step recorded without probes shows no overflow."""
+    solver, loss = _sum_model("probe_sum_off", [4.0, -1.0, 0.5, 0.0])
+    recorder = GradientRecorder(tmp_path / "t.npz")
+    upd = DynamicLossScalingUpdater(
+        solver, loss, None, policy=DynamicScale(init_scale=2.0**10), recorder=recorder
+    )
+    upd.update()
+    assert recorder.trace().overflow_scale.tolist() == [np.inf]
+    assert recorder.probe_passes == 0
+
+
+def _train(model, tmp_path, probe, steps, **kwargs):
+    feeder = model.feeder(weights={2: 300.0, 5: 3000.0, 8: 30.0})
+    recorder = GradientRecorder(tmp_path / f"{model.scope}.npz", probe_overflow=probe)
+    upd = DynamicLossScalingUpdater(
+        model.solver,
+        model.loss,
+        feeder,
+        policy=DynamicScale(init_scale=2.0**12, growth_interval=2),
+        recorder=recorder,
+        **kwargs,
+    )
+    records = [upd.update() for _ in range(steps)]
+    rows = [(r.scale, r.update_applied, r.new_scale, r.attempts) for r in records]
+    counters = (upd.passes, upd.batches, upd.overflows, feeder.calls)
+    return rows, counters, recorder
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"accum_grad": 2}, {"on_overflow": "retry"}, {"on_overflow": "retry", "accum_grad": 2}],
+)
+def test_probing_leaves_a_batchnorm_model_bit_identical(tmp_path, kwargs):
+    """Parameters, BatchNormalization's running statistics, solver states, records and counters
+    are the same with and without probes, through finite and overflowing steps."""
+    runs = []
+    for probe in (False, True):
+        model = TinyBNClassifier(f"probe_bn_{probe}_{len(kwargs)}_{'retry' in str(kwargs)}")
+        rows, counters, recorder = _train(model, tmp_path, probe, 10, **kwargs)
+        runs.append((rows, counters, recorder, model))
+    (rows0, counters0, rec0, m0), (rows1, counters1, rec1, m1) = runs
+    assert rows0 == rows1 and counters0 == counters1
+    assert_same_values(param_values(m0.params), param_values(m1.params))  # running stats too
+    assert_same_values(solver_state_values(m0.solver), solver_state_values(m1.solver))
+    assert not all(r[1] for r in rows0), "the run must overflow at least once"
+    assert rec1.probe_passes > 0
+    over0, over1 = rec0.trace().overflow_scale, rec1.trace().overflow_scale
+    assert (over1 <= over0).all() and (over1 < over0).any()  # measured below the seed used
+
+
+def _lstm_model(scope):
+    """A one-layer PF.lstm over 5 steps, Adam; returns (solver, loss, feed, params)."""
+    rng = np.random.RandomState(0)
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(scope):
+        x = nn.Variable((5, 4, 3))
+        t = nn.Variable((4, 1))
+        h0 = nn.Variable.from_numpy_array(np.zeros((1, 1, 4, 6), np.float32))
+        c0 = nn.Variable.from_numpy_array(np.zeros((1, 1, 4, 6), np.float32))
+        y, _, _ = PF.lstm(x, h0, c0, rng=rng, name="lstm")
+        head = PF.affine(y[4], 3, w_init=I.NormalInitializer(0.4, rng=rng), name="head")
+        loss = F.mean(F.softmax_cross_entropy(head, t)) * 300.0  # overflows near 2**13
+        params = nn.get_parameters()
+        solver = S.Adam(0.01)
+        solver.set_parameters(params)
+    data = np.random.RandomState(1)
+
+    def feed():
+        x.d = data.randn(*x.shape) * 3
+        t.d = data.randint(0, 3, t.shape)
+
+    return solver, loss, feed, params
+
+
+def test_probing_leaves_an_lstm_bit_identical(tmp_path):
+    """PF.lstm: each probe runs its own forward (one forward reused for several backwards is
+    wrong there); training matches a run without probes bit for bit."""
+    finals = []
+    for probe in (False, True):
+        solver, loss, feed, params = _lstm_model(f"probe_lstm_{probe}")
+        recorder = GradientRecorder(tmp_path / f"l{probe}.npz", probe_overflow=probe)
+        policy = DynamicScale(init_scale=2.0**13, growth_interval=2)
+        upd = DynamicLossScalingUpdater(solver, loss, feed, policy=policy, recorder=recorder)
+        rows = [(r.scale, r.update_applied) for r in (upd.update() for _ in range(6))]
+        finals.append((rows, param_values(params), solver_state_values(solver), recorder))
+    (rows0, p0, s0, _), (rows1, p1, s1, rec1) = finals
+    assert rows0 == rows1
+    assert_same_values(p0, p1)
+    assert_same_values(s0, s1)
+    assert rec1.probe_passes > 0 and np.isfinite(rec1.trace().overflow_scale).any()

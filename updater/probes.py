@@ -1,0 +1,104 @@
+"""Overflow probes of a recorded step (``GradientRecorder(probe_overflow=True)``): the step's
+forward and backward run again on the same batch at other powers of two of the scale, to find
+the smallest scale at which its real backward pass overflows.
+
+No gradient in a trace shows an overflow born inside a float16 backward kernel (e.g. the running
+sums of BatchNormalization's backward) while every stored gradient times the scale stays below
+65520; re-running the step at other scales does. From the recorded attempt's seed ``s``:
+
+- finite at ``s``: probes at ``2s, 4s, ...`` up to the policy's ``max_scale`` (and the largest
+  power of two the seed's precision holds, 2**15 for a float16 seed); the first that overflows is
+  the step's threshold (inf when none does: the simulator's gradient-size rule decides above);
+- overflowed at ``s`` (with a finite loss): probes at ``s/2, s/4, ...`` down to the policy's
+  ``min_scale``; the threshold is the smallest that overflowed, and the first finite probe's
+  gradients are recorded instead of the overflowed attempt's partial ones.
+
+Each probe is a forward and a backward per accumulation round (one forward reused for several
+backwards is wrong for ``PF.lstm``), with the all-reduce and the workers' agreement when there is
+a communicator. Afterwards the model is as without probing: the real attempt's gradients and the
+state the forward pass moves (BatchNormalization's running statistics) are put back; the solver
+is not called. Probes call no data feeder (the round inputs are written back) and do not count
+in the updater's counters. Random functions inside the graph (``F.dropout``, ``F.randn``) draw
+new numbers in every probe's forward, as in a retry.
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple
+
+import numpy as np
+
+from .arrays import copy_array, copy_forward_state, restore_array
+
+LARGEST_SEED_POWER = {np.float16: 2.0**15, np.float32: 2.0**127}
+"""The largest power-of-two seed each seed precision holds."""
+
+
+class ProbeResult(NamedTuple):
+    """What the probes found.
+
+    Attributes:
+        threshold (float): the smallest probed (or known) scale at which the step overflowed;
+            inf when none did up to ``highest``.
+        passes (int): forward/backward rounds the probes ran.
+        finite_seed (float or None): for a step that overflowed at its scale, the largest probed
+            scale at which it was finite (None when it was finite at its scale, or nowhere).
+        finite_grads (list of arrays or None): the host gradients of that finite probe.
+    """
+
+    threshold: float
+    passes: int
+    finite_seed: float | None
+    finite_grads: List[np.ndarray] | None
+
+
+def probe_bounds(policy, seed_type) -> tuple:
+    """``(lowest, highest)`` scale to probe: the policy's bounds (1 and 2**15 for a policy
+    without them), the highest capped by what the seed's precision holds."""
+    low = float(getattr(policy, "min_scale", 1.0))
+    high = float(getattr(policy, "max_scale", 2.0**15))
+    return low, min(high, LARGEST_SEED_POWER[seed_type])
+
+
+def probe_overflow(updater, seed: float, finite: bool, known_overflow: float) -> ProbeResult:
+    """Probe the current step of ``updater`` (module doc) after its attempt at ``seed``.
+
+    Args:
+        updater (DynamicLossScalingUpdater): the driver, between its last attempt and ``step()``;
+            its round inputs for ``accum_grad > 1`` must have been kept.
+        seed (float): the seed of the recorded attempt.
+        finite (bool): whether that attempt's gradients were finite (agreed across workers).
+        known_overflow (float): the smallest seed at which an earlier attempt of this step
+            overflowed (inf when none): probes above it are not needed.
+
+    Returns:
+        ProbeResult.
+    """
+    low, high = probe_bounds(updater.policy, updater._seed_type)
+    params = updater._params()
+    kept = [(p, copy_array(p.grad)) for p in params.values() if not p.grad.zeroing]
+    moved = copy_forward_state(updater.loss)
+    passes, threshold, finite_seed, finite_grads = 0, known_overflow, None, None
+    try:
+        scale = seed * 2 if finite else seed / 2
+        while low <= scale <= high and scale < threshold:
+            ok = updater._probe_attempt(scale)
+            passes += updater.accum_grad
+            if finite and not ok:
+                threshold = scale
+                break
+            if not finite:
+                if ok:
+                    finite_seed = scale
+                    finite_grads = [np.array(g) for g in updater._host_grads()]
+                    break
+                threshold = scale
+            scale = scale * 2 if finite else scale / 2
+        if not finite:
+            threshold = min(threshold, seed)
+    finally:
+        for p, saved in kept:
+            p.grad.copy_from(saved, use_current_context=False)
+        for var, saved in moved:
+            restore_array(var, saved)
+    return ProbeResult(threshold, passes, finite_seed, finite_grads)
