@@ -24,7 +24,7 @@ import numpy as np
 from .arrays import copy_array, copy_forward_state, host_view, input_leaves, restore_array
 from .gradients import Inspection
 from .policy import ScaleState
-from .probes import probe_overflow
+from .probes import FLUSH_OFFSETS, probe_step
 
 
 @dataclass
@@ -115,23 +115,40 @@ class Attempts:
     def _record(self, arrays, seed, finite, loss_finite, overflow_scale) -> None:
         """Hand the recorded attempt to the recorder, probing its overflow threshold first when
         the recorder asks for it (:mod:`updater.probes`) and the loss was finite."""
+        rec = self.recorder
         over = seed if not finite and loss_finite else overflow_scale
-        grads, scale = arrays, seed
-        if self.recorder.probe_overflow and loss_finite is not False:
+        grads, scale, flush = arrays, seed, None
+        if (rec.probe_overflow or rec.measure_flush) and loss_finite is not False:
             known = math.inf if over is None else over
-            found = probe_overflow(self, seed, finite, known)
-            self.recorder.probe_passes += found.passes
-            over, grads = found.threshold, None  # host views taken before may be stale
+            found = probe_step(self, seed, finite, known, rec.probe_overflow, rec.measure_flush)
+            rec.probe_passes += found.passes
+            grads, flush = None, found.flush  # host views taken before may be stale
+            if rec.probe_overflow:
+                over = found.threshold
             if found.finite_grads is not None:
                 grads, scale = found.finite_grads, found.finite_seed
-        self.recorder.record(
+        rec.record(
             self.steps,
             grads or self._host_grads(),
             scale,
             loss_finite=loss_finite is not False,
             overflow_scale=over,
             names=list(self._params()),
+            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
         )
+
+    def _reference_grads(self) -> List[np.ndarray]:
+        """The step's gradients from a float32 copy of the graph (built on first use; same
+        parameters and inputs), at seed 1, as float64 host copies."""
+        if self._reference is None:
+            from . import amp
+
+            everything = amp.AmpLists(float=amp.function_names())
+            self._reference = amp.rewrite(
+                self.loss, everything, getattr(self.loss.parent, "context", None)
+            )
+        self._forward_backward(1.0, replay=True, count=False, loss=self._reference)
+        return [np.array(g, np.float64) for g in self._host_grads()]
 
     def _probe_attempt(self, scale: float) -> bool:
         """One overflow probe: the step's rounds again at ``scale`` (not counted), the
@@ -160,10 +177,14 @@ class Attempts:
             self._inputs = input_leaves(self.loss, self._params())
         return self._inputs
 
-    def _forward_backward(self, seed: float, replay: bool, count: bool = True) -> bool | None:
-        """zero_grad and ``accum_grad`` rounds; ``replay`` writes back the kept round inputs;
-        ``count`` adds the rounds to ``passes``."""
-        probes = self.recorder is not None and self.recorder.probe_overflow
+    def _forward_backward(
+        self, seed: float, replay: bool, count: bool = True, loss=None
+    ) -> bool | None:
+        """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's); ``replay``
+        writes back the kept round inputs; ``count`` adds the rounds to ``passes``."""
+        loss = self.loss if loss is None else loss
+        rec = self.recorder
+        probes = rec is not None and (rec.probe_overflow or rec.measure_flush)
         again = self.on_overflow == "retry" or (probes and self.recorder.wants(self.steps))
         keep = again and self.accum_grad > 1 and self.data_feeder is not None
         if keep and not replay:
@@ -181,10 +202,10 @@ class Attempts:
             elif keep:
                 for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
                     restore_array(v, saved)
-            self.loss.forward(clear_no_need_grad=self.clear_buffer)
+            loss.forward(clear_no_need_grad=self.clear_buffer)
             if read_loss:
                 loss_finite = self._loss_finite() and loss_finite
-            self.loss.backward(seed, clear_buffer=self.clear_buffer)
+            loss.backward(seed, clear_buffer=self.clear_buffer)
             self.passes += count
         return loss_finite
 

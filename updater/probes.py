@@ -1,6 +1,8 @@
-"""Overflow probes of a recorded step (``GradientRecorder(probe_overflow=True)``): the step's
-forward and backward run again on the same batch at other powers of two of the scale, to find
-the smallest scale at which its real backward pass overflows.
+"""Probes of a recorded step: its forward and backward run again on the same batch at other
+powers of two of the scale, to find the smallest scale at which its real backward pass overflows
+(``GradientRecorder(probe_overflow=True)``) and the share of gradient values float16 flushes to
+zero at several scales, against a float32 computation of the same step
+(``GradientRecorder(measure_flush=True)``).
 
 No gradient in a trace shows an overflow born inside a float16 backward kernel (e.g. the running
 sums of BatchNormalization's backward) while every stored gradient times the scale stays below
@@ -12,6 +14,13 @@ sums of BatchNormalization's backward) while every stored gradient times the sca
 - overflowed at ``s`` (with a finite loss): probes at ``s/2, s/4, ...`` down to the policy's
   ``min_scale``; the threshold is the smallest that overflowed, and the first finite probe's
   gradients are recorded instead of the overflowed attempt's partial ones.
+
+Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every function in the
+float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;
+the share at a scale is the share of their nonzero values that the float16 backward at that
+scale left at exactly zero (anywhere on their way: below 2**-24 after scaling, or zeroed by
+float16 arithmetic upstream), measured at the seed used and at ``seed * 2**k`` for ``k`` in
+:data:`FLUSH_OFFSETS` (NaN where that backward overflowed).
 
 Each probe is a forward and a backward per accumulation round (one forward reused for several
 backwards is wrong for ``PF.lstm``), with the all-reduce and the workers' agreement when there is
@@ -29,9 +38,12 @@ from typing import List, NamedTuple
 import numpy as np
 
 from .arrays import copy_array, copy_forward_state, restore_array
+from .float16 import FP16_SMALLEST_SUBNORMAL
 
 LARGEST_SEED_POWER = {np.float16: 2.0**15, np.float32: 2.0**127}
 """The largest power-of-two seed each seed precision holds."""
+FLUSH_OFFSETS = (-12, -8, -4, 0)
+"""Powers of two, relative to the seed used, at which flushing is measured."""
 
 
 class ProbeResult(NamedTuple):
@@ -44,12 +56,32 @@ class ProbeResult(NamedTuple):
         finite_seed (float or None): for a step that overflowed at its scale, the largest probed
             scale at which it was finite (None when it was finite at its scale, or nowhere).
         finite_grads (list of arrays or None): the host gradients of that finite probe.
+        flush (float64 array or None): with flush measurement, the flushed share at
+            ``seed * 2**FLUSH_OFFSETS`` (NaN where the backward overflowed); else None.
     """
 
     threshold: float
     passes: int
     finite_seed: float | None
     finite_grads: List[np.ndarray] | None
+    flush: np.ndarray | None = None
+
+
+def flushed_shares(true: List[np.ndarray], half: List[np.ndarray], scale: float) -> tuple:
+    """Shares of the nonzero ``true`` gradient values that are zero in ``half`` (the float16
+    backward at ``scale``, unscaled or not): all of them, and those whose true value times
+    ``scale`` is below float16's smallest subnormal 2**-24 (the part a binade model counts).
+
+    >>> flushed_shares([np.array([1.0, 1e-9, 0.0])], [np.array([2.0, 0.0, 0.0])], 1.0)
+    (0.5, 0.5)
+    """
+    nonzero = max(sum(int(np.count_nonzero(g)) for g in true), 1)
+    lost = small = 0
+    for g, h in zip(true, half):
+        zeroed = (g != 0) & (h == 0)
+        lost += int(zeroed.sum())
+        small += int((zeroed & (np.abs(g) * scale < FP16_SMALLEST_SUBNORMAL)).sum())
+    return lost / nonzero, small / nonzero
 
 
 def probe_bounds(policy, seed_type) -> tuple:
@@ -60,7 +92,9 @@ def probe_bounds(policy, seed_type) -> tuple:
     return low, min(high, LARGEST_SEED_POWER[seed_type])
 
 
-def probe_overflow(updater, seed: float, finite: bool, known_overflow: float) -> ProbeResult:
+def probe_step(
+    updater, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool
+) -> ProbeResult:
     """Probe the current step of ``updater`` (module doc) after its attempt at ``seed``.
 
     Args:
@@ -70,6 +104,8 @@ def probe_overflow(updater, seed: float, finite: bool, known_overflow: float) ->
         finite (bool): whether that attempt's gradients were finite (agreed across workers).
         known_overflow (float): the smallest seed at which an earlier attempt of this step
             overflowed (inf when none): probes above it are not needed.
+        overflow (bool): find the overflow threshold.
+        flush (bool): measure the flushed shares.
 
     Returns:
         ProbeResult.
@@ -77,11 +113,27 @@ def probe_overflow(updater, seed: float, finite: bool, known_overflow: float) ->
     low, high = probe_bounds(updater.policy, updater._seed_type)
     params = updater._params()
     kept = [(p, copy_array(p.grad)) for p in params.values() if not p.grad.zeroing]
+    used = [np.array(g) for g in updater._host_grads()] if flush else None
     moved = copy_forward_state(updater.loss)
-    passes, threshold, finite_seed, finite_grads = 0, known_overflow, None, None
+    passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
     try:
+        if flush:
+            true = updater._reference_grads()
+            passes += updater.accum_grad
+            shares = np.full(len(FLUSH_OFFSETS), np.nan)
+            for i, k in enumerate(FLUSH_OFFSETS):
+                scale = seed * 2.0**k
+                if scale < FP16_SMALLEST_SUBNORMAL:  # a seed of 0 in float16
+                    continue
+                if k == 0:
+                    ok, half = finite, used
+                else:
+                    ok = updater._probe_attempt(scale)
+                    half, passes = updater._host_grads(), passes + updater.accum_grad
+                if ok:
+                    shares[i] = flushed_shares(true, half, scale)[0]
         scale = seed * 2 if finite else seed / 2
-        while low <= scale <= high and scale < threshold:
+        while overflow and low <= scale <= high and scale < threshold:
             ok = updater._probe_attempt(scale)
             passes += updater.accum_grad
             if finite and not ok:
@@ -94,11 +146,11 @@ def probe_overflow(updater, seed: float, finite: bool, known_overflow: float) ->
                     break
                 threshold = scale
             scale = scale * 2 if finite else scale / 2
-        if not finite:
+        if overflow and not finite:
             threshold = min(threshold, seed)
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
         for var, saved in moved:
             restore_array(var, saved)
-    return ProbeResult(threshold, passes, finite_seed, finite_grads)
+    return ProbeResult(threshold, passes, finite_seed, finite_grads, shares)

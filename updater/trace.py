@@ -43,9 +43,10 @@ EXP_MIN = -80
 EXP_MAX = 40
 """Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
 NBINS = EXP_MAX - EXP_MIN + 1
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
-the optional per-layer arrays (version-1 and -2 files load without layers)."""
+the optional per-layer arrays (version-1 and -2 files load without layers); 4 added
+``overflow_probed`` and the optional measured flush curve (older files load without them)."""
 _LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
 
 
@@ -100,6 +101,12 @@ class Trace:
             and zeros there.
         layer_absmax: float64 array ``(steps, P)``: ``absmax`` per parameter array (0.0 where
             it has no nonzero finite value).
+        overflow_probed (bool): ``overflow_scale`` was measured by probes (the smallest
+            power-of-two scale at which the step's backward overflowed within the policy's
+            bounds; inf: none did), not only seen at the scales training used.
+        flush_scales, flush_shares: float64 arrays ``(steps, K)`` or None (the default): the
+            share of nonzero gradient values float16 flushed to zero, measured against a float32
+            computation of the step at those scales (NaN where not measured). Given together.
     """
 
     counts: np.ndarray
@@ -112,6 +119,9 @@ class Trace:
     layer_counts: np.ndarray | None = None
     layer_zeros: np.ndarray | None = None
     layer_absmax: np.ndarray | None = None
+    overflow_probed: bool = False
+    flush_scales: np.ndarray | None = None
+    flush_shares: np.ndarray | None = None
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -142,6 +152,26 @@ class Trace:
             )
         if all(given):
             self._check_layers()
+        self.overflow_probed = bool(self.overflow_probed)
+        if (self.flush_scales is None) != (self.flush_shares is None):
+            raise ValueError("flush_scales and flush_shares must be given together or not at all")
+        if self.flush_scales is not None:
+            self.flush_scales = np.asarray(self.flush_scales, dtype=np.float64)
+            self.flush_shares = np.asarray(self.flush_shares, dtype=np.float64)
+            shape = self.flush_scales.shape
+            if len(shape) != 2 or shape[0] != steps or self.flush_shares.shape != shape:
+                raise ValueError(
+                    f"flush_scales and flush_shares must both have shape ({steps}, K), got "
+                    f"{shape} and {self.flush_shares.shape}"
+                )
+            shares = self.flush_shares[~np.isnan(self.flush_shares)]
+            if ((shares < 0) | (shares > 1)).any():
+                raise ValueError("flush_shares must hold shares in [0, 1] (NaN: not measured)")
+
+    @property
+    def has_flush(self) -> bool:
+        """Whether the trace holds measured flushed shares."""
+        return self.flush_scales is not None
 
     def _check_layers(self) -> None:
         names = self.layer_names
@@ -205,8 +235,11 @@ class Trace:
             "absmax": self.absmax,
             "nonfinite": self.nonfinite,
             "overflow_scale": self.overflow_scale,
+            "overflow_probed": self.overflow_probed,
             "name": self.name,
         }
+        if self.has_flush:
+            arrays.update(flush_scales=self.flush_scales, flush_shares=self.flush_shares)
         if self.has_layers:
             arrays["layer_names"] = np.array(self.layer_names, dtype=str)
             arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
@@ -218,7 +251,8 @@ class Trace:
 
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
-        versions 1 and 2 load without layers.
+        versions 1 and 2 load without layers, files before version 4 without probes or flush
+        measurements.
         """
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in ("counts", "zeros", "absmax", "nonfinite") if k not in z]
@@ -240,7 +274,12 @@ class Trace:
             layers = {n: z[n] for n in _LAYER_FIELDS if n in z}
             if "layer_names" in layers:
                 layers["layer_names"] = tuple(str(n) for n in layers["layer_names"])
-            return cls(z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over, **layers)
+            extra = {n: z[n] for n in ("flush_scales", "flush_shares") if n in z}
+            probed = bool(z["overflow_probed"]) if "overflow_probed" in z else False
+            return cls(
+                z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over, **layers,
+                overflow_probed=probed, **extra,
+            )  # fmt: skip
 
 
 class GradientRecorder:
@@ -292,12 +331,20 @@ class GradientRecorder:
     finite probe's gradients are recorded instead. Training is left exactly as without probing.
     Cost: the extra forward/backward rounds, counted in :attr:`probe_passes`.
 
+    Measured flushing (``measure_flush=True``, off by default): on each recorded step the
+    updater also runs the step in float32 once (a copy of the graph, same parameters) and in
+    float16 at ``seed * 2**k`` for ``k`` in ``updater.probes.FLUSH_OFFSETS``, and stores the
+    share of the true nonzero gradient values that float16 left at zero at each scale (the
+    trace's ``flush_*`` fields), which the simulator replays instead of its binade model.
+
     Args:
         path (str or Path): output ``.npz`` path.
         every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
         name (str or None, default None): trace name; the file stem when None.
         per_parameter (bool, default False): also keep one histogram per gradient array.
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
+        measure_flush (bool, default False): measure each recorded step's flushed share at
+            several scales against a float32 copy of the graph (:mod:`updater.probes`).
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
@@ -310,9 +357,11 @@ class GradientRecorder:
         name: str | None = None,
         per_parameter: bool = False,
         probe_overflow: bool = False,
+        measure_flush: bool = False,
     ):
         self.every = check_int("every", every, 1)
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
+        self.measure_flush = check_bool("measure_flush", measure_flush)
         self.probe_passes = 0
         self.path = Path(path)
         self.name = name if name is not None else self.path.stem
@@ -329,6 +378,7 @@ class GradientRecorder:
             self.path,
             self.name,
             self._layer_names,
+            self.probe_overflow,
         )
 
     def wants(self, step: int) -> bool:
@@ -343,6 +393,7 @@ class GradientRecorder:
         loss_finite: bool | None = True,
         overflow_scale: float | None = None,
         names: List[str] | None = None,
+        flush: tuple | None = None,
     ) -> None:
         """Add one step.
 
@@ -365,6 +416,8 @@ class GradientRecorder:
                 matched by name from step to step: a name first seen at a later step (a
                 parameter added during training) gets zero counts and zeros at the steps before,
                 and a name missing from a step gets zero counts and zeros at that step.
+            flush (tuple or None, default None): ``(scales, shares)``, the measured flushed
+                shares of this step (NaN: not measured); None: not measured.
 
         >>> import tempfile
         >>> rec = GradientRecorder(tempfile.mkdtemp() + "/t.npz")
@@ -399,7 +452,9 @@ class GradientRecorder:
         counts, zeros = layer_counts.sum(axis=0), int(layer_zeros.sum())
         absmax = float(layer_absmax.max(initial=0.0))
         layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
-        self._rows.append((counts, zeros, absmax, bad, over, layers))
+        if flush is not None:
+            flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
+        self._rows.append((counts, zeros, absmax, bad, over, layers, flush))
         self.steps.append(int(step))
 
     def _columns(self, names, n: int) -> np.ndarray:
@@ -424,7 +479,7 @@ class GradientRecorder:
 
     def trace(self) -> Trace:
         """Return the steps recorded so far as a :class:`Trace`."""
-        return _trace_of(self._rows, self.name, self._layer_names)
+        return _trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
 
     def close(self) -> Path | None:
         """Write the trace (atomically) and return its path; None when nothing was recorded."""
@@ -442,10 +497,12 @@ class GradientRecorder:
         self.close()
 
 
-def _trace_of(rows: List[tuple], name: str, layer_names: List[str] | None) -> Trace:
+def _trace_of(
+    rows: List[tuple], name: str, layer_names: List[str] | None, probed: bool = False
+) -> Trace:
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
-    counts, zeros, absmax, bad, over, layers = zip(*rows)
+    counts, zeros, absmax, bad, over, layers, flush = zip(*rows)
     per_layer = {}
     if layer_names is not None:  # columns absent from a step stay 0
         shape = (len(rows), len(layer_names))
@@ -453,13 +510,25 @@ def _trace_of(rows: List[tuple], name: str, layer_names: List[str] | None) -> Tr
         for t, (columns, c_t, z_t, a_t) in enumerate(layers):
             c[t, columns], z[t, columns], a[t, columns] = c_t, z_t, a_t
         per_layer = dict(layer_names=layer_names, layer_counts=c, layer_zeros=z, layer_absmax=a)
-    return Trace(np.stack(counts), zeros, absmax, bad, name, over, **per_layer)
+    measured = [f for f in flush if f is not None]
+    if measured:  # steps without a measurement (bad batches) get NaN rows
+        empty = np.full_like(measured[0][0], np.nan)
+        per_layer["flush_scales"] = np.stack([empty if f is None else f[0] for f in flush])
+        per_layer["flush_shares"] = np.stack([empty if f is None else f[1] for f in flush])
+    return Trace(
+        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed, **per_layer
+    )
 
 
 def _write_at_exit(
-    rows: List[tuple], written: List[int], path: Path, name: str, layer_names: List[str] | None
+    rows: List[tuple],
+    written: List[int],
+    path: Path,
+    name: str,
+    layer_names: List[str] | None,
+    probed: bool,
 ) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any."""
     if len(rows) > written[0]:
-        _trace_of(rows, name, layer_names).save(path)
+        _trace_of(rows, name, layer_names, probed).save(path)
         logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)

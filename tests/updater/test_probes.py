@@ -1,6 +1,8 @@
 """Overflow probes of recorded steps (GradientRecorder(probe_overflow=True), updater/probes.py)
 on real nnabla graphs in cpu:half: the measured threshold, and training left bit-identical."""
 
+import itertools
+
 import nnabla as nn
 import nnabla.functions as F
 import nnabla.initializer as I
@@ -16,7 +18,7 @@ from tests.nnabla_models import (
     param_values,
     solver_state_values,
 )
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Trace
 
 pytestmark = pytest.mark.nnabla
 
@@ -63,9 +65,31 @@ def test_without_probes_the_recorder_keeps_the_old_rule(tmp_path):
     assert recorder.probe_passes == 0
 
 
-def _train(model, tmp_path, probe, steps, **kwargs):
+def test_measured_flushing_against_float32(tmp_path):
+    """w's gradient is x * seed. 2**-24 (float16's smallest subnormal) flushes at seed 2**-2
+    (2**-26 rounds to 0) and survives from 2**2 on; 2**-30 is already 0 as a float16 input, so
+    it is lost at every scale (float16 arithmetic upstream, which no binade model sees); 1 and
+    2**-14 never flush. The float32 copy sees all four."""
+    solver, loss = _sum_model("probe_flush", [1.0, 2.0**-14, 2.0**-24, 2.0**-30, 0.0])
+    recorder = GradientRecorder(tmp_path / "t.npz", measure_flush=True)
+    upd = DynamicLossScalingUpdater(
+        solver, loss, None, policy=DynamicScale(init_scale=2.0**10), recorder=recorder
+    )
+    upd.update()
+    trace = recorder.trace()
+    assert trace.flush_scales.tolist() == [[2.0**-2, 2.0**2, 2.0**6, 2.0**10]]
+    assert trace.flush_shares.tolist() == [[0.5, 0.25, 0.25, 0.25]]
+    assert recorder.probe_passes == 4  # float32 once, float16 at three other scales
+    assert not trace.overflow_probed and Trace.load(recorder.close()).has_flush
+
+
+OPTIONS = [{"probe_overflow": True}, {"measure_flush": True}]
+SCOPES = itertools.count()  # nnabla's parameter registry is global: one scope per model
+
+
+def _train(model, tmp_path, options, steps, **kwargs):
     feeder = model.feeder(weights={2: 300.0, 5: 3000.0, 8: 30.0})
-    recorder = GradientRecorder(tmp_path / f"{model.scope}.npz", probe_overflow=probe)
+    recorder = GradientRecorder(tmp_path / f"{model.scope}.npz", **options)
     upd = DynamicLossScalingUpdater(
         model.solver,
         model.loss,
@@ -80,17 +104,18 @@ def _train(model, tmp_path, probe, steps, **kwargs):
     return rows, counters, recorder
 
 
+@pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize(
     "kwargs",
     [{}, {"accum_grad": 2}, {"on_overflow": "retry"}, {"on_overflow": "retry", "accum_grad": 2}],
 )
-def test_probing_leaves_a_batchnorm_model_bit_identical(tmp_path, kwargs):
+def test_probing_leaves_a_batchnorm_model_bit_identical(tmp_path, kwargs, options):
     """Parameters, BatchNormalization's running statistics, solver states, records and counters
     are the same with and without probes, through finite and overflowing steps."""
     runs = []
-    for probe in (False, True):
-        model = TinyBNClassifier(f"probe_bn_{probe}_{len(kwargs)}_{'retry' in str(kwargs)}")
-        rows, counters, recorder = _train(model, tmp_path, probe, 10, **kwargs)
+    for opts in ({}, options):
+        model = TinyBNClassifier(f"probe_bn_{next(SCOPES)}")
+        rows, counters, recorder = _train(model, tmp_path, opts, 10, **kwargs)
         runs.append((rows, counters, recorder, model))
     (rows0, counters0, rec0, m0), (rows1, counters1, rec1, m1) = runs
     assert rows0 == rows1 and counters0 == counters1
@@ -99,7 +124,10 @@ def test_probing_leaves_a_batchnorm_model_bit_identical(tmp_path, kwargs):
     assert not all(r[1] for r in rows0), "the run must overflow at least once"
     assert rec1.probe_passes > 0
     over0, over1 = rec0.trace().overflow_scale, rec1.trace().overflow_scale
-    assert (over1 <= over0).all() and (over1 < over0).any()  # measured below the seed used
+    if "probe_overflow" in options:
+        assert (over1 <= over0).all() and (over1 < over0).any()  # measured below the seed used
+    else:
+        assert (over1 == over0).all() and rec1.trace().has_flush
 
 
 def _lstm_model(scope):
@@ -131,7 +159,8 @@ def test_probing_leaves_an_lstm_bit_identical(tmp_path):
     finals = []
     for probe in (False, True):
         solver, loss, feed, params = _lstm_model(f"probe_lstm_{probe}")
-        recorder = GradientRecorder(tmp_path / f"l{probe}.npz", probe_overflow=probe)
+        options = dict(probe_overflow=probe, measure_flush=probe)
+        recorder = GradientRecorder(tmp_path / f"l{probe}.npz", **options)
         policy = DynamicScale(init_scale=2.0**13, growth_interval=2)
         upd = DynamicLossScalingUpdater(solver, loss, feed, policy=policy, recorder=recorder)
         rows = [(r.scale, r.update_applied) for r in (upd.update() for _ in range(6))]
