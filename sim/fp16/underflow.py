@@ -90,3 +90,48 @@ def pooled_flushed_share(trace: Trace, scale) -> np.ndarray:
     cum = np.concatenate([[0.0], np.cumsum(counts[0])]) / max(counts.sum(), 1)
     s = np.asarray(scale, dtype=np.float64)
     return flushed_share_of_table(cum[None, :], s.reshape(-1)).reshape(s.shape)
+
+
+def measured_flushed_share(trace: Trace, scale) -> np.ndarray:
+    """Share flushed at effective ``scale``, per step, from the trace's measured shares
+    (``GradientRecorder(measure_flush=True)``): interpolated linearly in log2 of the scale
+    between a step's measured scales; outside them, the binade model (:func:`flushed_share`)
+    shifted by the difference between measured and model at the nearest measured scale, kept in
+    [0, 1]; the binade model alone for a step without measurements. Same arguments and result
+    as :func:`flushed_share`.
+
+    >>> from updater.trace import Trace
+    >>> t = Trace.from_steps([[2.0**-30, 1.0]])
+    >>> t.flush_scales, t.flush_shares = np.array([[1.0, 4.0]]), np.array([[0.5, 0.5]])
+    >>> measured_flushed_share(t, [2.0]).tolist(), flushed_share(t, 2.0**10).tolist()
+    ([0.5], [0.0])
+    """
+    s = np.asarray(scale, dtype=np.float64)
+    one_d = s.ndim <= 1
+    query = np.broadcast_to(
+        s.reshape(-1, 1) if one_d else s, (trace.steps, 1 if one_d else s.shape[1])
+    )
+    out = flushed_share(trace, query)  # the binade model, (steps, runs)
+    table = flushed_table(trace)
+    with np.errstate(divide="ignore"):
+        logq = np.log2(query)
+    for t in np.flatnonzero(~np.isnan(trace.flush_shares).all(axis=1)):
+        ok = ~np.isnan(trace.flush_shares[t])
+        order = np.argsort(trace.flush_scales[t, ok])
+        xs = np.log2(trace.flush_scales[t, ok][order])
+        ys = trace.flush_shares[t, ok][order]
+        model_at_edges = flushed_share_of_table(table[t : t + 1], np.exp2(xs[[0, -1]]))
+        row = np.interp(logq[t], xs, ys)
+        below, above = logq[t] < xs[0], logq[t] > xs[-1]
+        row[below] = out[t, below] + ys[0] - model_at_edges[0]
+        row[above] = out[t, above] + ys[-1] - model_at_edges[1]
+        out[t] = np.clip(row, 0.0, 1.0)
+    return out[:, 0] if one_d else out
+
+
+def replay_flushed_share(trace: Trace, scale) -> np.ndarray:
+    """The flushed share the simulator replays: measured (:func:`measured_flushed_share`) when
+    the trace holds measurements, else the binade model (:func:`flushed_share`)."""
+    if trace.has_flush:
+        return measured_flushed_share(trace, scale)
+    return flushed_share(trace, scale)

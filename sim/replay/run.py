@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.fp16.underflow import flushed_share
+from sim.fp16.underflow import replay_flushed_share
 from sim.replay.metrics import run_metrics, summarize
 from updater.checks import check_instance, check_int, check_number
 from updater.float16 import FP16_OVERFLOW
@@ -281,7 +281,7 @@ def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunRes
     )
     cap = getattr(policy, "max_scale", None)
     safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap)
-    flushed = flushed_share(trace, scale * factor)
+    flushed = replay_flushed_share(trace, scale * factor)
     metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
     metrics["final_scale"] = scale_all[-1].copy()
     return RunResult(
