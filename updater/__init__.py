@@ -21,7 +21,7 @@ _LAZY = {
     "StepRecord": "updater.records",
     "PRESETS": "updater.presets",
     "make_policy": "updater.presets",
-    "GradientRecorder": "updater.trace",
+    "GradientRecorder": "updater.recorder",
     "Trace": "updater.trace",
     "get_context": "updater.context",
     "MPICommunicator": "updater.comm",

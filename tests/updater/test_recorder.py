@@ -1,4 +1,4 @@
-"""GradientRecorder (updater/trace.py): overflow versus bad batch, and replays of its traces.
+"""GradientRecorder (updater/recorder.py): overflow versus bad batch, and replays of its traces.
 
 A recorded overflow (finite loss, inf/NaN gradients at scale s) must replay as an overflow at
 scales >= s and as a normal step below; a non-finite loss (bad data) is skipped at every scale.
@@ -13,7 +13,8 @@ import pytest
 
 from sim.replay.run import simulate
 from updater import DynamicScale, StaticScale
-from updater.trace import EXP_MAX, EXP_MIN, NBINS, GradientRecorder, Trace
+from updater.recorder import GradientRecorder
+from updater.trace import EXP_MAX, EXP_MIN, NBINS, Trace
 
 SPIKE = 1e3  # loss weight of a spike batch: TinyClassifier overflows float16 from scale 2**7
 SPIKE_OVERFLOWS_FROM = 2.0**7  # measured below (test_spike_threshold_of_the_tiny_model)

@@ -1,0 +1,274 @@
+"""GradientRecorder: writes a :class:`updater.trace.Trace` from a training run (NumPy only).
+
+The updater hands it each recorded step's gradients (:mod:`updater.attempts`); with
+``probe_overflow`` or ``measure_flush`` the updater also probes the step (:mod:`updater.probes`)
+before handing it over.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import weakref
+from pathlib import Path
+from typing import List, Union
+
+import numpy as np
+
+from .checks import check_bool, check_int, check_positive
+from .float16 import FP16_OVERFLOW
+from .trace import NBINS, Trace, binade_histogram
+
+logger = logging.getLogger(__name__)
+
+
+class GradientRecorder:
+    """Record per-step gradient-magnitude histograms to a :class:`Trace` ``.npz``.
+
+    Each recorded step stores :func:`binade_histogram` of the *unscaled* gradients:
+    the float16 (or float32) values the backward pass produced at the scale used, divided by that
+    scale in float64 (so values flushed to zero in float16 stay zero, and the histogram shows what
+    the model's gradients were after float16 rounding). The trace is written on :meth:`close`,
+    on leaving a ``with`` block, or at interpreter exit (or when the recorder is garbage
+    collected) if steps were recorded since the last write.
+
+    Overflow is told apart from bad data, so that a replay over other scales is right:
+
+    - a step whose **loss** was inf/NaN (``loss_finite=False``) and whose gradients were not all
+      finite is a bad batch: ``nonfinite`` True, skipped at every scale;
+    - a step whose loss was finite but whose gradients held inf/NaN at the recorded scale ``s``
+      overflowed: ``overflow_scale = s`` (or the smaller ``overflow_scale`` passed in), and the
+      simulator replays it as an overflow at every scale ``>= overflow_scale`` and as a normal
+      step below it.
+
+    Approximations, for a step whose recorded attempt overflowed (the finite values of such an
+    attempt are not the step's gradients: inf/NaN propagates backward into upstream gradients):
+
+    - the histogram holds only the attempt's finite values (fewer values than the model has);
+    - ``absmax`` is raised to at least ``65520 / s``, the smallest unscaled magnitude that
+      overflows at ``s``: a lower bound that a replay at a lower scale passes to policies that
+      use the largest gradient (the real largest value may be larger; if the overflow happened
+      in an intermediate value, the parameter gradients' largest value may be smaller);
+    - below ``overflow_scale`` the step is replayed as finite: the recording cannot tell whether
+      it would also have overflowed at a lower scale (it would, if the overflowing values were
+      larger than ``65520 / s`` by more than the factor between the scales).
+
+    Non-finite gradients with a finite loss are taken as overflow even when they would be NaN at
+    every scale (a NaN made by the backward pass itself): the recording cannot tell the two apart.
+
+    Per-parameter histograms (``per_parameter=True``, off by default) keep the same statistics
+    for each gradient array too (the trace's ``layer_*`` fields), named by ``record(names=...)``.
+    They cost ``parameter arrays x NBINS x 8`` bytes (968 bytes per array) per recorded step,
+    held in memory while the recorder lives (the file is compressed). On an overflowed step the
+    arrays holding inf/NaN get the same ``absmax`` bound as the whole step (``65520 / s``, if
+    larger than their finite values); the others keep their measured largest value.
+
+    Overflow probes (``probe_overflow=True``, off by default): on each recorded step the updater
+    runs the step's forward and backward again on the same batch at other powers of two of the
+    scale and records the smallest at which the real backward pass overflows, within the
+    policy's bounds (:mod:`updater.probes`), so the simulator sees overflows born inside the
+    backward kernels, which no stored gradient shows; for a step that overflowed, the first
+    finite probe's gradients are recorded instead. Training is left exactly as without probing.
+    Cost: the extra forward/backward rounds, counted in :attr:`probe_passes`.
+
+    Measured flushing (``measure_flush=True``, off by default): on each recorded step the
+    updater also runs the step in float32 once (a copy of the graph, same parameters) and in
+    float16 at ``seed * 2**k`` for ``k`` in ``updater.probes.FLUSH_OFFSETS``, and stores the
+    share of the true nonzero gradient values that float16 left at zero at each scale (the
+    trace's ``flush_*`` fields), which the simulator replays instead of its binade model.
+
+    Args:
+        path (str or Path): output ``.npz`` path.
+        every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
+        name (str or None, default None): trace name; the file stem when None.
+        per_parameter (bool, default False): also keep one histogram per gradient array.
+        probe_overflow (bool, default False): probe each recorded step's overflow threshold.
+        measure_flush (bool, default False): measure each recorded step's flushed share at
+            several scales against a float32 copy of the graph (:mod:`updater.probes`).
+
+    Attributes:
+        probe_passes (int): forward/backward rounds the probes ran so far.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, Path],
+        every: int = 1,
+        name: str | None = None,
+        per_parameter: bool = False,
+        probe_overflow: bool = False,
+        measure_flush: bool = False,
+    ):
+        self.every = check_int("every", every, 1)
+        self.probe_overflow = check_bool("probe_overflow", probe_overflow)
+        self.measure_flush = check_bool("measure_flush", measure_flush)
+        self.probe_passes = 0
+        self.path = Path(path)
+        self.name = name if name is not None else self.path.stem
+        self.per_parameter = check_bool("per_parameter", per_parameter)
+        self._rows: List[tuple] = []
+        self._layer_names: List[str] | None = [] if self.per_parameter else None
+        self.steps: List[int] = []
+        self._written = [0]  # rows in the file; shared with the exit hook, which holds no self
+        self._exit_hook = weakref.finalize(
+            self,
+            _write_at_exit,
+            self._rows,
+            self._written,
+            self.path,
+            self.name,
+            self._layer_names,
+            self.probe_overflow,
+        )
+
+    def wants(self, step: int) -> bool:
+        """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
+        return step % self.every == 0
+
+    def record(
+        self,
+        step: int,
+        grads: List[np.ndarray],
+        scale: float,
+        loss_finite: bool | None = True,
+        overflow_scale: float | None = None,
+        names: List[str] | None = None,
+        flush: tuple | None = None,
+    ) -> None:
+        """Add one step.
+
+        Args:
+            step (int): the ``update()`` call number (0-based).
+            grads (list of arrays): the recorded attempt's gradients as scaled by ``scale``
+                (float16 or float32; may hold inf/NaN).
+            scale (float, finite > 0): the loss scale of the recorded attempt.
+            loss_finite (bool or None, default True): False when the loss itself was inf/NaN
+                (bad data: the step is bad at every scale, unless every gradient was finite, in
+                which case the update was applied and the step is recorded as a normal one);
+                None (not checked) counts as True.
+            overflow_scale (float or None, default None): the smallest scale at which another
+                attempt of the same step overflowed with a finite loss (an earlier attempt of
+                ``on_overflow="retry"``, or this attempt when the caller knows it overflowed
+                although ``grads`` look finite, e.g. on another worker); > 0, None (or inf) when
+                there was none. Non-finite ``grads`` with a finite loss add ``scale`` to it.
+            names (list of str or None, default None): the parameter names of ``grads``, in the
+                same order; required with ``per_parameter=True``, ignored otherwise. They are
+                matched by name from step to step: a name first seen at a later step (a
+                parameter added during training) gets zero counts and zeros at the steps before,
+                and a name missing from a step gets zero counts and zeros at that step.
+            flush (tuple or None, default None): ``(scales, shares)``, the measured flushed
+                shares of this step (NaN: not measured); None: not measured.
+
+        >>> import tempfile
+        >>> rec = GradientRecorder(tempfile.mkdtemp() + "/t.npz")
+        >>> rec.record(0, [np.array([1.0, np.inf], np.float16)], 1024.0)  # an overflow
+        >>> rec.record(1, [np.array([np.nan, 2.0], np.float16)], 1024.0, loss_finite=False)
+        >>> t = rec.trace()
+        >>> t.nonfinite.tolist(), t.overflow_scale.tolist(), t.absmax[0] == 65520.0 / 1024
+        ([False, True], [1024.0, inf], True)
+        """
+        scale = check_positive("scale", scale)
+        over = math.inf
+        if overflow_scale is not None:
+            ok = isinstance(overflow_scale, (int, float, np.integer, np.floating))
+            if not ok or isinstance(overflow_scale, bool) or not overflow_scale > 0:
+                raise ValueError(
+                    f"overflow_scale must be a number > 0 or None, got {overflow_scale!r}"
+                )
+            over = float(overflow_scale)
+        grads = list(grads)
+        columns = self._columns(names, len(grads)) if self.per_parameter else None
+        rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
+        layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
+        layer_zeros = np.array([r[1] for r in rows], np.int64)
+        layer_absmax = np.array([r[2] for r in rows], np.float64)
+        layer_finite = np.array([r[3] for r in rows], bool)
+        grads_finite = bool(layer_finite.all())
+        bad = loss_finite is not None and not loss_finite and not grads_finite
+        if not grads_finite and not bad:  # overflowed at this scale
+            over = min(over, scale)
+            bound = FP16_OVERFLOW / scale
+            layer_absmax[~layer_finite] = np.maximum(layer_absmax[~layer_finite], bound)
+        counts, zeros = layer_counts.sum(axis=0), int(layer_zeros.sum())
+        absmax = float(layer_absmax.max(initial=0.0))
+        layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
+        if flush is not None:
+            flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
+        self._rows.append((counts, zeros, absmax, bad, over, layers, flush))
+        self.steps.append(int(step))
+
+    def _columns(self, names, n: int) -> np.ndarray:
+        """The trace columns of ``names`` (checked), adding names not seen before."""
+        if names is None:
+            raise ValueError(
+                "names must list the parameter names of grads (same order) when "
+                "per_parameter=True, got None"
+            )
+        if isinstance(names, str) or not all(isinstance(x, str) for x in names):
+            raise TypeError(f"names must be a list of str, got {names!r}")
+        names = list(names)
+        if len(names) != n or len(set(names)) != n:
+            raise ValueError(
+                f"names must hold {n} distinct names (one per gradient array), got "
+                f"{len(names)} ({len(set(names))} distinct)"
+            )
+        known = set(self._layer_names)
+        self._layer_names.extend(x for x in names if x not in known)
+        column = {x: i for i, x in enumerate(self._layer_names)}
+        return np.array([column[x] for x in names], np.int64)
+
+    def trace(self) -> Trace:
+        """Return the steps recorded so far as a :class:`Trace`."""
+        return _trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
+
+    def close(self) -> Path | None:
+        """Write the trace (atomically) and return its path; None when nothing was recorded."""
+        if not self._rows:
+            logger.warning("GradientRecorder %s recorded no steps; nothing written", self.path)
+            return None
+        path = self.trace().save(self.path)
+        self._written[0] = len(self._rows)
+        return path
+
+    def __enter__(self) -> GradientRecorder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _trace_of(
+    rows: List[tuple], name: str, layer_names: List[str] | None, probed: bool = False
+) -> Trace:
+    if not rows:
+        raise ValueError("no steps recorded yet; call update() before building a trace")
+    counts, zeros, absmax, bad, over, layers, flush = zip(*rows)
+    per_layer = {}
+    if layer_names is not None:  # columns absent from a step stay 0
+        shape = (len(rows), len(layer_names))
+        c, z, a = np.zeros(shape + (NBINS,), np.int64), np.zeros(shape, np.int64), np.zeros(shape)
+        for t, (columns, c_t, z_t, a_t) in enumerate(layers):
+            c[t, columns], z[t, columns], a[t, columns] = c_t, z_t, a_t
+        per_layer = dict(layer_names=layer_names, layer_counts=c, layer_zeros=z, layer_absmax=a)
+    measured = [f for f in flush if f is not None]
+    if measured:  # steps without a measurement (bad batches) get NaN rows
+        empty = np.full_like(measured[0][0], np.nan)
+        per_layer["flush_scales"] = np.stack([empty if f is None else f[0] for f in flush])
+        per_layer["flush_shares"] = np.stack([empty if f is None else f[1] for f in flush])
+    return Trace(
+        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed, **per_layer
+    )
+
+
+def _write_at_exit(
+    rows: List[tuple],
+    written: List[int],
+    path: Path,
+    name: str,
+    layer_names: List[str] | None,
+    probed: bool,
+) -> None:
+    """A recorder's exit hook: write the steps recorded since its last write, if any."""
+    if len(rows) > written[0]:
+        _trace_of(rows, name, layer_names, probed).save(path)
+        logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
