@@ -21,7 +21,8 @@ from tests.nnabla_models import (
 )
 from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 from updater.arrays import host_reads
-from updater.policy import FP16_MAX, largest_safe_scale
+from updater.float16 import FP16_MAX
+from updater.policy import largest_safe_scale
 from updater.updater import DynamicLossScalingUpdater
 
 

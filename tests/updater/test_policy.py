@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from updater.float16 import FP16_MAX
 from updater.policy import (
-    FP16_MAX,
     DynamicScale,
     HeadroomScale,
     NnablaLegacy,
