@@ -1,5 +1,5 @@
-"""Figures of simulated runs (:class:`sim.replay.run.RunResult`): the loss scale against the step,
-and policies compared on summary metrics.
+"""Figures of simulated runs (:class:`sim.replay.result.RunResult`): the loss scale against the
+step, and policies compared on summary metrics.
 
 :func:`plot_trajectory` draws one result's scale with its overflows, skips and safe band;
 :func:`plot_trajectory_panels` stacks several. :func:`plot_policy_comparison` draws one metric
@@ -24,7 +24,7 @@ from sim.plots.common import (
     pow2_label,
 )
 from sim.replay.metrics import METRICS
-from sim.replay.run import RunResult
+from sim.replay.result import RunResult
 
 METRIC_LABELS = {n: m.label for n, m in METRICS.items() if m.per_run}
 """Axis labels of the per-run metrics, from :data:`sim.replay.metrics.METRICS`."""

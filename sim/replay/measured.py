@@ -16,7 +16,7 @@ from typing import Any, Dict, Union
 import numpy as np
 
 from sim.replay.metrics import run_metrics
-from sim.replay.run import safe_scales
+from sim.replay.result import safe_scales
 from updater.files import atomic_write
 from updater.float16 import FP16_OVERFLOW
 from updater.policy import DynamicScale, policy_from_dict
@@ -105,8 +105,8 @@ class MeasuredRun:
     def metrics(self, flushed: np.ndarray | None = None) -> Dict[str, float]:
         """The simulator's per-run metrics (:func:`sim.replay.metrics.run_metrics`) of this run.
 
-        The safe scale of a step follows :func:`sim.replay.run.safe_scales`: from the true largest
-        |gradient|, below the scale of a step that overflowed, capped at the policy's
+        The safe scale of a step follows :func:`sim.replay.result.safe_scales`: from the true
+        largest |gradient|, below the scale of a step that overflowed, capped at the policy's
         ``max_scale``. ``flushed`` (default :attr:`flushed`) is the per-step flushed share used.
         """
         flushed = self.flushed if flushed is None else flushed

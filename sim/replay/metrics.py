@@ -23,8 +23,8 @@ class Metric:
         kind (str): ``"count"`` (mean over runs), ``"share"`` (in [0, 1], printed as a
             percentage), ``"steps"`` (a median step count) or ``"scale"`` (a loss scale).
         lower_is_better (bool): whether a lower value is better.
-        per_run (bool, default True): :attr:`sim.replay.run.RunResult.metrics` holds one value per
-            run (else the metric exists only in the summary row).
+        per_run (bool, default True): :attr:`sim.replay.result.RunResult.metrics` holds one
+            value per run (else the metric exists only in the summary row).
     """
 
     head: str

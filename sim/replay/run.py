@@ -14,89 +14,42 @@ scale). The policy is then advanced with ``grads_finite = not skipped`` and ``gr
 (the largest scaled gradient, as the updater measures it before unscaling). :func:`simulate`,
 :func:`simulate_many` and :func:`simulate_scalar` all apply this rule through one function.
 
-Recorded overflows (what is approximated). A trace recorded from a real run (the updater's
-``GradientRecorder``) holds one attempt per step, at the scale the run used. A recorded overflow
-(finite loss, inf/NaN gradients at scale ``s_o``) replays as an overflow at every scale
-``>= s_o`` and as a normal step below it; a bad batch (non-finite loss) is skipped at every
-scale. Approximated: below ``s_o`` the recording cannot say whether the step would have
-overflowed too (it is replayed as finite unless its ``absmax`` says so), and the histogram and
-``absmax`` of an overflowed attempt are stand-ins (its finite values only, and ``absmax`` at
-least ``65520 / s_o``: inf/NaN spreads backward into upstream gradients); a step recorded finite
-at scale ``s`` is assumed to overflow above ``s`` only when its parameter gradients' ``absmax``
-does (an intermediate backward value may overflow first). Jitter multiplies the recorded
-threshold's effect like every gradient: the test is on ``s * f[t, r]``.
+Recorded overflows. A trace recorded from a real run (the updater's ``GradientRecorder``)
+holds one attempt per step. With ``probe_overflow`` its ``overflow_scale`` is measured: the
+smallest power-of-two scale, within the recording policy's bounds, at which the step's real
+backward pass overflowed (inf: none did), including overflows born inside backward kernels that
+no stored gradient shows; above the probed range the gradient-size rule decides. Without probes
+it is only the scale at which the run saw the step overflow, so below it the step replays as
+finite unless its ``absmax`` says otherwise (an intermediate backward value may overflow
+first), and an overflowed attempt's histogram and ``absmax`` are stand-ins (its finite values,
+``absmax`` at least ``65520 / s_o``). A bad batch (non-finite loss) is skipped at every scale.
+Jitter multiplies the recorded threshold's effect like every gradient: the test is on
+``s * f[t, r]``.
 
 Seeds (why many runs differ). Run ``r`` multiplies every gradient of step ``t`` by
 ``f[t, r] = 2 ** (jitter * z[t, r])`` with ``z`` standard normal from
 ``numpy.random.default_rng(seed)``: batch-to-batch variation of the gradient's overall size on
 top of the trace. With ``jitter=0`` every run sees the trace exactly and all runs are equal.
 
-Underflow shares come from :mod:`sim.fp16.underflow`, metrics from :mod:`sim.replay.metrics`.
+Results, flushed shares and metrics: :mod:`sim.replay.result`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.fp16.underflow import replay_flushed_share
-from sim.replay.metrics import run_metrics, summarize
+from sim.replay.result import RunResult, policy_label, run_result
 from updater.checks import check_instance, check_int, check_number
 from updater.float16 import FP16_OVERFLOW
-from updater.policy import check_policy, largest_safe_scale
-from updater.presets import PRESETS
+from updater.policy import check_policy
 from updater.trace import Trace
 
 MAX_JITTER = 8.0
 """Largest jitter accepted (std of log2 of the per-step gradient size factor)."""
-
-
-@dataclass
-class RunResult:
-    """Trajectories and per-run metrics of one policy over one trace.
-
-    Attributes:
-        label (str): the policy's label (preset name or class name).
-        policy: the policy object.
-        trace_name (str): the trace's name.
-        scale (float64 array (steps, runs)): the scale used at each step.
-        overflow (bool array (steps, runs)): the scaled gradients overflowed (``a >= 65520``,
-            or the scale reached the step's recorded ``overflow_scale``; see the module doc).
-        skipped (bool array (steps, runs)): the step was skipped (overflow or bad batch).
-        safe_scale (float64 array (steps, runs)): largest power of two ``s`` with
-            ``s * unscaled absmax <= 65504`` and below the step's recorded overflow threshold
-            (capped at the policy's ``max_scale`` if it has one).
-        flushed (float64 array (steps, runs)): share of nonzero values flushed at that scale.
-        metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
-    """
-
-    label: str
-    policy: Any
-    trace_name: str
-    scale: np.ndarray
-    overflow: np.ndarray
-    skipped: np.ndarray
-    safe_scale: np.ndarray
-    flushed: np.ndarray
-    metrics: Dict[str, np.ndarray]
-
-    @property
-    def steps(self) -> int:
-        """Number of steps."""
-        return int(self.scale.shape[0])
-
-    @property
-    def runs(self) -> int:
-        """Number of runs."""
-        return int(self.scale.shape[1])
-
-    def summary(self) -> Dict[str, Any]:
-        """One row of run-averaged metrics (see :func:`summarize`)."""
-        return summarize(self.metrics, self.steps, label=self.label, trace=self.trace_name)
 
 
 # ---------------------------------------------------------------- argument checks
@@ -106,14 +59,6 @@ def _check_runs_seed_jitter(runs, seed, jitter) -> None:
     check_int("runs", runs, 1)
     check_int("seed", seed, 0)
     check_number("jitter", jitter, 0.0, MAX_JITTER, hint=" (log2 units)")
-
-
-def policy_label(policy) -> str:
-    """The preset name of ``policy`` if it equals one, else its class name."""
-    for name, preset in PRESETS.items():
-        if preset == policy:
-            return name
-    return type(policy).__name__
 
 
 def jitter_factors(steps: int, runs: int, seed: int = 0, jitter: float = 0.25) -> np.ndarray:
@@ -205,7 +150,7 @@ def simulate(
     limits = _overflow_limits(trace, factor)
     desc = label or policy_label(policy)
     scale, overflow = _advance(policy, trace, absmax, limits, runs, progress, desc)
-    return _result(policy, trace, absmax, factor, scale, overflow, label)
+    return run_result(policy, trace, absmax, factor, scale, overflow, label)
 
 
 def _overflow_limits(trace: Trace, factor: np.ndarray) -> list:
@@ -254,47 +199,6 @@ def _advance(policy, trace, absmax, limits, runs, progress, desc):
         state = update(state, finite, a) if needs_absmax else update(state, finite)
     scale[steps] = state.scale
     return scale, overflow
-
-
-def _largest_power_of_two_below(limit) -> np.ndarray:
-    """Largest power of two strictly below ``limit`` (inf for inf)."""
-    with np.errstate(over="ignore"):
-        return np.exp2(np.ceil(np.log2(limit)) - 1.0)
-
-
-def safe_scales(absmax, overflow_from=None, max_scale=None) -> np.ndarray:
-    """The largest safe scale of each step: the largest power of two ``s`` with
-    ``s * absmax <= 65504``, strictly below ``overflow_from`` (the scale from which the step was
-    seen to overflow; inf or None where it never was) and at most ``max_scale`` (None: no cap).
-    Arguments broadcast together; the result is float64."""
-    safe = largest_safe_scale(absmax)
-    if overflow_from is not None:
-        safe = np.minimum(safe, _largest_power_of_two_below(overflow_from))
-    return safe if max_scale is None else np.minimum(safe, max_scale)
-
-
-def _result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
-    scale = scale_all[:-1]
-    skipped = overflow | trace.nonfinite[:, None]
-    over = (
-        trace.overflow_scale[:, None] / factor if np.isfinite(trace.overflow_scale).any() else None
-    )
-    cap = getattr(policy, "max_scale", None)
-    safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap)
-    flushed = replay_flushed_share(trace, scale * factor)
-    metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
-    metrics["final_scale"] = scale_all[-1].copy()
-    return RunResult(
-        label=label or policy_label(policy),
-        policy=policy,
-        trace_name=trace.name,
-        scale=scale,
-        overflow=overflow,
-        skipped=skipped,
-        safe_scale=safe,
-        flushed=flushed,
-        metrics=metrics,
-    )
 
 
 def stack_policies(policies: Sequence, runs: int = 1):
@@ -376,7 +280,7 @@ def simulate_many(
         )
         for j, i in enumerate(members):
             cols = slice(j * runs, (j + 1) * runs)
-            results[i] = _result(
+            results[i] = run_result(
                 policies[i], trace, absmax, factor, scale[:, cols], overflow[:, cols], labels[i]
             )
     return results

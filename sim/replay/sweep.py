@@ -57,7 +57,7 @@ def run_sweep(
 
     Returns:
         list of dicts, trace by trace and in grid order within a trace: the grid point's
-        settings followed by :meth:`sim.replay.run.RunResult.summary`.
+        settings followed by :meth:`sim.replay.result.RunResult.summary`.
     """
     if len(policies) != len(points):
         raise ValueError(

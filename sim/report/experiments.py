@@ -17,7 +17,8 @@ from sim.fp16.counts import classify
 from sim.fp16.underflow import pooled_flushed_share
 from sim.replay.measured import MEASURED, MeasuredRun, run_path
 from sim.replay.predictions import prediction_rows
-from sim.replay.run import RunResult, simulate_many
+from sim.replay.result import RunResult
+from sim.replay.run import simulate_many
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import format_percent
 from sim.traces.families import (
@@ -242,8 +243,8 @@ class Comparison:
     """The policy comparison.
 
     Attributes:
-        rows (list of dict): one per (family, policy): :meth:`sim.replay.run.RunResult.summary` plus
-            ``lost_end`` (:func:`lost_at_end`).
+        rows (list of dict): one per (family, policy):
+            :meth:`sim.replay.result.RunResult.summary` plus ``lost_end`` (:func:`lost_at_end`).
         results (dict family -> list of RunResult): the trajectories (for the figures).
     """
 

@@ -1,0 +1,109 @@
+"""The result of replaying one policy over one trace (:class:`RunResult`): trajectories, each
+step's largest safe scale, the flushed shares (:mod:`sim.fp16.underflow`) and the per-run metrics
+(:mod:`sim.replay.metrics`). :mod:`sim.replay.run` runs the replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict
+
+import numpy as np
+
+from sim.fp16.underflow import replay_flushed_share
+from sim.replay.metrics import run_metrics, summarize
+from updater.policy import largest_safe_scale
+from updater.presets import PRESETS
+
+
+@dataclass
+class RunResult:
+    """Trajectories and per-run metrics of one policy over one trace.
+
+    Attributes:
+        label (str): the policy's label (preset name or class name).
+        policy: the policy object.
+        trace_name (str): the trace's name.
+        scale (float64 array (steps, runs)): the scale used at each step.
+        overflow (bool array (steps, runs)): the scaled gradients overflowed (``a >= 65520``,
+            or the scale reached the step's recorded ``overflow_scale``; see the module doc).
+        skipped (bool array (steps, runs)): the step was skipped (overflow or bad batch).
+        safe_scale (float64 array (steps, runs)): largest power of two ``s`` with
+            ``s * unscaled absmax <= 65504`` and below the step's recorded overflow threshold
+            (capped at the policy's ``max_scale`` if it has one).
+        flushed (float64 array (steps, runs)): share of nonzero values flushed at that scale.
+        metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
+    """
+
+    label: str
+    policy: Any
+    trace_name: str
+    scale: np.ndarray
+    overflow: np.ndarray
+    skipped: np.ndarray
+    safe_scale: np.ndarray
+    flushed: np.ndarray
+    metrics: Dict[str, np.ndarray]
+
+    @property
+    def steps(self) -> int:
+        """Number of steps."""
+        return int(self.scale.shape[0])
+
+    @property
+    def runs(self) -> int:
+        """Number of runs."""
+        return int(self.scale.shape[1])
+
+    def summary(self) -> Dict[str, Any]:
+        """One row of run-averaged metrics (see :func:`summarize`)."""
+        return summarize(self.metrics, self.steps, label=self.label, trace=self.trace_name)
+
+
+def policy_label(policy) -> str:
+    """The preset name of ``policy`` if it equals one, else its class name."""
+    for name, preset in PRESETS.items():
+        if preset == policy:
+            return name
+    return type(policy).__name__
+
+
+def _largest_power_of_two_below(limit) -> np.ndarray:
+    """Largest power of two strictly below ``limit`` (inf for inf)."""
+    with np.errstate(over="ignore"):
+        return np.exp2(np.ceil(np.log2(limit)) - 1.0)
+
+
+def safe_scales(absmax, overflow_from=None, max_scale=None) -> np.ndarray:
+    """The largest safe scale of each step: the largest power of two ``s`` with
+    ``s * absmax <= 65504``, strictly below ``overflow_from`` (the scale from which the step was
+    seen to overflow; inf or None where it never was) and at most ``max_scale`` (None: no cap).
+    Arguments broadcast together; the result is float64."""
+    safe = largest_safe_scale(absmax)
+    if overflow_from is not None:
+        safe = np.minimum(safe, _largest_power_of_two_below(overflow_from))
+    return safe if max_scale is None else np.minimum(safe, max_scale)
+
+
+def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
+    scale = scale_all[:-1]
+    skipped = overflow | trace.nonfinite[:, None]
+    over = (
+        trace.overflow_scale[:, None] / factor if np.isfinite(trace.overflow_scale).any() else None
+    )
+    cap = getattr(policy, "max_scale", None)
+    safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap)
+    flushed = replay_flushed_share(trace, scale * factor)
+    metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
+    metrics["final_scale"] = scale_all[-1].copy()
+    return RunResult(
+        label=label or policy_label(policy),
+        policy=policy,
+        trace_name=trace.name,
+        scale=scale,
+        overflow=overflow,
+        skipped=skipped,
+        safe_scale=safe,
+        flushed=flushed,
+        metrics=metrics,
+    )
