@@ -136,3 +136,16 @@ def na_notes(rows: List[Dict[str, object]]) -> List[str]:
             "steps_to_safe n/a: no run came within a factor 2 of the safe scale (never_safe)."
         )
     return notes
+
+
+def share_table(rows, columns: Dict[str, str], shares: Sequence[str] = ()) -> str:
+    """A markdown table of ``rows`` with ``columns`` (name -> head); ``shares`` as percents."""
+    return markdown_table(with_percents(rows, shares), list(columns), list(columns.values()))
+
+
+def find_row(rows: Sequence[Dict[str, Any]], **match) -> Dict[str, Any]:
+    """The first row whose values equal ``match``; ``KeyError`` naming it when none does."""
+    for r in rows:
+        if all(r[k] == v for k, v in match.items()):
+            return r
+    raise KeyError(f"no row with {match}")

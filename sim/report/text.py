@@ -7,19 +7,14 @@ text stays right whatever order the experiments return their rows in.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
-import numpy as np
-
-from sim.replay.layers import TOLERANCE, format_layer_needs
-from sim.replay.measured import RECORDED
 from sim.replay.metrics import METRICS, SHARES
-from sim.replay.predictions import RANGE_RUNS
-from sim.replay.selection import HEADROOM_MAX_MARGIN
-from sim.report.experiments import COMPARED, DYNAMIC_GRID, END_SHARE, HEADROOM_GRID, ReportData
+from sim.report.experiments import COMPARED, END_SHARE, ReportData
 from sim.report.tables import format_percent as pct
-from sim.report.tables import format_value, markdown_table, with_percents
-from updater.policy import DynamicScale, HeadroomScale
+from sim.report.tables import format_value, markdown_table, share_table
+from sim.report.text_defaults import defaults_section
+from sim.report.text_real import layers_section, real_section
 from updater.presets import PRESETS
 
 FAMILY_COLUMNS = {
@@ -45,40 +40,15 @@ SSD_COLUMNS = {
 SSD_SHARES = ("zeros_in", "flushed_all", "flushed_nonzero", "left_nonzero_all", "subnormal")
 
 
-def _table(rows, columns: Dict[str, str], shares: Sequence[str] = ()) -> str:
-    """A markdown table of ``rows`` with ``columns`` (name -> head); ``shares`` as percents."""
-    return markdown_table(with_percents(rows, shares), list(columns), list(columns.values()))
-
-
 def _settings(policy) -> str:
     return ", ".join(f"{k}={format_value(v, name=k)}" for k, v in policy.settings().items())
-
-
-def _find(rows: Sequence[Dict[str, Any]], **match) -> Dict[str, Any]:
-    for r in rows:
-        if all(r[k] == v for k, v in match.items()):
-            return r
-    raise KeyError(f"no row with {match}")
-
-
-def _mean(rows, key: str) -> float:
-    return float(np.mean([r[key] for r in rows]))
 
 
 def results_table(rows: Sequence[Dict[str, Any]]) -> str:
     """The comparison table: family, policy, then every metric of
     :data:`sim.replay.metrics.METRICS`."""
     columns = {"trace": "family", "label": "policy", **{k: m.head for k, m in METRICS.items()}}
-    return _table(rows, columns, SHARES)
-
-
-def sweep_table(rows: Sequence[Dict[str, Any]], keys: Sequence[str], families) -> str:
-    """A sweep table: the settings, the signal lost per family, its mean and worst, skips."""
-    columns = {k: k for k in keys}
-    columns.update({f"lost_{f}": f for f in families})
-    columns.update(lost_mean="mean", lost_worst="worst", skipped_mean="skipped / run")
-    lost = [c for c in columns if c.startswith("lost_")]
-    return _table(sorted(rows, key=lambda r: r["lost_mean"]), columns, lost)
+    return share_table(rows, columns, SHARES)
 
 
 def render(data: ReportData, commit: str) -> str:
@@ -95,9 +65,9 @@ def render(data: ReportData, commit: str) -> str:
         _policies(),
         _results(data),
         _ssd(data),
-        _real(data),
-        _layers(data),
-        _defaults(data),
+        real_section(data),
+        layers_section(data),
+        defaults_section(data),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
@@ -136,7 +106,7 @@ def _families(data: ReportData) -> str:
     return f"""\
 ## Trace families
 
-{_table(data.families, FAMILY_COLUMNS)}
+{share_table(data.families, FAMILY_COLUMNS)}
 
 Flushed shares are of nonzero values, all steps pooled; safe scales are medians of the largest \
 power of two with scale x absmax <= 65504 (uncapped)."""
@@ -235,7 +205,7 @@ would recover all but 0.1% without overflow. The trace `ssd` is calibrated to th
 {ssd["n"]} \
 values sampled from that calibration (seed {data.config.seed}):
 
-{_table(rows, SSD_COLUMNS, SSD_SHARES)}
+{share_table(rows, SSD_COLUMNS, SSD_SHARES)}
 
 - **Without scaling** the cast flushes {pct(one["flushed_all"])} of all values \
 ({pct(one["flushed_nonzero"])} of the nonzero ones) on top of {pct(one["zeros_in"])} exact \
@@ -254,315 +224,3 @@ all but 0.1%), with {big["overflow"]} overflowed values.
 ![underflow vs scale](underflow_vs_scale.png)
 
 ![drifting trace, last step](histogram_drifting_end.png)"""
-
-
-def _metric_cell(metric: str, value: float) -> str:
-    return pct(value) if METRICS[metric].kind == "share" else format_value(value, name=metric)
-
-
-def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
-    """The predictions against the real runs: one row per (model, policy), per metric the
-    prediction with its spread and the measured value."""
-    table: Dict[tuple, Dict[str, Any]] = {}
-    for r in rows:
-        key = (r["model"], r["policy"])
-        row = table.setdefault(key, {"model": key[0], "policy": key[1]})
-        m = r["metric"]
-        spread = f"{_metric_cell(m, r['low'])}-{_metric_cell(m, r['high'])}"
-        row[f"{m}_p"] = f"{_metric_cell(m, r['predicted'])} ({spread})"
-        row[f"{m}_m"] = _metric_cell(m, r["measured"])
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    columns = ["model", "policy"] + [f"{m}_{k}" for m in metrics for k in "pm"]
-    heads = ["model", "policy"] + [
-        f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
-        for m in metrics
-        for k in "pm"
-    ]
-    return markdown_table(list(table.values()), columns, heads)
-
-
-def _real(data: ReportData) -> str:
-    if not data.real:
-        return ""
-    preds, config = data.predictions, data.config
-    measured = with_percents(
-        [{**r, "small": r["flushed_small"]} for r in data.measured], ["flushed", "small"]
-    )
-    runs_table = markdown_table(
-        measured,
-        ["model", "policy", "steps", "skipped", "final_scale", "accuracy", "flushed", "small"],
-        ["model", "policy", "steps", "skipped", "final scale", "test accuracy",
-         "flushed (applied steps)", "of which below 2^-24 after scaling"],
-    )  # fmt: skip
-    errors = []
-    for metric in dict.fromkeys(r["metric"] for r in preds):
-        sub = [r for r in preds if r["metric"] == metric]
-        worst = max(sub, key=lambda r: abs(r["error"]))
-        inside = sum(r["low"] <= r["measured"] <= r["high"] for r in sub)
-        errors.append(
-            f"- **{METRICS[metric].label}**: mean |predicted - measured| "
-            f"{_metric_cell(metric, float(np.mean([abs(r['error']) for r in sub])))}; "
-            f"largest on {worst['model']} under {worst['policy']} (predicted "
-            f"{_metric_cell(metric, worst['predicted'])}, measured "
-            f"{_metric_cell(metric, worst['measured'])}); the measured value lies inside the "
-            f"jittered spread in {inside} of {len(sub)} cases."
-        )
-    recorded = [r for r in data.measured if r["policy"] == RECORDED]
-    checked = [r for r in data.measured if r["policy"] != RECORDED]
-    blind = ", ".join(
-        f"{r['model']} {pct(r['flushed'])} ({pct(r['flushed_small'])} below 2^-24 after scaling)"
-        for r in recorded
-    )
-    below = ", ".join(f"{r['model']} {pct(r['below_max_scale'])}" for r in recorded)
-    overflows = sum(r["overflows"] for r in checked)
-    inside = sum(r["overflows_inside"] for r in checked)
-    arithmetic = ", ".join(
-        f"{r['model']} under {r['policy']} {pct(r['flushed'] - r['flushed_small'])}"
-        for r in checked
-    )
-    models = ", ".join(f"`{m}`" for m in data.real)
-    return f"""\
-## Real models: predictions checked against real runs
-
-Three real nnabla models ({models}; what each is: the families table above) were trained in \
-`cpu:half` with the updater under the default `DynamicScale()`, and every step's gradients \
-recorded with `GradientRecorder` (`reports/traces/<model>.npz`, written by \
-`python -m sim.nnabla_studies.real_traces --out reports/traces`, fixed seeds; see \
-[traces/README.md](traces/README.md)). The same models were then trained again for real, from \
-the same weights and batches, under two other policies: `nnabla-legacy` (scale 8, doubling \
-every 2000 steps: underflow) and `dynamic-fast` (`DynamicScale(growth_interval=50)`: it climbs \
-back to 2^15 50 steps after each backoff, so it overflows more often). At every step of every \
-run, the recording included, a float32 copy of the training graph (same parameters, same batch) \
-computed the true gradients: the measured **flushed** share is the share of the true nonzero \
-values that the float16 backward pass left at exactly zero, and the measured safe scale follows \
-from the true largest |gradient| (`sim.nnabla_studies.real_runs`).
-
-{runs_table}
-
-From each recorded trace the simulator predicts what the other policies will do: the trace \
-replayed exactly (jitter 0), and in parentheses the 5th-95th percentile of {RANGE_RUNS} runs \
-with the report's jitter ({config.jitter}). Shares are per step (flushed: averaged over \
-applied steps).
-
-{prediction_table(preds)}
-
-Prediction error:
-
-{chr(10).join(errors)}
-
-Where the error comes from:
-
-- **What the recording flushed.** The trace holds the recorded run's float16 gradients after \
-unscaling: a value that float16 zeroed in that run is a zero in the trace, not a small value. \
-Measured with the same float32 shadow, the recorded runs (`DynamicScale()`, the first rows of \
-the runs table) flushed {blind} of the true nonzero values: a predicted flushed share misses \
-about that much at any scale.
-- **Overflows above the recorded scale.** A trace records an overflow only where the recording \
-overflowed; elsewhere the simulator decides from the largest parameter gradient. The recorded \
-runs spent {below} of their steps below 2^15 (after an overflow `DynamicScale()` grows back \
-only after 2000 finite steps), so whether those steps overflow at 2^15 was never observed. Of \
-the {overflows} overflows of the checked runs, {inside} happened while the true parameter \
-gradients times the scale stayed below 65520: they overflowed inside the backward pass \
-(intermediate values), which no parameter gradient shows.
-- **Float16 arithmetic on the way.** Of the measured flushed shares, the part that is not a \
-value below 2^-24 after scaling ({arithmetic}) was zeroed by float16 arithmetic inside the \
-backward pass, for example a ReLU whose float16 input is not positive while its float32 input \
-is; the simulator's flush model covers only values below 2^-24.
-- **Different trajectories.** A policy that skips or flushes differently applies different \
-updates, so the measured run's weights, and its gradients, drift from the recorded run's: \
-overflows happen at other steps, and the number of skipped steps can differ by a few even when \
-the gradient sizes are predicted right.
-- **The binade model** (values spread evenly inside each binade of the histogram) is exact for \
-power-of-two scales such as these, so it adds no error here."""
-
-
-def _layers(data: ReportData) -> str:
-    if not data.layers:
-        return ""
-    tables = "\n\n".join(
-        f"**{model}**\n\n{format_layer_needs(rows)}" for model, rows in data.layers.items()
-    )
-    return f"""\
-## Per-layer view of the real models
-
-One loss scale serves every layer, but layers' gradients differ in size and drift during \
-training (Zhao et al., *Adaptive Loss Scaling for Mixed Precision Training*, 2019). The real \
-traces were recorded with per-parameter histograms (`GradientRecorder(per_parameter=True)`; a \
-"layer" here is one parameter array, so a weight and its bias are two). For each one, the figure \
-shows the share of its nonzero gradient values that float16 flushes to zero against the loss \
-scale (all recorded steps without overflow pooled, the binade model of `sim.fp16.underflow`), \
-and the \
-tables give the scale each layer alone needs to keep that share within {TOLERANCE:g} (need) and \
-the largest at which its gradients stay finite (max), early, mid-way and late in training \
-(the first, middle and last tenth of the steps; `sim.replay.layers`).
-
-![per-layer flushed share against the loss scale](layers_flush.png)
-
-{tables}
-
-How to read it: a need is a lower bound when it is close to the scale the recording ran at \
-(2^15 here, mostly): values that float16 flushed during the recording are zeros in the trace. \
-The max counts the parameter gradients only, not overflows inside the backward pass, and a \
-float16 backward seed cannot exceed 2^15 anyway. Where one layer's need is above another \
-layer's max, no single global scale serves both: the case for per-layer scales."""
-
-
-def _defaults(data: ReportData) -> str:
-    config, families = data.config, data.family_names
-    dyn, head = DynamicScale(), HeadroomScale()
-    dyn_now = _find(
-        data.dynamic_sweep,
-        init_scale=dyn.init_scale,
-        growth_interval=dyn.growth_interval,
-        hysteresis=dyn.hysteresis,
-    )
-    main = [r for r in data.headroom_sweep if r["jitter"] == config.jitter]
-    noisy = [r for r in data.headroom_sweep if r["jitter"] != config.jitter]
-    head_now = _find(main, margin=head.margin, backoff_factor=head.backoff_factor)
-    dyn_best, head_best = data.chosen["dynamic"], data.chosen["headroom"]
-
-    def fv(row, key):
-        return format_value(row[key], name=key)
-
-    return f"""\
-## Choosing the defaults
-
-Rule (`sim.replay.selection.choose`): the setting with the lowest **signal lost** averaged over \
-the \
-families; among settings within 5% of that lowest mean, the one whose worst family is best; \
-differences below 3% (relative) count as ties, and a tie goes to the setting closest to the \
-current default (smallest sum of |log2(value / default)|). {config.sweep_runs} runs per \
-setting, same seeds and jitter as above.
-
-### DynamicScale: init_scale x growth_interval x hysteresis
-
-{sweep_table(data.dynamic_sweep, list(DYNAMIC_GRID), families)}
-
-Current default (init {format_value(dyn.init_scale, name="init_scale")}, growth_interval \
-{dyn.growth_interval}, hysteresis {dyn.hysteresis}): mean loss {pct(dyn_now["lost_mean"])}, \
-worst {pct(dyn_now["lost_worst"])}. Chosen by the rule: **init_scale=\
-{fv(dyn_best, "init_scale")}, growth_interval={fv(dyn_best, "growth_interval")}, hysteresis=\
-{fv(dyn_best, "hysteresis")}** with mean {pct(dyn_best["lost_mean"])}, worst \
-{pct(dyn_best["lost_worst"])}.
-
-{_dynamic_why(data.dynamic_sweep, dyn_best, families)}
-
-### HeadroomScale: margin x backoff_factor (and twice the jitter)
-
-Jitter {config.jitter}:
-
-{sweep_table(main, list(HEADROOM_GRID), families)}
-
-Jitter {2 * config.jitter} (noisier step-to-step gradient size):
-
-{sweep_table(noisy, list(HEADROOM_GRID), families)}
-
-Current default (margin {format_value(head.margin, name="margin")}, backoff_factor \
-{format_value(head.backoff_factor, name="backoff_factor")}): mean loss \
-{pct(head_now["lost_mean"])}, worst {pct(head_now["lost_worst"])}. Chosen by the rule: \
-**margin={fv(head_best, "margin")}, backoff_factor={fv(head_best, "backoff_factor")}** with \
-mean {pct(head_best["lost_mean"])}, worst {pct(head_best["lost_worst"])}.
-
-{_headroom_why(main, noisy)}
-
-{_what_real_changed(data)}
-
-Limits of this evidence: the synthetic traces are models (log-normal bodies, a calibrated SSD \
-histogram) and the real ones come from three small models; underflow is counted per value \
-whether or not it matters to training (the paper's SSD values below 2^-27 did not), and a \
-skipped step is counted as losing the whole step. A trace recorded from your own model \
-(`GradientRecorder`, then `dls simulate --trace run.npz`) replays through the same code."""
-
-
-def _what_real_changed(data: ReportData) -> str:
-    """What including the real traces changed in the choice of defaults."""
-    if not data.real:
-        return "The real models' traces were left out of this report (`--real-traces none`)."
-    parts = []
-    for name, grid in (("dynamic", DYNAMIC_GRID), ("headroom", HEADROOM_GRID)):
-        both, synthetic = data.chosen[name], data.chosen_synthetic[name]
-        cls = "DynamicScale" if name == "dynamic" else "HeadroomScale"
-        picked = ", ".join(f"{k}={format_value(both[k], name=k)}" for k in grid)
-        if all(both[k] == synthetic[k] for k in grid):
-            parts.append(f"{cls}: the same choice ({picked}) as on the synthetic families alone")
-        else:
-            before = ", ".join(f"{k}={format_value(synthetic[k], name=k)}" for k in grid)
-            parts.append(f"{cls}: {picked}, where the synthetic families alone pick {before}")
-    real = ", ".join(f"`{m}`" for m in data.real)
-    return (
-        f"With and without the real traces. The sweeps above include the real models' traces "
-        f"({real}) as families next to the synthetic ones; the rule was also run on the synthetic "
-        "families alone. " + "; ".join(parts) + "."
-    )
-
-
-def _dynamic_why(rows, best, families) -> str:
-    lines: List[str] = []
-    low = [r for r in rows if r["init_scale"] == 2.0**10]
-    high = [r for r in rows if r["init_scale"] == 2.0**15]
-    if low and high and "ssd" in families:
-        lines.append(
-            f"- **init_scale**: starting at 2^15 instead of 2^10 cuts the loss on ssd from "
-            f"{pct(_mean(low, 'lost_ssd'))} to {pct(_mean(high, 'lost_ssd'))} (mean over the "
-            "other settings): a start below the safe scale costs thousands of steps of "
-            "underflow, while a start above it costs a few skipped steps (one per halving)."
-        )
-    same = [r for r in rows if r["init_scale"] == best["init_scale"]]
-    for key in ("growth_interval", "hysteresis"):
-        parts = []
-        for v in sorted({r[key] for r in rows}):
-            sub = [r for r in same if r[key] == v]
-            parts.append(
-                f"{format_value(v, name=key)}: mean {pct(_mean(sub, 'lost_mean'))}, skipped "
-                f"{format_value(_mean(sub, 'skipped_mean'), name='skipped')}/run"
-            )
-        lines.append(
-            f"- **{key}** (averaged over the other setting, init "
-            f"{format_value(best['init_scale'], name='init_scale')}): " + "; ".join(parts) + "."
-        )
-    other = sorted(
-        (r for r in same if r["growth_interval"] == best["growth_interval"]),
-        key=lambda r: r["hysteresis"],
-    )
-    other = [r for r in other if r["hysteresis"] != best["hysteresis"]]
-    fams = [f for f in ("stationary", "nan") if f"lost_{f}" in best]
-    if other and fams:
-        parts = [
-            f"{f}: {pct(best[f'lost_{f}'])} with hysteresis {best['hysteresis']} against "
-            + ", ".join(f"{pct(o[f'lost_{f}'])} with {o['hysteresis']}" for o in other)
-            for f in fams
-        ]
-        lines.append(
-            f"- At growth_interval {best['growth_interval']}, hysteresis h costs h - 1 extra "
-            "overflows per probe (after each growth the first backoff needs h overflows) and "
-            "shields only against the first h - 1 bad batches after a growth (only growth "
-            "refills it, and a bad batch resets the growth count; `consecutive_hysteresis=True` "
-            "refills it on every finite step): " + "; ".join(parts) + "."
-        )
-    return "\n".join(lines)
-
-
-def _headroom_why(main, noisy) -> str:
-    lines = []
-    for label, rows in (("jitter x1", main), ("jitter x2", noisy)):
-        parts = []
-        for m in sorted({r["margin"] for r in rows}):
-            sub = [r for r in rows if r["margin"] == m]
-            parts.append(
-                f"margin {format_value(m, name='margin')}: mean {pct(_mean(sub, 'lost_mean'))}, "
-                f"skipped {format_value(_mean(sub, 'skipped_mean'), name='skipped')}/run"
-            )
-        lines.append(f"- **margin** ({label}): " + "; ".join(parts) + ".")
-    lines.append(
-        f"- Only margins <= {format_value(HEADROOM_MAX_MARGIN, name='margin')} are eligible as "
-        "the default: a margin m lands a factor m below the largest safe scale, and the "
-        "policy's goal is to be within a factor 2 of it after at most 3 steps. Where gradients "
-        "jump a lot from step to step, set margin=4 by hand."
-    )
-    lines.append(
-        "- **backoff_factor** barely matters on these traces: after an overflow the next finite "
-        "step jumps straight to the measured safe scale whatever the backoff; a deep backoff "
-        "(2^-8) bounds the overflows in a row after a sudden jump in gradient size to "
-        "ceil(jump in binades / 8) instead of one per binade."
-    )
-    return "\n".join(lines)
