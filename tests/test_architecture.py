@@ -1,5 +1,5 @@
 """The architecture the folders show: every arrow runs sim -> updater, no import cycles, nnabla
-only in the library and in sim.nnabla_studies."""
+only in the library and in sim.nnabla_studies, no module over 400 lines."""
 
 import ast
 import subprocess
@@ -102,3 +102,9 @@ def test_no_import_cycles():
     for name in sorted(graph):
         if name not in state:
             visit(name, [])
+
+
+def test_no_module_over_400_lines():
+    """A module past 400 lines is split by job (see README, layout)."""
+    lengths = {name: len(path.read_text().splitlines()) for name, path in module_files().items()}
+    assert not {name: n for name, n in lengths.items() if n > 400}
