@@ -71,6 +71,24 @@ def functions(output) -> list:
     return order
 
 
+def _sources_first(funcs: list, halves: List[bool]) -> List[tuple]:
+    """``(function, half)`` pairs in an order where a function reading an unlinked copy of
+    another function's output comes after that function (nnabla's graph order does not see
+    that link), so the rebuilt copy can be unlinked from the rebuilt source; stable otherwise,
+    and the given order where such links form a cycle."""
+    producer = {o: i for i, f in enumerate(funcs) for o in f.outputs}  # copies hash equal
+    needs = [{producer[v] for v in f.inputs if v in producer} - {i} for i, f in enumerate(funcs)]
+    order, done, ready = [], set(), sorted(i for i, n in enumerate(needs) if not n)
+    while ready:
+        i = ready.pop(0)
+        order.append(i)
+        done.add(i)
+        ready = sorted(set(ready) | {j for j, n in enumerate(needs) if j not in done and n <= done})
+    if len(order) < len(funcs):
+        order = list(range(len(funcs)))
+    return [(funcs[i], halves[i]) for i in order]
+
+
 def _walk(roots, neighbours, enter) -> set:
     """Indices reachable from ``roots`` through indices for which ``enter`` is true."""
     seen, stack = set(roots), list(roots)
@@ -120,6 +138,8 @@ def rewrite(output, lists: AmpLists | None = None, context=None):
     Functions are created again by type name and arguments, in order; leaves (parameters,
     inputs, BatchNormalization's running statistics) are the same Variable objects, so the
     solver's parameters get the gradients and the statistics move in the new graph's forward.
+    A stop-gradient (``v.get_unlinked_variable(need_grad=False)``) stays one, unlinked from the
+    rebuilt ``v`` when ``v`` is rebuilt too; outputs keep ``persistent`` and ``recompute``.
     Functions of several outputs (Split, LSTM) keep all of them. Arguments are kept, inplace
     too: in nnabla 1.39 only Reshape honours it, and its shared array converts between float16
     and float32 on demand (tested: the same numbers as a copy). The original graph is left as
@@ -144,13 +164,21 @@ def rewrite(output, lists: AmpLists | None = None, context=None):
     if unknown:
         logger.warning("amp: function types in no list compute in float32: %s", unknown)
     new: Dict[nn.Variable, nn.Variable] = {}
-    for f, half in zip(funcs, paint(funcs, lists)):
+
+    def rebuilt(v: nn.Variable) -> nn.Variable:
+        if v.parent is not None:
+            return new.get(v, v)
+        # a leaf stays a leaf; an unlinked copy of a rebuilt variable (in nnabla 1.39 it hashes
+        # and compares equal to its source) becomes an unlinked copy of the rebuilt one, so the
+        # gradient still stops there and the data is the new graph's
+        source = new.get(v)
+        return v if source is None else source.get_unlinked_variable(need_grad=v.need_grad)
+
+    for f, half in _sources_first(funcs, paint(funcs, lists)):
         make = getattr(NF, f.info.type_name)(half_ctx if half else float_ctx, **f.info.args)
-        outs = make(
-            *[new.get(v, v) for v in f.inputs], n_outputs=len(f.outputs), auto_forward=False
-        )
+        outs = make(*map(rebuilt, f.inputs), n_outputs=len(f.outputs), auto_forward=False)
         for old, o in zip(f.outputs, outs if isinstance(outs, tuple) else (outs,)):
-            o.persistent = old.persistent
+            o.persistent, o.recompute = old.persistent, old.recompute
             new[old] = o
     result = [new.get(v, v) for v in outputs]
     return result[0] if isinstance(output, nn.Variable) else result
