@@ -16,7 +16,7 @@ import nnabla as nn
 import numpy as np
 
 from .checks import check_int, check_positive
-from .float16 import FP16_SMALLEST_SUBNORMAL
+from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, SEED_MAX
 from .policy import DynamicScale, ScaleState, check_policy, policy_from_dict
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
@@ -85,8 +85,28 @@ def legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicScal
     )
 
 
-def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale):
-    """The policy the constructor arguments ask for (see the class docstring)."""
+def check_seed_holds(policy, seed_type) -> None:
+    """``ValueError`` when the policy's scale or ``max_scale`` is above the largest backward
+    seed of ``seed_type`` (the loss's precision), where the seed would be inf."""
+    precision = np.dtype(seed_type).name
+    for name, value in (("max_scale", policy_bounds(policy)[1]), ("scale", policy.init().scale)):
+        if math.isfinite(value) and value > SEED_MAX[precision]:
+            raise ValueError(
+                f"{name} {float(value)!r} is above {SEED_MAX[precision]!r}, the largest backward "
+                f"seed a {precision} loss holds (the loss's last function computes in "
+                f"{precision}, so loss.backward(scale) would seed inf): use {name} <= "
+                f"2**{int(math.log2(LARGEST_SEED_POWER[precision]))}"
+                + (
+                    ", or compute the loss in float32 (updater.amp.rewrite does)"
+                    if precision == "float16"
+                    else ""
+                )  # fmt: skip
+            )
+
+
+def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale, seed_type):
+    """The policy the constructor arguments ask for (see the class docstring); ``max_scale``
+    defaults to the largest power of two the seed's precision (``seed_type``) holds."""
     legacy = {"scale": scale, "scaling_factor": scaling_factor, "N": N}
     given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
              if v is not None}  # fmt: skip
@@ -99,7 +119,8 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
             )
     else:
         low = check_seedable("min_scale", 1.0 if min_scale is None else min_scale)
-        high = check_positive("max_scale", 2.0**15 if max_scale is None else max_scale)
+        largest = LARGEST_SEED_POWER[np.dtype(seed_type).name]
+        high = check_positive("max_scale", largest if max_scale is None else max_scale)
         if all(v is None for v in legacy.values()):
             start = min(max(DynamicScale.init_scale, low), high)
             policy = DynamicScale(init_scale=start, min_scale=low, max_scale=high)
@@ -109,6 +130,7 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     if hasattr(policy, "min_scale"):
         check_seedable("min_scale", policy.min_scale)
     check_seedable("scale", float(policy.init().scale))
+    check_seed_holds(policy, seed_type)
     return policy
 
 

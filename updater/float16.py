@@ -18,3 +18,7 @@ FP16_FLUSH_EDGE = 2.0**-25
 FP16_FLUSH_BINADE = -25
 """Binade of ``FP16_FLUSH_EDGE``: values in lower binades flush to 0; in this binade only the
 exact power of two flushes, the rest round up to ``2**-24``."""
+LARGEST_SEED_POWER = {"float16": 2.0**15, "float32": 2.0**127}
+"""The largest power of two a backward seed of each precision holds (float16's max is 65504)."""
+SEED_MAX = {"float16": FP16_MAX, "float32": 3.4028234663852886e38}
+"""The largest finite backward seed of each precision."""

@@ -38,10 +38,8 @@ from typing import List, NamedTuple
 import numpy as np
 
 from .arrays import copy_array, copy_forward_state, restore_array
-from .float16 import FP16_SMALLEST_SUBNORMAL
+from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
 
-LARGEST_SEED_POWER = {np.float16: 2.0**15, np.float32: 2.0**127}
-"""The largest power-of-two seed each seed precision holds."""
 FLUSH_OFFSETS = (-12, -8, -4, 0)
 """Powers of two, relative to the seed used, at which flushing is measured."""
 
@@ -89,7 +87,7 @@ def probe_bounds(policy, seed_type) -> tuple:
     without them), the highest capped by what the seed's precision holds."""
     low = float(getattr(policy, "min_scale", 1.0))
     high = float(getattr(policy, "max_scale", 2.0**15))
-    return low, min(high, LARGEST_SEED_POWER[seed_type])
+    return low, min(high, LARGEST_SEED_POWER[np.dtype(seed_type).name])
 
 
 def probe_step(

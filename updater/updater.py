@@ -21,6 +21,7 @@ import numpy as np
 from .arguments import (
     check_driver_arguments,
     check_scale,
+    check_seed_holds,
     checked_state,
     legacy_setting,
     policy_from_arguments,
@@ -101,10 +102,10 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             (or None) with ``comm`` means every current parameter gradient of the solver.
         policy (policy from :mod:`updater.policy` or None, default None): the scaling policy;
             then none of the legacy trio nor ``min_scale``/``max_scale`` may be given.
-        min_scale (float or None, default None): floor of the built policy, >= 2**-24; None
-            means 1.0.
-        max_scale (float or None, default None): cap of the built policy; None means 2**15, the
-            largest power of two below float16's max (nnabla half seeds backward in float16).
+        min_scale (float or None, default None): floor of the built policy, >= 2**-24; 1.0.
+        max_scale (float or None, default None): cap of the built policy; None: the largest
+            power of two the backward seed holds, 2**15 for a loss computed in half (float16
+            seed, max 65504), 2**127 in float32. Above that (also in ``policy=``): ValueError.
         on_overflow (str, default "skip"): "skip" skips the step; "retry" recomputes the same
             batch at the lowered scale (see above).
         max_retries (int, default 8): retries per ``update()`` in "retry" mode, >= 0; after them
@@ -183,7 +184,10 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         enabled=True,
     ):
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
-        policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale)
+        self._seed_type = seed_dtype(loss)
+        policy = policy_from_arguments(
+            policy, scale, scaling_factor, N, min_scale, max_scale, self._seed_type
+        )
         check_choice("on_overflow", on_overflow, ("skip", "retry"))
         check_choice("finite_check", finite_check, ("auto", "numpy", "solver", "nnabla"))
 
@@ -217,7 +221,6 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
                 MonitorSeries("loss_scale", monitor, interval=1, verbose=False),
                 MonitorSeries("skipped_steps", monitor, interval=1, verbose=False),
             )
-        self._seed_type = seed_dtype(loss)
         self._step_params = None  # the solver's parameters, read once per step when needed
         reads = policy.needs_grad_absmax or clip_grad_norm is not None or recorder is not None
         n_values = sum(p.size for p in self._params().values())
@@ -296,6 +299,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         current one (a warning is logged when they differ).
         """
         policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, _COUNTERS)
+        check_seed_holds(policy, self._seed_type)
         if policy != self.policy:
             logger.warning("loaded policy %r replaces %r", policy, self.policy)
         self.policy = policy
