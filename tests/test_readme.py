@@ -22,7 +22,7 @@ PLAIN = [
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 6
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 7
     assert "save_checkpoint" in QUICK_START
 
 
@@ -41,7 +41,7 @@ def run_script(tmp_path, code, *launcher):
 
 
 @pytest.mark.nnabla
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(len(PLAIN)))
 def test_readme_block_runs_as_written(tmp_path, index):
     out = run_script(tmp_path, PLAIN[index])
     if "save_checkpoint" in PLAIN[index]:
@@ -50,7 +50,13 @@ def test_readme_block_runs_as_written(tmp_path, index):
     if "amp.rewrite" in PLAIN[index]:  # issue 14: the precision table says what runs where
         assert re.search(r"\| Affine \| half \| \d+ \|", out)
         assert re.search(r"\| SoftmaxCrossEntropy \| float \|", out)
-    if "GradientRecorder" in PLAIN[index]:
+    if "probe_overflow=True" in PLAIN[index]:  # issue 19: probed and measured
+        from updater.trace import Trace
+
+        trace = Trace.load(tmp_path / "probed.npz")
+        assert trace.overflow_probed and trace.has_flush and trace.steps == 20
+        assert float(out.split()[-1]) >= 4  # float32 once and three float16 scales, + probes
+    elif "GradientRecorder" in PLAIN[index]:
         from updater.trace import Trace
 
         trace = Trace.load(tmp_path / "grads.npz")
