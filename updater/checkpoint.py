@@ -6,7 +6,10 @@ of any new file, and each save first deletes the temporary files that killed sav
 left in the folder. Layout (all arrays, no pickles):
 
 - ``param/<name>``: each parameter's values (float32 for float16/float32 parameters, so the
-  float32 master values of nnabla's half mode survive bit for bit);
+  float32 master values of nnabla's half mode survive bit for bit). The parameters are those of
+  ``params`` (default: nnabla's registry, ``nn.get_parameters(grad_only=False)``) under their
+  names there, and every other parameter the solver holds (e.g. a learnable temperature made
+  with ``nn.Variable`` and given to ``solver.set_parameters``) under the solver's name;
 - ``solver/<param name>/<state name>``: each solver state array (e.g. Momentum's ``m``). A state
   the solver never wrote (nnabla creates them with a lazy ``zero()``; they stay so until the first
   applied update, and for ever for parameters without gradients such as BatchNormalization's
@@ -14,6 +17,9 @@ left in the folder. Layout (all arrays, no pickles):
 - ``solver_t/<param name>``: each parameter's solver step count;
 - ``updater_state``: ``updater.state_dict()`` as a JSON string;
 - ``format_version``: 1.
+
+Loading reads and checks the whole file (:func:`updater.files.read_npz`: names, dtypes, shapes,
+finite values, the updater state) before anything reaches nnabla: on any error nothing changes.
 """
 
 from __future__ import annotations
@@ -27,11 +33,20 @@ from typing import Dict, List, Mapping, Union
 import nnabla as nn
 import numpy as np
 
-from .files import atomic_write
+from .checks import check_bool
+from .files import NpzContent, atomic_write, read_npz, write_npz
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+
+
+class CheckpointMismatchError(KeyError, ValueError):
+    """A strict :func:`load_checkpoint` found entries on one side only (the file, or the current
+    parameters and solver). A ``KeyError`` (as in earlier versions) and a ``ValueError``."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def _values(array: nn.NdArray) -> np.ndarray:
@@ -41,15 +56,44 @@ def _values(array: nn.NdArray) -> np.ndarray:
     return np.array(array.get_data("r", dtype=dtype), copy=True)
 
 
-def _check_shape(array: nn.NdArray, values: np.ndarray, what: str) -> None:
-    if tuple(array.shape) != values.shape:
-        raise ValueError(
-            f"{what} has shape {tuple(array.shape)} but the checkpoint holds {values.shape}"
-        )
-
-
 def _write(array: nn.NdArray, values: np.ndarray) -> None:
     array.cast(values.dtype)[...] = values
+
+
+def checkpoint_parameters(
+    updater, params: Mapping[str, nn.Variable] | None = None
+) -> Dict[str, nn.Variable]:
+    """The parameters a checkpoint holds, by the names it holds them under.
+
+    Args:
+        updater (DynamicLossScalingUpdater): its solver's parameters are always included.
+        params (mapping name -> nnabla.Variable or None, default None): the named parameters;
+            None means ``nn.get_parameters(grad_only=False)`` (all of the current scope).
+
+    Returns:
+        dict name -> nnabla.Variable: ``params`` under their names, then each parameter of
+        ``updater.solver`` that is none of them under the solver's name.
+
+    Raises:
+        TypeError: a value of ``params`` is not an ``nnabla.Variable``.
+        ValueError: a solver parameter outside ``params`` has the name of another Variable
+            in ``params``.
+    """
+    named = dict(nn.get_parameters(grad_only=False) if params is None else params)
+    for name, var in named.items():
+        if not isinstance(var, nn.Variable):
+            raise TypeError(f"params[{name!r}] must be an nnabla.Variable, got {var!r}")
+    known = set(named.values())  # nnabla Variables compare equal when they are the same one
+    for name, var in updater.solver.get_parameters().items():
+        if var in known:
+            continue
+        if name in named:
+            raise ValueError(
+                f"the solver's parameter {name!r} is another Variable than the parameter "
+                f"{name!r} of params (or nnabla's registry); pass params naming each once"
+            )
+        named[name] = var
+    return named
 
 
 def save_checkpoint(
@@ -63,27 +107,28 @@ def save_checkpoint(
     Args:
         path (str or Path): output file, used as given (no suffix is added).
         updater (DynamicLossScalingUpdater): the updater whose solver and state to save.
-        params (mapping name -> nnabla.Variable or None, default None): parameters to save;
-            None saves ``nn.get_parameters(grad_only=False)`` (all of the current scope).
+        params (mapping name -> nnabla.Variable or None, default None): parameters to save by
+            name; None saves ``nn.get_parameters(grad_only=False)`` (all of the current scope).
+            Every other parameter the solver holds is saved too, by the solver's name
+            (:func:`checkpoint_parameters`).
 
     Returns:
         Path: the path written.
+
+    Raises:
+        OSError: the write failed (e.g. a full disk); the message names ``path``, and a
+            previous file at ``path`` is intact.
     """
     path = Path(path)
-    if params is None:
-        params = nn.get_parameters(grad_only=False)
     arrays: Dict[str, np.ndarray] = {"format_version": np.array(FORMAT_VERSION)}
-    for name, var in params.items():
-        if not isinstance(var, nn.Variable):
-            raise TypeError(f"params[{name!r}] must be an nnabla.Variable, got {var!r}")
+    for name, var in checkpoint_parameters(updater, params).items():
         arrays[f"param/{name}"] = _values(var.data)
     for name, state in updater.solver.get_states().items():
         for key, var in state.pstate.items():
             arrays[f"solver/{name}/{key}"] = _values(var.data)
         arrays[f"solver_t/{name}"] = np.array(state.t, dtype=np.int64)
     arrays["updater_state"] = np.array(json.dumps(updater.state_dict()))
-    atomic_write(path, lambda f: np.savez(f, **arrays))
-    return path
+    return atomic_write(path, lambda f: write_npz(f, arrays))
 
 
 @dataclass(frozen=True)
@@ -108,88 +153,143 @@ def _some(names: List[str], limit: int = 12) -> str:
     return f"{names[:limit]}{more}"
 
 
+def _array(z: NpzContent, key: str, target: nn.NdArray, label: str) -> np.ndarray:
+    """The float array ``key`` of the file, of ``target``'s shape."""
+    values = z.array(key, "float", label)
+    if values.shape != tuple(target.shape):
+        raise z.error(
+            f"{label} has shape {values.shape} in the file but {tuple(target.shape)} in the "
+            "current model"
+        )
+    return values
+
+
+def _nonfinite(values: np.ndarray) -> str:
+    """ "NaN", "inf", "NaN and inf", or "" when every value is finite."""
+    if np.isfinite(values).all():
+        return ""
+    found = [w for w, test in (("NaN", np.isnan), ("inf", np.isinf)) if test(values).any()]
+    return " and ".join(found)
+
+
+def _updater_state(z: NpzContent) -> Dict:
+    z.require(
+        "format_version", "updater_state", hint=": not a checkpoint written by save_checkpoint"
+    )
+    version = z.scalar("format_version", "int")
+    if version != FORMAT_VERSION:
+        raise z.error(f"format_version is {version}; this version reads {FORMAT_VERSION}")
+    state = z.json("updater_state")
+    if not isinstance(state, dict):
+        raise z.error(f"updater state is a JSON {type(state).__name__}, expected an object")
+    if "format_version" not in state:
+        raise z.error("updater state lacks format_version")
+    return state
+
+
 def load_checkpoint(
     path: Union[str, Path],
     updater,
     params: Mapping[str, nn.Variable] | None = None,
     strict: bool = True,
+    allow_nonfinite: bool = False,
 ) -> LoadReport:
     """Restore what :func:`save_checkpoint` wrote into existing parameters, solver and updater.
 
     The graph, solver and updater must already exist (built as for the saved run); values are
     written into them in place. Strict loading requires the file and the current model to hold
-    the same parameters and, per parameter, the same solver state names (a checkpoint of Adam,
-    with ``mean`` and ``var``, does not load into Momentum, with ``m``). A parameter's solver state
-    (its arrays and step count) loads as a whole or not at all. Everything is checked before
-    anything is written: on any error nothing changes (parameters, solver, updater).
+    the same parameters (:func:`checkpoint_parameters`: ``params`` and every parameter the
+    solver holds, so each solver state gets its parameter's value) and, per parameter, the same
+    solver state names (a checkpoint of Adam, with ``mean`` and ``var``, does not load into
+    Momentum, with ``m``). A parameter's solver state (its arrays and step count) loads as a
+    whole or not at all. The whole file is read and checked (dtypes, shapes, finite values, the
+    updater state) before anything is written: on any error nothing changes.
 
     Args:
         path (str or Path): a file written by :func:`save_checkpoint`.
         updater (DynamicLossScalingUpdater): receives solver states and its state dict.
         params (mapping name -> nnabla.Variable or None, default None): where to load the
             parameters; None means ``nn.get_parameters(grad_only=False)``.
-        strict (bool, default True): True raises ``KeyError`` naming every entry missing from
-            the file or not found in the current graph or solver; False loads the entries that
-            match, logs a warning naming the others and returns them in the report.
+        strict (bool, default True): True raises :class:`CheckpointMismatchError` naming every
+            entry missing from the file or not found in the current graph or solver; False
+            loads the entries that match, logs a warning naming the others and returns them in
+            the report.
+        allow_nonfinite (bool, default False): load parameters and solver states holding inf
+            or NaN; by default they are refused, by name.
 
     Returns:
         LoadReport: the loaded updater state and the entries that were not loaded.
 
     Raises:
-        KeyError: strict and the names differ (see ``strict``).
-        ValueError: not a checkpoint, another format version, a shape that differs (also when
-            not strict), or an updater state that ``updater.load_state_dict`` rejects.
+        OSError: the file is missing, a folder or unreadable.
+        ValueError: the file is not a checkpoint (empty, truncated, not an ``.npz``, an entry
+            missing or damaged), has another format version, holds an array that is not a
+            float array or has another shape (also when not strict), holds inf/NaN (unless
+            ``allow_nonfinite``), or an updater state that is not valid JSON, lacks
+            ``format_version`` or that ``updater.load_state_dict`` rejects. The message names
+            the file and the problem.
+        CheckpointMismatchError: strict and the names differ (see ``strict``); it is a
+            ``KeyError`` and a ``ValueError``.
     """
-    if params is None:
-        params = nn.get_parameters(grad_only=False)
-    with np.load(Path(path), allow_pickle=False) as z:
-        if "updater_state" not in z.files or "format_version" not in z.files:
-            raise ValueError(f"{path} is not a checkpoint written by save_checkpoint")
-        version = int(z["format_version"])
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{path} has format_version {version}; this reads {FORMAT_VERSION}")
-        files = set(z.files)
-        missing: List[str] = []
-        param_arrays = {}
-        for name, var in params.items():
-            if f"param/{name}" in files:
-                param_arrays[name] = z[f"param/{name}"]
-                _check_shape(var.data, param_arrays[name], f"parameter {name!r}")
-            else:
-                missing.append(f"param/{name}")
-        states = updater.solver.get_states()
-        solver_values, loaded_t = {}, set()
-        for name, state in states.items():
-            prefix = f"solver/{name}/"
-            wanted = {prefix + key for key in state.pstate} | {f"solver_t/{name}"}
-            saved = {k for k in files if k.startswith(prefix) and "/" not in k[len(prefix) :]}
-            if saved | ({f"solver_t/{name}"} & files) != wanted:  # absent, or another solver
-                missing += sorted(wanted)
-                continue
-            for key, var in state.pstate.items():
-                values = solver_values[name, key] = z[prefix + key]
-                _check_shape(var.data, values, f"solver state {name}/{key}")
-            loaded_t.add(name)
-        used = {f"param/{n}" for n in param_arrays} | {f"solver_t/{n}" for n in loaded_t}
-        used |= {f"solver/{n}/{k}" for n, k in solver_values}
-        unexpected = sorted(files - used - {"updater_state", "format_version"})
-        missing.sort()
-        if strict and (missing or unexpected):
-            raise KeyError(
-                f"{path} does not match the current model: missing from the checkpoint: "
-                f"{_some(missing)}; checkpoint entries not found in the current graph or "
-                f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
+    strict = check_bool("strict", strict)
+    allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)
+    named = checkpoint_parameters(updater, params)
+    z = read_npz(path, "checkpoint")
+    updater_state = _updater_state(z)
+    missing: List[str] = []
+    param_arrays = {}
+    for name, var in named.items():
+        if f"param/{name}" in z:
+            label = f"parameter {name!r}"
+            param_arrays[name] = _array(z, f"param/{name}", var.data, label)
+        else:
+            missing.append(f"param/{name}")
+    states = updater.solver.get_states()
+    solver_values, steps = {}, {}
+    for name, state in states.items():
+        prefix = f"solver/{name}/"
+        wanted = {prefix + key for key in state.pstate} | {f"solver_t/{name}"}
+        saved = {k for k in z.arrays if k.startswith(prefix) and "/" not in k[len(prefix) :]}
+        if saved | ({f"solver_t/{name}"} & set(z.arrays)) != wanted:  # absent, or another solver
+            missing += sorted(wanted)
+            continue
+        for key, var in state.pstate.items():
+            label = f"solver state '{name}/{key}'"
+            solver_values[name, key] = _array(z, prefix + key, var.data, label)
+        steps[name] = z.scalar(f"solver_t/{name}", "int")
+        if steps[name] < 0:
+            raise z.error(f"solver step count of {name!r} is {steps[name]}, expected >= 0")
+    used = {f"param/{n}" for n in param_arrays} | {f"solver_t/{n}" for n in steps}
+    used |= {f"solver/{n}/{k}" for n, k in solver_values}
+    unexpected = sorted(set(z.arrays) - used - {"updater_state", "format_version"})
+    missing.sort()
+    if strict and (missing or unexpected):
+        raise CheckpointMismatchError(
+            f"checkpoint {path} does not match the current model: missing from the checkpoint: "
+            f"{_some(missing)}; checkpoint entries not found in the current graph or "
+            f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
+        )
+    if not allow_nonfinite:
+        labelled = {f"parameter {n!r}": v for n, v in param_arrays.items()}
+        labelled.update({f"solver state '{n}/{k}'": v for (n, k), v in solver_values.items()})
+        bad = [f"{label} holds {what}" for label, v in labelled.items() if (what := _nonfinite(v))]
+        if bad:
+            raise z.error(
+                f"{'; '.join(bad[:12])}{' and more' if len(bad) > 12 else ''} "
+                "(load_checkpoint(..., allow_nonfinite=True) loads them anyway)"
             )
-        # Everything loadable fits; the updater state validates itself before changing.
-        updater_state = json.loads(str(z["updater_state"]))
+    try:  # the updater state validates itself before changing anything
         updater.load_state_dict(updater_state)
-        for name, values in param_arrays.items():
-            _write(params[name].data, values)
-        for (name, key), values in solver_values.items():
-            _write(states[name].pstate[key].data, values)
-        for name in loaded_t:
-            states[name].t = int(z[f"solver_t/{name}"])
-        updater.solver.set_states(states)
+    except (KeyError, TypeError, ValueError) as e:
+        reason = e.args[0] if isinstance(e, KeyError) and e.args else e
+        raise z.error(f"updater state rejected: {reason}") from e
+    for name, values in param_arrays.items():
+        _write(named[name].data, values)
+    for (name, key), values in solver_values.items():
+        _write(states[name].pstate[key].data, values)
+    for name, t in steps.items():
+        states[name].t = t
+    updater.solver.set_states(states)
     if missing or unexpected:
         logger.warning(
             "%s: checkpoint entries that did not match were not loaded: missing %s, unexpected %s",

@@ -1,22 +1,34 @@
-"""Writing files atomically: the one way this package writes a file it must not leave half done.
+"""Files: the one way this package writes a file it must not leave half done, and the one way
+it reads an ``.npz`` archive (checkpoints, gradient traces, measured runs).
 
 :func:`atomic_write` writes to a temporary file in the target's folder, named
 ``<name>.<host>.<pid>.<8 hex>.part``, fsyncs it and renames it over the target, so a crash
 never leaves a truncated file under the real name. The file gets the mode of any new file
 (``0o666`` less the umask). Before writing, it deletes the temporary files that killed writers
 on this host left in the folder: those whose process no longer exists (a live writer's file is
-never touched, nor one from another host; on Windows none is deleted).
+never touched, nor one from another host; on Windows none is deleted). A failed write raises
+the ``OSError`` with the target's path in its message.
+
+:func:`write_npz` writes what ``np.savez`` writes, without leaving a half-closed zip behind
+when the disk is full. :func:`read_npz` reads a whole ``.npz`` archive or raises an ``OSError``
+(missing, unreadable, a folder) or a ``ValueError`` (empty, truncated, not an archive, a damaged
+or pickled array) whose message names the file and the problem; its :class:`NpzContent` gives
+the arrays through checked accessors whose errors name the file and the array too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
 import socket
+import zipfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Union
+from typing import Any, BinaryIO, Callable, Dict, Mapping, Union
+
+import numpy as np
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "host"
 _TEMP = re.compile(rf".+\.{re.escape(_HOST)}\.(\d+)\.[0-9a-f]{{8}}\.part")
@@ -57,14 +69,26 @@ def atomic_write(path: Union[str, Path], write: Callable[[BinaryIO], object]) ->
     Returns:
         Path: ``path``.
 
+    Raises:
+        OSError: the write failed (a full disk, a missing folder, no permission); the message
+            names ``path`` and the reason, the previous file at ``path`` is intact and no
+            temporary file is left.
+
     >>> import tempfile
     >>> p = atomic_write(Path(tempfile.mkdtemp()) / "x.txt", lambda f: f.write(b"done"))
     >>> p.read_bytes()
     b'done'
     """
     path = Path(path)
-    folder = path.parent
-    remove_orphans(folder)
+    try:
+        _write_and_rename(path, write)
+    except OSError as e:  # the temporary file's name would only confuse: name the target
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def _write_and_rename(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    remove_orphans(path.parent)
     tmp = _temp_path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
@@ -78,9 +102,167 @@ def atomic_write(path: Union[str, Path], write: Callable[[BinaryIO], object]) ->
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return path
 
 
 def atomic_write_text(path: Union[str, Path], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` with :func:`atomic_write`."""
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+# ---------------------------------------------------------------- .npz archives
+
+
+def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) -> None:
+    """Write ``arrays`` to the open binary file ``f`` as an ``.npz`` archive, as ``np.savez``
+    does (never pickling). Unlike ``np.savez``, a write that fails (a full disk) leaves no
+    half-closed zip behind to print ``Exception ignored in: ZipFile.__del__`` later.
+
+    Args:
+        f (binary file): open for writing, e.g. the file :func:`atomic_write` passes.
+        arrays (mapping str -> array-like): the arrays by name (the archive's entries).
+        compress (bool, default False): deflate the entries, as ``np.savez_compressed``.
+    """
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    archive = zipfile.ZipFile(f, mode="w", compression=method, allowZip64=True)
+    try:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+                np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
+        archive.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            archive.close()  # lets go of f whatever it raises: nothing left for __del__
+        raise
+
+
+_KINDS = {
+    "float": ("f", "a float array"),
+    "int": ("iu", "an integer array"),
+    "bool": ("b", "a bool array"),
+    "number": ("iuf", "a number"),
+    "text": ("U", "a string"),
+}
+
+
+class NpzContent:
+    """The arrays of one ``.npz`` archive (read whole by :func:`read_npz`) and checked ways to
+    take them: every error is a ``ValueError`` naming the file and the array.
+
+    Attributes:
+        path (Path): the file read.
+        what (str): what the file should be, for messages ("checkpoint", "gradient trace").
+        arrays (dict str -> numpy.ndarray): every entry, by name.
+    """
+
+    def __init__(self, path: Path, what: str, arrays: Dict[str, np.ndarray]):
+        self.path, self.what, self.arrays = path, what, arrays
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.arrays
+
+    def error(self, problem: str) -> ValueError:
+        """``ValueError("<what> <path>: <problem>")``, to raise."""
+        return ValueError(f"{self.what} {self.path}: {problem}")
+
+    def require(self, *names: str, hint: str = "") -> None:
+        """Raise :meth:`error` naming the arrays of ``names`` the file lacks (``hint`` appended)."""
+        missing = [n for n in names if n not in self.arrays]
+        if missing:
+            listed = ", ".join(repr(n) for n in missing)
+            raise self.error(f"lacks the array{'s' if len(missing) > 1 else ''} {listed}{hint}")
+
+    def array(self, name: str, kind: str, label: str | None = None) -> np.ndarray:
+        """The array ``name``, which must be of ``kind``: "float", "int", "bool", "number" (int
+        or float) or "text"; ``label`` names it in the message (default ``array 'name'``)."""
+        self.require(name)
+        value = self.arrays[name]
+        codes, wanted = _KINDS[kind]
+        if value.dtype.kind not in codes:
+            label = label or f"array {name!r}"
+            raise self.error(f"{label} has dtype {value.dtype.str}, expected {wanted}")
+        return value
+
+    def scalar(self, name: str, kind: str):
+        """The single value ``name`` (a 0-d array of ``kind``, see :meth:`array`) as a Python
+        int, float, bool or str."""
+        value = self.array(name, kind)
+        if value.ndim != 0:
+            raise self.error(f"array {name!r} has shape {value.shape}, expected a single value")
+        return value.item()
+
+    def json(self, name: str) -> Any:
+        """The JSON text ``name`` (a 0-d string array), decoded."""
+        text = self.scalar(name, "text")
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise self.error(f"array {name!r} is not valid JSON ({e})") from None
+
+
+def read_npz(path: Union[str, Path], what: str) -> NpzContent:
+    """Read every array of the ``.npz`` archive at ``path``, never unpickling.
+
+    Args:
+        path (str or Path): the file.
+        what (str): what the file should be, for messages ("checkpoint", "gradient trace").
+
+    Returns:
+        NpzContent: the arrays, with checked accessors.
+
+    Raises:
+        OSError: the file is missing, a folder or unreadable (the message names it).
+        ValueError: the file is empty, truncated or not an ``.npz`` archive, a single ``.npy``
+            array, or holds an array that is damaged, pickled or not a NumPy array (the message
+            names the file and the problem).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "cut.npz"
+    >>> np.savez(path, a=np.arange(3))
+    >>> read_npz(path, "test file").array("a", "int").tolist()
+    [0, 1, 2]
+    >>> _ = path.write_bytes(path.read_bytes()[:100])
+    >>> try:
+    ...     read_npz(path, "test file")
+    ... except ValueError as e:
+    ...     print(str(e).replace(str(path), "<path>"))
+    test file <path>: truncated or not an .npz archive (no zip directory at its end)
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return NpzContent(path, what, _read_archive(f, lambda p: _fail(path, what, p)))
+    except OSError as e:
+        raise OSError(e.errno, f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+def _fail(path: Path, what: str, problem: str) -> ValueError:
+    return ValueError(f"{what} {path}: {problem}")
+
+
+def _read_archive(f: BinaryIO, fail: Callable[[str], ValueError]) -> Dict[str, np.ndarray]:
+    head = f.read(6)
+    if not head:
+        raise fail("the file is empty (0 bytes), not an .npz archive")
+    if head == b"\x93NUMPY":
+        raise fail("a single NumPy array (.npy), not an .npz archive")
+    f.seek(0)
+    try:
+        archive = zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, EOFError, ValueError):
+        raise fail("truncated or not an .npz archive (no zip directory at its end)") from None
+    arrays = {}
+    with archive:
+        for name in archive.namelist():
+            if not name.endswith(".npy"):
+                raise fail(f"entry {name!r} is not a NumPy array (.npy)")
+            key = name[: -len(".npy")]
+            try:
+                with archive.open(name) as entry:
+                    arrays[key] = np.lib.format.read_array(entry, allow_pickle=False)
+            except OSError:
+                raise
+            except Exception as e:  # a bad CRC, a cut entry, a bad header, pickled objects
+                pickled = "allow_pickle" in str(e)
+                why = "holds pickled Python objects" if pickled else f"is damaged ({e})"
+                raise fail(f"array {key!r} {why}") from None
+    return arrays
