@@ -29,7 +29,7 @@ from typing import Union
 
 import numpy as np
 
-from .files import atomic_write
+from .files import atomic_write, read_npz
 
 logger = logging.getLogger(__name__)
 
@@ -248,30 +248,39 @@ class Trace:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
         versions 1 and 2 load without layers, files before version 4 without probes or flush
         measurements.
+
+        Raises:
+            OSError: the file is missing, a folder or unreadable.
+            ValueError: the file is not a gradient trace (empty, truncated, not an ``.npz``,
+                arrays missing, of the wrong kind or inconsistent) or of a newer format; the
+                message names the file and the problem.
         """
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("counts", "zeros", "absmax", "nonfinite") if k not in z]
-            if missing:
-                raise ValueError(f"{path} is not a gradient trace: missing arrays {missing}")
-            version = int(z["format_version"]) if "format_version" in z else 1
-            if version > FORMAT_VERSION:
-                raise ValueError(
-                    f"{path} has trace format_version {version}; this version reads up to "
-                    f"{FORMAT_VERSION} (upgrade the package)"
-                )
-            if int(z["exp_min"]) != EXP_MIN or int(z["exp_max"]) != EXP_MAX:
-                raise ValueError(
-                    f"{path} uses binades [{int(z['exp_min'])}, {int(z['exp_max'])}], "
-                    f"this version reads [{EXP_MIN}, {EXP_MAX}]"
-                )
-            name = str(z["name"]) if "name" in z else Path(path).stem
-            over = z["overflow_scale"] if "overflow_scale" in z else None
-            layers = {n: z[n] for n in _LAYER_FIELDS if n in z}
-            if "layer_names" in layers:
-                layers["layer_names"] = tuple(str(n) for n in layers["layer_names"])
-            extra = {n: z[n] for n in ("flush_scales", "flush_shares") if n in z}
-            probed = bool(z["overflow_probed"]) if "overflow_probed" in z else False
-            return cls(
-                z["counts"], z["zeros"], z["absmax"], z["nonfinite"], name, over, **layers,
-                overflow_probed=probed, **extra,
-            )  # fmt: skip
+        z = read_npz(path, "gradient trace")
+        z.require("counts", "zeros", "absmax", "nonfinite", hint=": not a gradient trace")
+        version = z.scalar("format_version", "int") if "format_version" in z else 1
+        if version > FORMAT_VERSION:
+            raise z.error(
+                f"format_version {version} is newer than this version reads ({FORMAT_VERSION}); "
+                "upgrade the package"
+            )
+        low, high = z.scalar("exp_min", "int"), z.scalar("exp_max", "int")
+        if (low, high) != (EXP_MIN, EXP_MAX):
+            raise z.error(
+                f"uses binades [{low}, {high}], this version reads [{EXP_MIN}, {EXP_MAX}]"
+            )
+        name = z.scalar("name", "text") if "name" in z else Path(path).stem
+        kinds = dict(counts="int", zeros="int", absmax="number", nonfinite="bool")
+        kinds.update(overflow_scale="number", layer_names="text", layer_counts="int")
+        kinds.update(layer_zeros="int", layer_absmax="number")
+        kinds.update(flush_scales="number", flush_shares="number")
+        a = {k: z.array(k, kind) for k, kind in kinds.items() if k in z}
+        layers = {n: a[n] for n in _LAYER_FIELDS if n in a}
+        if "layer_names" in layers:
+            layers["layer_names"] = tuple(str(n) for n in layers["layer_names"].ravel())
+        extra = {n: a[n] for n in ("flush_scales", "flush_shares") if n in a}
+        probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
+        try:
+            fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)
+            return cls(*fields, a.get("overflow_scale"), **layers, overflow_probed=probed, **extra)
+        except (TypeError, ValueError) as e:
+            raise z.error(str(e)) from None

@@ -17,7 +17,7 @@ import numpy as np
 
 from sim.replay.metrics import run_metrics
 from sim.replay.result import safe_scales
-from updater.files import atomic_write
+from updater.files import atomic_write, read_npz, write_npz
 from updater.float16 import FP16_OVERFLOW
 from updater.policy import DynamicScale, policy_from_dict
 from updater.presets import PRESETS
@@ -124,38 +124,45 @@ class MeasuredRun:
             "model": self.model,
             "label": self.label,
             "policy": json.dumps(self.policy.state_dict()),
-            "scale": self.scale,
-            "applied": self.applied,
-            "loss_finite": self.loss_finite,
-            "absmax": self.absmax,
-            "flushed": self.flushed,
-            "flushed_small": self.flushed_small,
-            "loss": self.loss,
+            **{name: getattr(self, name) for name in _PER_STEP},
             "accuracy": self.accuracy,
             "seconds": self.seconds,
             "about": self.about,
         }
-        return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+        return atomic_write(path, lambda f: write_npz(f, arrays, compress=True))
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> MeasuredRun:
-        """Read a run written by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as z:
-            return cls(
-                model=str(z["model"]),
-                label=str(z["label"]),
-                policy=policy_from_dict(json.loads(str(z["policy"]))),
-                scale=z["scale"].astype(np.float64),
-                applied=z["applied"].astype(bool),
-                loss_finite=z["loss_finite"].astype(bool),
-                absmax=z["absmax"].astype(np.float64),
-                flushed=z["flushed"].astype(np.float64),
-                flushed_small=z["flushed_small"].astype(np.float64),
-                loss=z["loss"].astype(np.float64),
-                accuracy=float(z["accuracy"]),
-                seconds=float(z["seconds"]),
-                about=str(z["about"]),
-            )
+        """Read a run written by :meth:`save`.
+
+        Raises:
+            OSError: the file is missing, a folder or unreadable.
+            ValueError: the file is not a measured run (empty, truncated, not an ``.npz``,
+                arrays missing, of the wrong kind or of different lengths, a policy that does
+                not load); the message names the file and the problem.
+        """
+        z = read_npz(path, "measured run")
+        z.require(*_TEXT, "policy", *_PER_STEP, "accuracy", "seconds", hint=": not a measured run")
+        per_step = {n: z.array(n, "bool" if n in _FLAGS else "number") for n in _PER_STEP}
+        lengths = {n: a.shape for n, a in per_step.items()}
+        if len(set(lengths.values())) != 1 or per_step["scale"].ndim != 1:
+            raise z.error(f"the per-step arrays must be 1-d of one length, got shapes {lengths}")
+        try:
+            policy = policy_from_dict(z.json("policy"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise z.error(f"array 'policy' does not describe a policy ({e})") from None
+        return cls(
+            **{n: z.scalar(n, "text") for n in _TEXT},
+            policy=policy,
+            **{n: a.astype(bool if n in _FLAGS else np.float64) for n, a in per_step.items()},
+            accuracy=float(z.scalar("accuracy", "number")),
+            seconds=float(z.scalar("seconds", "number")),
+        )
+
+
+_TEXT = ("model", "label", "about")
+_PER_STEP = ("scale", "applied", "loss_finite", "absmax", "flushed", "flushed_small", "loss")
+_FLAGS = ("applied", "loss_finite")
 
 
 def run_path(out_dir: Union[str, Path], model: str, label: str) -> Path:

@@ -276,7 +276,7 @@ def test_checks_do_not_create_the_output_folder(tmp_path, no_work):
         (lambda p: p.write_text("not a trace"), "not an .npz archive"),
         (lambda p: p.mkdir(), "is a folder, not a trace file"),
         (lambda p: np.save(open(p, "wb"), np.zeros(3)), "a single NumPy array (.npy)"),
-        (lambda p: np.savez(open(p, "wb"), x=np.zeros(2)), "missing arrays ['counts'"),
+        (lambda p: np.savez(open(p, "wb"), x=np.zeros(2)), "lacks the arrays 'counts', 'zeros'"),
     ],
 )
 @pytest.mark.parametrize("name", ["x.npz", "notes.txt"])
