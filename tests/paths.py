@@ -3,4 +3,5 @@
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_TRACES = ROOT / "reports" / "traces"
+SHIPPED_TRACES = ROOT / "sim" / "traces" / "data"
+"""The real traces and measured runs shipped in the package (package data)."""

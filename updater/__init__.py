@@ -2,9 +2,12 @@
 
 The policies import with NumPy alone; the nnabla driver, context helpers, communicator and
 checkpoint helpers load lazily on first use, so ``import updater.policy`` never imports nnabla.
+``updater.__version__`` is the installed distribution's version (``nnabla-dls``), or
+``"0+unknown"`` when the package is imported from a checkout that was never installed.
 """
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 
 from .policy import (
     DynamicScale,
@@ -14,6 +17,11 @@ from .policy import (
     StaticScale,
     policy_from_dict,
 )
+
+try:
+    __version__ = version("nnabla-dls")
+except PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 _LAZY = {
     "DynamicLossScalingUpdater": "updater.updater",

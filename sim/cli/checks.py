@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import tempfile
-import zipfile
 from pathlib import Path
 
 from sim.replay.run import MAX_JITTER, memory_estimate
 from sim.traces.families import FAMILIES, Trace
+from sim.traces.real import MODELS, shipped_trace
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
 MEMORY_SHARE = 0.5
@@ -58,52 +57,29 @@ def jitter_value(text: str) -> float:
 # ---------------------------------------------------------------- traces
 
 
-def _trace_problem(path: Path, e: BaseException) -> str:
-    """Trace.load's error, worded for the command line (without the path it repeats)."""
-    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    if isinstance(e, zipfile.BadZipFile):
-        return f"a damaged .npz archive ({text})"
-    if "allow_pickle" in text:
-        return "it holds pickled Python objects, which a trace never does"
-    m = re.fullmatch(r"(.+) is not a file in the archive", text)
-    if m:  # numpy's KeyError for a missing array
-        return f"missing array {m.group(1)!r}"
-    for prefix in (f"{path}: ", f"{path} ", "is not a gradient trace: "):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-    return text
-
-
 def load_trace(parser, spec: str) -> Trace:
-    """The trace file ``--trace spec`` names, or a one-line error saying what is wrong with it
-    (missing, a folder, not an .npz archive, a single .npy array, missing arrays, ...)."""
-    path = Path(spec)
-    if not path.exists():
-        if path.suffix != ".npz":
-            parser.error(
-                f"--trace must be a family ({', '.join(FAMILIES)}) or an .npz trace file, "
-                f"got {spec!r}"
-            )
-        parser.error(f"--trace {spec}: trace file not found")
-    if path.is_dir():
-        parser.error(f"--trace {spec}: is a folder, not a trace file ({TRACE_HINT})")
-    if not path.is_file():
+    """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, or an
+    .npz file), or a one-line error saying what is wrong with the file (missing, a folder, not
+    an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s words)."""
+    path = shipped_trace(spec) if spec in MODELS else Path(spec)
+    if not path.exists() and path.suffix != ".npz":
+        parser.error(
+            f"--trace must be a family ({', '.join(FAMILIES)}), a shipped real trace "
+            f"({', '.join(MODELS)}) or an .npz trace file, got {spec!r}"
+        )
+    if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
         parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")
     try:
-        is_zip = zipfile.is_zipfile(path)
+        return Trace.load(path)
+    except FileNotFoundError:
+        parser.error(f"--trace {spec}: trace file not found")
+    except IsADirectoryError:
+        parser.error(f"--trace {spec}: is a folder, not a trace file ({TRACE_HINT})")
     except OSError as e:
         parser.error(f"--trace {spec}: cannot read it: {e.strerror}")
-    if not is_zip:
-        with open(path, "rb") as fh:
-            npy = fh.read(6) == b"\x93NUMPY"
-        what = "a single NumPy array (.npy), not an .npz archive" if npy else "not an .npz archive"
-        parser.error(f"--trace {spec}: {what} ({TRACE_HINT})")
-    try:
-        return Trace.load(path)
-    except (ValueError, TypeError, KeyError, OSError, EOFError, zipfile.BadZipFile) as e:
-        parser.error(
-            f"--trace {spec}: not a gradient trace: {_trace_problem(path, e)} ({TRACE_HINT})"
-        )
+    except ValueError as e:  # the loader names the file; the option already does
+        problem = str(e).replace(f"gradient trace {path}: ", "", 1)
+        parser.error(f"--trace {spec}: {problem} ({TRACE_HINT})")
 
 
 # ---------------------------------------------------------------- output paths

@@ -20,6 +20,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from sim import __version__
 from sim.cli.checks import (
     MEMORY_SHARE,
     check_figure,
@@ -39,18 +40,8 @@ from sim.replay.sweep import grid_points, run_sweep
 from sim.report.provenance import current_commit
 from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
+from sim.traces.real import MODELS, SHIPPED
 from updater.files import atomic_write_text
-
-
-def _version() -> str:
-    """The installed distribution's version (nnabla-dls)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("nnabla-dls")
-    except PackageNotFoundError:
-        return "unknown (nnabla-dls is not installed; run from a checkout)"
-
 
 # ---------------------------------------------------------------- subcommands
 
@@ -217,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=fmt,
     )
-    parser.add_argument("--version", action="version", version=f"dls (nnabla-dls) {_version()}")
+    parser.add_argument("--version", action="version", version=f"dls (nnabla-dls) {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -253,10 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate",
         help="run one policy over one trace and print its metrics",
-        description="Run one policy over a synthetic trace family or a recorded .npz trace, "
+        description="Run one policy over a synthetic trace family, a real model's trace "
+        "shipped in the package or a recorded .npz trace, "
         "many runs at once, and print run-averaged metrics. Settings print as people write "
         "them (2^-24, 0.5, 2000). " + memory_note,
         epilog="examples:\n  dls simulate --policy headroom --trace spikes --plot traj.png\n"
+        "  dls simulate --policy nnabla-legacy --trace digits_conv_bn\n"
         "  dls simulate --policy DynamicScale --set init_scale=2**15 --set hysteresis=2 "
         "--trace run.npz\n"
         "  dls simulate --policy static --set scale=2**10 --steps 2000 --runs 8\n\n" + policies,
@@ -273,8 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trace",
         default="stationary",
-        help=f"a family ({', '.join(FAMILIES)}) or an .npz trace written by GradientRecorder or "
-        "Trace.save (default stationary)",
+        help=f"a family ({', '.join(FAMILIES)}), a real model's trace shipped in the package "
+        f"({', '.join(MODELS)}) or an .npz trace written by GradientRecorder or Trace.save "
+        "(default stationary)",
     )
     common(p)
     p.add_argument(
@@ -329,9 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regenerate the report with fixed seeds: PNG figures and README.md "
         "comparing nnabla's legacy, PyTorch-style, DeepSpeed-style, DynamicScale and "
         "HeadroomScale on every trace family (synthetic ones and three real nnabla models' "
-        "recorded traces), the SSD reproduction, the simulator's predictions from the real "
-        "traces against real runs of other policies, the per-layer view and the "
-        "default-setting sweeps. Same inputs, same files. About 30 s on two cores.",
+        "recorded traces, shipped in the package), the SSD reproduction, the simulator's "
+        "predictions from the real traces against real runs of other policies, the per-layer "
+        "view and the default-setting sweeps. Same inputs, same files. About 30 s on two cores.",
         epilog="examples:\n  dls report --out my_report\n"
         "  dls report --out /tmp/smoke --quick\n"
         "(scripts/report.sh regenerates the committed reports/ folder)",
@@ -348,11 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--real-traces",
-        default="reports/traces",
+        default=SHIPPED,
         metavar="DIR",
         help="folder of the real models' traces and measured runs, written by python -m "
-        "sim.nnabla_studies.real_traces; relative to the source checkout unless absolute (default "
-        "%(default)s); 'none' leaves the real models out",
+        "sim.nnabla_studies.real_traces: 'shipped' (the default) for those shipped in the "
+        "package (sim/traces/data), a folder (relative to the current one), or 'none' to "
+        "leave the real models out",
     )
     p.set_defaults(handler=_cmd_report, subparser=p)
 

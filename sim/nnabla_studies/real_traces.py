@@ -11,8 +11,10 @@ families. Each model then trains again for real under each policy of
 from the trace (:mod:`sim.replay.predictions`).
 
 Everything is seeded, so the same seed gives the same traces. Run
-``python -m sim.nnabla_studies.real_traces --out reports/traces`` (about 8 minutes on 2 cores);
-``--quick`` records a handful of steps per model in seconds.
+``python -m sim.nnabla_studies.real_traces`` (about 8 minutes on 2 cores) to record them again
+into the package's shipped folder (:data:`sim.traces.real.SHIPPED_DIR`: ``sim/traces/data`` in a
+checkout), or ``--out DIR`` elsewhere; ``--quick`` records a handful of steps per model in
+seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sim.nnabla_studies.real_runs import measure_run
 from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import current_commit
 from sim.report.tables import markdown_table
-from sim.traces.real import MODELS
+from sim.traces.real import MODELS, SHIPPED_DIR
 from updater.files import atomic_write_text
 
 DEFAULT_STEPS = {"digits_mlp": 2000, "digits_conv_bn": 800, "sequence_lstm": 1000}
@@ -163,10 +165,13 @@ def main(argv=None) -> int:
         "step (OUT/<model>.<policy>.run.npz): the report (dls report) checks the simulator's "
         "predictions from the traces against these runs. A full run takes about 8 minutes on "
         "2 cores (nnabla's cpu:half is software float16); --quick takes seconds. Replay a "
-        "trace with: dls simulate --trace OUT/<model>.npz",
+        "trace with: dls simulate --trace OUT/<model>.npz (the shipped ones: --trace <model>)",
     )
     parser.add_argument(
-        "--out", default="reports/traces", help="output folder (default %(default)s)"
+        "--out",
+        default=None,
+        help="output folder (default: the package's shipped traces, sim/traces/data, which "
+        "dls report reads)",
     )
     parser.add_argument(
         "--steps",
@@ -182,22 +187,27 @@ def main(argv=None) -> int:
         "--traces-only", action="store_true", help="record the traces, not the checked runs"
     )
     args = parser.parse_args(argv)
-    done = record_all(args.out, steps=args.steps, quick=args.quick, seed=args.seed,
+    out = SHIPPED_DIR if args.out is None else Path(args.out)
+    done = record_all(out, steps=args.steps, quick=args.quick, seed=args.seed,
                       models=args.models, policy_runs=not args.traces_only)  # fmt: skip
     table = format_table(done["traces"])
     runs = format_table(done["runs"], RUN_COLUMNS) if done["runs"] else ""
     print(table)
     print(runs)
-    lines = [f"{r['path']}: {r['about']}" for r in done["traces"]]
-    print("\n".join(lines))
+    lines = [f"{Path(r['path']).name}: {r['about']}" for r in done["traces"]]
+    print("\n".join(f"{r['path']}: {r['about']}" for r in done["traces"]))
     if not args.quick:
+        command = "python -m sim.nnabla_studies.real_traces" + (
+            "" if args.out is None else f" --out {args.out}"
+        )
         text = (
             "# Gradient traces of real nnabla models\n\n"
-            f"Recorded by `python -m sim.nnabla_studies.real_traces --out {args.out}` at commit "
-            f"{current_commit(args.out)} (cpu:half, DynamicScale(), seed {args.seed}; every step "
+            f"Recorded by `{command}` at commit "
+            f"{current_commit(out)} (cpu:half, DynamicScale(), seed {args.seed}; every step "
             "recorded, with per-parameter histograms, and measured against a float32 shadow of "
             "the model: `<model>.recorded.run.npz`). Replay one with "
-            "`dls simulate --trace <file>`.\n\n"
+            "`dls simulate --trace <file>` (the shipped ones also by name: "
+            "`dls simulate --trace digits_mlp`).\n\n"
             + table
             + "\n\n"
             + "\n".join(f"- {line}" for line in lines)
@@ -209,7 +219,7 @@ def main(argv=None) -> int:
                 "against a float32 shadow at every step (`<model>.<policy>.run.npz`, read by "
                 "`dls report` to check the simulator's predictions):\n\n" + runs + "\n"
             )
-        atomic_write_text(Path(args.out) / "README.md", text)
+        atomic_write_text(out / "README.md", text)
     return 0
 
 

@@ -28,7 +28,7 @@ from sim.traces.families import (
     sample_values,
     ssd_binade_shares,
 )
-from sim.traces.real import MODEL_NOTES, MODELS
+from sim.traces.real import MODEL_NOTES, MODELS, SHIPPED, traces_dir
 from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
 from updater.presets import PRESETS
 from updater.trace import Trace
@@ -57,9 +57,6 @@ HEADROOM_GRID = {
 SSD_SCALES = (1.0, 8.0, 2.0**15)
 """Scales of the exact SSD counts."""
 
-CHECKOUT = Path(__file__).resolve().parents[2]
-"""The source checkout (relative ``ReportConfig.real_traces`` folders are resolved in it)."""
-
 END_SHARE = 0.1
 """The end of a run, for ``lost_end``: its last 10% of steps."""
 
@@ -75,9 +72,10 @@ class ReportConfig:
         seed (int, default 0): seed of traces, jitter and SSD samples.
         jitter (float, default 0.25): log2 std of the per-step gradient size factor.
         ssd_values (int, default 2**20): values sampled for the exact SSD counts.
-        real_traces (str or None, default "reports/traces"): folder of the real models' traces
-            and measured runs (:mod:`sim.nnabla_studies.real_traces`), relative to the source
-            checkout unless absolute; None leaves the real traces out.
+        real_traces (str or None, default "shipped"): folder of the real models' traces and
+            measured runs (:mod:`sim.nnabla_studies.real_traces`): ``"shipped"`` for those
+            shipped in the package (:data:`sim.traces.real.SHIPPED_DIR`), else a path
+            (relative to the current folder); None leaves the real traces out.
     """
 
     steps: int = 10000
@@ -86,7 +84,7 @@ class ReportConfig:
     seed: int = 0
     jitter: float = 0.25
     ssd_values: int = 2**20
-    real_traces: str | None = "reports/traces"
+    real_traces: str | None = SHIPPED
 
 
 QUICK = ReportConfig(steps=600, runs=4, sweep_runs=2, ssd_values=2**14)
@@ -159,10 +157,9 @@ def make_traces(config: ReportConfig) -> Dict[str, Trace]:
 
 
 def real_traces_dir(config: ReportConfig) -> Path | None:
-    """The folder of the real traces (``config.real_traces`` in the checkout), or None."""
-    if config.real_traces is None:
-        return None
-    return CHECKOUT / config.real_traces  # an absolute path replaces CHECKOUT
+    """The folder of the real traces (:func:`sim.traces.real.traces_dir` of
+    ``config.real_traces``), or None when they are left out."""
+    return None if config.real_traces is None else traces_dir(config.real_traces)
 
 
 def check_real_traces(config: ReportConfig) -> None:

@@ -86,9 +86,10 @@ def real_section(data: ReportData) -> str:
 
 Three real nnabla models ({models}; what each is: the families table above) were trained in \
 `cpu:half` with the updater under the default `DynamicScale()`, and every step's gradients \
-recorded with `GradientRecorder` (`reports/traces/<model>.npz`, written by \
-`python -m sim.nnabla_studies.real_traces --out reports/traces`, fixed seeds; see \
-[traces/README.md](traces/README.md)). The same models were then trained again for real, from \
+recorded with `GradientRecorder` (`<model>.npz`, shipped in the package in `sim/traces/data`, \
+written by `python -m sim.nnabla_studies.real_traces`, fixed seeds; see \
+[sim/traces/data/README.md](../sim/traces/data/README.md)). The same models were then trained \
+again for real, from \
 the same weights and batches, under two other policies: `nnabla-legacy` (scale 8, doubling \
 every 2000 steps: underflow) and `dynamic-fast` (`DynamicScale(growth_interval=50)`: it climbs \
 back to 2^15 50 steps after each backoff, so it overflows more often). At every step of every \

@@ -23,7 +23,7 @@ from sim.cli.progress import StageProgress
 from sim.replay.run import memory_estimate, simulate_many
 from sim.report.tables import format_value, markdown_table
 from sim.traces.families import make_trace
-from tests.paths import ROOT
+from tests.paths import ROOT, SHIPPED_TRACES
 from updater.policy import POLICIES, StaticScale
 from updater.presets import PRESETS, make_policy
 from updater.presets import names as policy_names
@@ -56,6 +56,17 @@ def test_simulate_replays_a_recorded_trace_file(tmp_path, capsys):
     assert main(["simulate", "--policy", "headroom", "--trace", str(path), "--runs", "2"]) == 0
     out = capsys.readouterr().out
     assert "trace: nan (200 steps)" in out
+
+
+def test_simulate_takes_a_shipped_trace_by_name_from_any_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no digits_conv_bn file here: the package's is used
+    assert main(["simulate", "--trace", "digits_conv_bn", "--runs", "2"]) == 0
+    assert "trace: digits_conv_bn (800 steps)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "(digits_mlp, digits_conv_bn, sequence_lstm)" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_sweep_prints_and_writes_csv(tmp_path, capsys):
@@ -277,6 +288,11 @@ def test_checks_do_not_create_the_output_folder(tmp_path, no_work):
         (lambda p: p.mkdir(), "is a folder, not a trace file"),
         (lambda p: np.save(open(p, "wb"), np.zeros(3)), "a single NumPy array (.npy)"),
         (lambda p: np.savez(open(p, "wb"), x=np.zeros(2)), "lacks the arrays 'counts', 'zeros'"),
+        (lambda p: p.write_bytes(b""), "the file is empty (0 bytes), not an .npz archive"),
+        (
+            lambda p: p.write_bytes((SHIPPED_TRACES / "digits_mlp.npz").read_bytes()[:5000]),
+            "truncated or not an .npz archive",
+        ),
     ],
 )
 @pytest.mark.parametrize("name", ["x.npz", "notes.txt"])

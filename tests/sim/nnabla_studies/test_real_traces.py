@@ -1,5 +1,5 @@
 """Traces recorded from real nnabla models (sim.nnabla_studies.real_traces) and the shipped ones in
-reports/traces."""
+the package (sim/traces/data)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from sim.nnabla_studies.real_traces import DEFAULT_STEPS, record_model
 from sim.replay.run import simulate
-from sim.traces.real import MODELS
+from sim.traces.real import MODELS, SHIPPED_DIR
 from tests.paths import SHIPPED_TRACES
 from updater.policy import DynamicScale
 from updater.trace import NBINS, Trace
@@ -58,11 +58,10 @@ def test_the_same_seed_gives_the_same_trace(tmp_path, nnabla_and_digits):
 
 
 def test_the_shipped_traces_load_are_small_and_replay():
+    assert SHIPPED_DIR == SHIPPED  # the package finds them in the checkout it runs from
     paths = [SHIPPED / f"{name}.npz" for name in MODELS]
     missing = [str(p) for p in paths if not p.exists()]
-    assert not missing, (
-        f"regenerate with python -m sim.nnabla_studies.real_traces --out reports/traces: {missing}"
-    )
+    assert not missing, f"regenerate with python -m sim.nnabla_studies.real_traces: {missing}"
     assert sum(p.stat().st_size for p in paths) < 5 * 2**20
     for name, path in zip(MODELS, paths):
         trace = Trace.load(path)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -15,11 +16,11 @@ from sim.replay.run import simulate
 from sim.replay.selection import choose_defaults
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.build import QUICK, build_report, choose
-from sim.report.experiments import load_real_traces, per_setting
+from sim.report.experiments import ReportConfig, load_real_traces, per_setting, real_traces_dir
 from sim.report.tables import format_percent, format_value, with_percents
 from sim.report.text import render
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
-from sim.traces.real import MODELS
+from sim.traces.real import MODELS, SHIPPED_DIR
 from tests.paths import SHIPPED_TRACES
 from updater.presets import PRESETS, make_policy
 
@@ -314,6 +315,17 @@ def test_report_shows_the_real_models_predictions_and_layers(quick_report):
     measured_flushed = _percent_cells(line)[-1]
     assert measured_flushed == pytest.approx(legacy["mean_flushed"]["measured"], rel=5e-3)
     assert "With and without the real traces." in text
+
+
+def test_the_real_traces_are_the_shipped_ones_unless_a_folder_is_named(tmp_path, monkeypatch):
+    assert ReportConfig().real_traces == "shipped" == QUICK.real_traces
+    assert real_traces_dir(QUICK) == SHIPPED_DIR == SHIPPED_TRACES
+    monkeypatch.chdir(tmp_path)  # a folder given by name is relative to the current one
+    (tmp_path / "mine").mkdir()
+    config = dataclasses.replace(QUICK, real_traces="mine")
+    assert real_traces_dir(config) == Path("mine")
+    with pytest.raises(FileNotFoundError, match="mine lacks digits_mlp.npz"):
+        load_real_traces(config)
 
 
 def test_report_without_real_traces(tmp_path):
