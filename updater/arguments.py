@@ -145,6 +145,13 @@ def check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, reco
         )
     if not isinstance(loss, nn.Variable):
         raise TypeError(f"loss must be an nnabla.Variable, got {type(loss).__name__}")
+    if loss.parent is not None and loss.parent.info.type_name == "Sink":
+        raise ValueError(
+            "loss is the output of F.sink, whose backward writes 1 into its inputs and ignores "
+            "the seed, so loss scaling cannot work (the gradients would come out 1/scale too "
+            "small, and no overflow would ever be seen); sum the losses instead: "
+            "loss = l1 + l2 (or F.add_n(l1, l2, ...))"
+        )
     if loss.size != 1:
         raise ValueError(
             f"loss must be a scalar (one element), got shape {tuple(loss.shape)}; "
