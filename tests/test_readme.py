@@ -22,7 +22,7 @@ PLAIN = [
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 8
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 9
     assert "save_checkpoint" in QUICK_START
 
 

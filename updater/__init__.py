@@ -36,6 +36,7 @@ _LAZY = {
     "save_checkpoint": "updater.checkpoint",
     "load_checkpoint": "updater.checkpoint",
     "LoadReport": "updater.checkpoint",
+    "SolverGroup": "updater.solver_group",
 }
 
 __all__ = [

@@ -18,6 +18,7 @@ import numpy as np
 from .checks import check_int, check_positive
 from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, SEED_MAX
 from .policy import DynamicScale, ScaleState, check_policy, policy_from_dict
+from .solver_group import check_solver
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
 """nnabla's defaults, used for the legacy arguments not given when one of them is."""
@@ -136,13 +137,7 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
 
 def check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder) -> None:
     """Type and value checks of the nnabla objects given to the updater."""
-    if not (callable(getattr(solver, "get_parameters", None)) and hasattr(solver, "update")):
-        raise TypeError(f"solver must be an nnabla solver, got {type(solver).__name__}")
-    if not solver.get_parameters():
-        raise ValueError(
-            "solver has no parameters; call solver.set_parameters(nn.get_parameters()) "
-            "before creating the updater"
-        )
+    check_solver("solver", solver)
     if not isinstance(loss, nn.Variable):
         raise TypeError(f"loss must be an nnabla.Variable, got {type(loss).__name__}")
     if loss.parent is not None and loss.parent.info.type_name == "Sink":

@@ -1,0 +1,110 @@
+"""Two solvers on one loss (issue 23, item 5) through SolverGroup, on real cpu:half graphs: an
+overflow in the backbone's gradients skips both solvers' steps; finite steps apply each solver's
+own update; checkpoints keep both solvers' states."""
+
+import itertools
+
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.initializer as I
+import nnabla.parametric_functions as PF
+import nnabla.solvers as S
+import numpy as np
+import pytest
+
+from tests.nnabla_models import (
+    assert_same_values,
+    cpu_context,
+    param_values,
+    solver_state_values,
+)
+from updater import DynamicLossScalingUpdater, DynamicScale, SolverGroup
+from updater.checkpoint import load_checkpoint, save_checkpoint
+
+pytestmark = pytest.mark.nnabla
+SCOPES = itertools.count()
+
+
+def _fine_tuning(x_scale=1.0):
+    """A backbone (Momentum, lr 0.01) and a head (Adam, lr 0.001) on one loss; the backbone's
+    weight gradient is x times larger than the head's inputs allow, so a large x overflows it
+    alone."""
+    rng = np.random.RandomState(0)
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(f"group_{next(SCOPES)}"):
+        x = nn.Variable.from_numpy_array(np.full((4, 3), x_scale, np.float32))
+        t = nn.Variable.from_numpy_array(np.array([[0], [1], [0], [1]]))
+        with nn.parameter_scope("backbone"):
+            h = F.sin(PF.affine(x, 6, w_init=I.NormalInitializer(0.1, rng=rng)))  # bounded
+        with nn.parameter_scope("head"):
+            y = PF.affine(h, 2, w_init=I.NormalInitializer(0.5, rng=rng))
+        loss = F.mean(F.softmax_cross_entropy(y, t))
+        backbone, head = S.Momentum(0.01, 0.9), S.Adam(0.001)
+        backbone.set_parameters(_under(nn, "backbone"))
+        head.set_parameters(_under(nn, "head"))
+    return loss, backbone, head
+
+
+def _under(nn_module, prefix):
+    return {k: v for k, v in nn_module.get_parameters().items() if f"/{prefix}/" in f"/{k}"}
+
+
+def test_an_overflow_in_one_solver_skips_every_solver():
+    """The head's solver alone sees no overflow (the issue's silent wrong step); the group sees
+    the backbone's and skips both."""
+    loss, backbone, head = _fine_tuning(x_scale=3000.0)
+    policy = DynamicScale(init_scale=2.0**15)
+    alone = DynamicLossScalingUpdater(head, loss, None, policy=policy)
+    assert alone.backward() and backbone.check_inf_or_nan_grad()  # the silent case
+    alone.step()
+    loss, backbone, head = _fine_tuning(x_scale=3000.0)
+    params = {**backbone.get_parameters(), **head.get_parameters()}
+    before = param_values(params)
+    upd = DynamicLossScalingUpdater(SolverGroup([backbone, head]), loss, None, policy=policy)
+    record = upd.update()
+    assert not record.update_applied and record.new_scale == 2.0**14
+    assert_same_values(param_values(params), before)
+
+
+def test_finite_steps_apply_each_solvers_own_update():
+    """The group trains exactly as the two solvers stepped by hand on the unscaled gradients."""
+    results = []
+    for grouped in (True, False):
+        loss, backbone, head = _fine_tuning()
+        params = {**backbone.get_parameters(), **head.get_parameters()}
+        if grouped:
+            upd = DynamicLossScalingUpdater(SolverGroup([backbone, head]), loss, None, scale=8.0)
+            for _ in range(3):
+                assert upd.update().update_applied
+        else:
+            for _ in range(3):
+                for s in (backbone, head):
+                    s.zero_grad()
+                loss.forward()
+                loss.backward(8.0)
+                for s in (backbone, head):
+                    s.scale_grad(1 / 8.0)
+                    s.update()
+        results.append((param_values(params), solver_state_values(backbone)))
+    assert_same_values(results[0][0], results[1][0])
+    assert_same_values(results[0][1], results[1][1])
+
+
+def test_a_checkpoint_keeps_both_solvers(tmp_path):
+    loss, backbone, head = _fine_tuning()
+    upd = DynamicLossScalingUpdater(SolverGroup([backbone, head]), loss, None)
+    upd.update()
+    save_checkpoint(tmp_path / "g.ckpt", upd)
+    saved = {**solver_state_values(backbone), **solver_state_values(head)}
+    upd.update()  # moves both solvers' states
+    load_checkpoint(tmp_path / "g.ckpt", upd)
+    assert_same_values({**solver_state_values(backbone), **solver_state_values(head)}, saved)
+
+
+def test_bad_groups_are_refused():
+    loss, backbone, head = _fine_tuning()
+    with pytest.raises(ValueError, match="two or more"):
+        SolverGroup([head])
+    with pytest.raises(ValueError, match="is in solvers\\[0\\] and solvers\\[1\\]"):
+        SolverGroup([head, head])
+    with pytest.raises(TypeError, match="solvers\\[1\\] must be an nnabla solver"):
+        SolverGroup([head, "adam"])
