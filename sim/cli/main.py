@@ -14,31 +14,30 @@ status line per stage otherwise (a file or a pipe), so long commands are never s
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import sys
 import textwrap
 from pathlib import Path
 
 from sim import __version__
+from sim.cli import sweep as sweep_cmd
+from sim.cli import tune as tune_cmd
 from sim.cli.checks import (
     MEMORY_SHARE,
     check_figure,
     check_memory,
     check_output_dir,
-    check_output_file,
     jitter_value,
     load_trace,
     nonnegative_int,
     positive_int,
 )
 from sim.cli.progress import StageProgress
-from sim.cli.settings import build_policy, parse_grid, parse_settings, policy_help, policy_list
+from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
 from sim.replay.run import simulate
-from sim.replay.sweep import grid_points, run_sweep
 from sim.report.provenance import current_commit
-from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
+from sim.report.tables import describe_policy, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.real import MODELS, SHIPPED
 from updater.files import atomic_write_text
@@ -81,57 +80,6 @@ def _cmd_simulate(parser, args) -> int:
 
         save_figure(plot_trajectory(result), args.plot)
         print(f"wrote {args.plot}")
-    return 0
-
-
-def _cmd_sweep(parser, args) -> int:
-    grid = parse_grid(parser, args.policy, args.grid)
-    if not grid:
-        parser.error("sweep needs at least one --grid KEY=V1,V2,...")
-    fixed = parse_settings(parser, args.policy, args.set)
-    both = [k for k in fixed if k in grid]
-    if both:
-        k = both[0]
-        parser.error(
-            f"--set {k} conflicts with --grid {k}: a setting is either fixed (--set) or swept "
-            "(--grid), not both"
-        )
-    combos = grid_points(grid)
-    policies = [build_policy(parser, args.policy, {**fixed, **c}) for c in combos]
-    families = [f.strip() for f in args.families.split(",") if f.strip()]
-    bad = [f for f in families if f not in FAMILIES]
-    if bad or not families:
-        parser.error(
-            f"--families must be a comma list of {', '.join(FAMILIES)}, got {args.families!r}"
-        )
-    if args.csv:
-        check_output_file(parser, "--csv", args.csv)
-    check_memory(parser, args.steps, args.runs, len(policies))
-    traces = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
-    with StageProgress("sweep") as progress:
-        progress.start(len(families))
-        rows = run_sweep(
-            policies, combos, traces, runs=args.runs, seed=args.seed, jitter=args.jitter,
-            progress=progress, label=args.policy,
-        )  # fmt: skip
-    columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
-    values = "; ".join(
-        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
-    )
-    print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
-    print(
-        f"grid: {values} ({len(combos)} settings), families: {','.join(families)}, "
-        f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
-    )
-    print(markdown_table(with_percents(rows, SHARES, digits=4), columns))
-    for note in na_notes(rows):
-        print(note)
-    if args.csv:
-        with open(args.csv, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"wrote {args.csv}")
     return 0
 
 
@@ -288,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         "giving it to both, is an error. " + memory_note,
         epilog="examples:\n  dls sweep --policy dynamic --grid growth_interval=500,1000,2000 "
         "--grid hysteresis=1,2 --families stationary,nan --csv sweep.csv\n"
+        "  dls sweep --grid growth_interval=500,2000 --families '' --trace run.npz\n"
         "  dls sweep --policy dynamic --grid init_scale=2**10,2**15 --set hysteresis=2\n\n"
         + policies,
         formatter_class=fmt,
@@ -309,20 +258,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--families",
         default=",".join(FAMILIES),
-        help=f"comma list of families (default {','.join(FAMILIES)})",
+        help=f"comma list of families (default {','.join(FAMILIES)}; '' for none)",
+    )
+    p.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also a recorded trace (.npz) or a shipped real model's name; repeatable",
     )
     common(p, steps_default=5000, runs_default=16)
     p.add_argument(
         "--csv", metavar="FILE.csv", help="also write every row as CSV (the folder must exist)"
     )
-    p.set_defaults(handler=_cmd_sweep, subparser=p)
+    p.set_defaults(handler=sweep_cmd.run, subparser=p)
+    tune_cmd.add_parser(sub, common, fmt)
 
     p = sub.add_parser(
         "report",
         help="regenerate the simulation report (figures + README.md)",
         description="Regenerate the report with fixed seeds: PNG figures and README.md "
         "comparing nnabla's legacy, PyTorch-style, DeepSpeed-style, DynamicScale and "
-        "HeadroomScale on every trace family (synthetic ones and three real nnabla models' "
+        "HeadroomScale on every trace family (synthetic ones and four real nnabla models' "
         "recorded traces, shipped in the package), the SSD reproduction, the simulator's "
         "predictions from the real traces against real runs of other policies, the per-layer "
         "view and the default-setting sweeps. Same inputs, same files. About 30 s on two cores.",

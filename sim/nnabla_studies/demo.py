@@ -87,11 +87,12 @@ class _Batches:
         self.calls = 0
 
     def __call__(self):
-        if self.queue.size < BATCH:
+        batch = self.x_var.shape[0]
+        if self.queue.size < batch:
             self.queue = np.concatenate([self.queue, self.rng.permutation(len(self.x))])
-        idx, self.queue = self.queue[:BATCH], self.queue[BATCH:]
+        idx, self.queue = self.queue[:batch], self.queue[batch:]
         self.x_var.d = self.x[idx]
-        self.t_var.d = self.y[idx, None]
+        self.t_var.d = self.y[idx][..., None]
         self.calls += 1
 
 

@@ -27,17 +27,26 @@ from sim.traces.real import MODELS
 SEQ_LEN = 10
 SEQ_HIDDEN = 16
 SEQ_TEST = 256
+ATT_LEN, ATT_VOCAB, ATT_DIM, ATT_HEADS, ATT_LAYERS, ATT_BATCH, ATT_TEST = 16, 16, 32, 4, 2, 8, 256
+ATT_LR = 0.01
+"""The attention model: sequence length, vocabulary, width, heads, blocks, batch, test set,
+Adam's learning rate."""
 
 
 def _accuracy(logits: np.ndarray, y: np.ndarray) -> float:
-    return float(np.mean(logits.argmax(axis=1) == y))
+    """Share of the predictions (the last axis's argmax) equal to ``y``, per token for
+    sequences."""
+    return float(np.mean(logits.argmax(axis=-1) == y))
 
 
-# ---------------------------------------------------------------- the three models
+# ---------------------------------------------------------------- the models
 
 
-def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) -> Dict:
-    """A classifier's loss on batches of ``train`` and its accuracy on ``test``.
+def _classifier(
+    net, train, test, make_solver, seed: int, data: str, arch: str, batch: int = BATCH
+) -> Dict:
+    """A classifier's loss on batches of ``train`` and its accuracy on ``test``; a target of
+    shape ``(n, T)`` is one class per position (the loss is the mean over positions).
 
     ``net(x, training)`` builds the logits; later calls (the evaluation graph, ``training``
     False; ``training_loss()`` in another context) share the first call's parameters by name.
@@ -48,8 +57,8 @@ def _classifier(net, train, test, make_solver, seed: int, data: str, arch: str) 
     import nnabla.functions as F
 
     (x_train, y_train), (x_test, y_test) = train, test
-    x = nn.Variable((BATCH, *x_train.shape[1:]))
-    t = nn.Variable((BATCH, 1))
+    x = nn.Variable((batch, *x_train.shape[1:]))
+    t = nn.Variable((batch, *y_train.shape[1:], 1))
 
     def training_loss():  # in the current context, on the batch in x and t
         return F.mean(F.softmax_cross_entropy(net(x, True), t))
@@ -173,10 +182,80 @@ def _sequence_lstm(seed: int) -> Dict:
     )
 
 
+def make_reversal(n: int, seed: int):
+    """Random token sequences and their reversal (the attention model's task).
+
+    Returns:
+        ``(x, y)``: int ``(n, ATT_LEN)`` tokens in ``[0, ATT_VOCAB)`` and the same reversed.
+    """
+    x = np.random.RandomState(seed).randint(0, ATT_VOCAB, size=(n, ATT_LEN))
+    return x, x[:, ::-1].copy()
+
+
+def _attention_net(x, seed: int):
+    """``x``: (B, T) tokens; returns logits (B, T, ATT_VOCAB): a token embedding plus a learned
+    position embedding, ATT_LAYERS pre-LayerNorm blocks of ATT_HEADS-head self-attention
+    (``F.batch_matmul`` and softmax) and a ReLU MLP (4x wide), a final LayerNorm and an affine
+    head."""
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.initializer as I
+    import nnabla.parametric_functions as PF
+
+    b, t, d, heads = x.shape[0], ATT_LEN, ATT_DIM, ATT_HEADS
+    rng = np.random.RandomState(seed)
+
+    def dense(h, n, name, fan_in=d):
+        w = I.NormalInitializer(math.sqrt(1.0 / fan_in), rng=rng)
+        return PF.affine(h, n, base_axis=2, w_init=w, name=name)
+
+    def norm(h, name):
+        return PF.layer_normalization(h, batch_axis=(0, 1), name=name)
+
+    def split_heads(h):  # (B, T, D) -> (B * heads, T, D / heads)
+        h = F.transpose(F.reshape(h, (b, t, heads, d // heads)), (0, 2, 1, 3))
+        return F.reshape(h, (b * heads, t, d // heads))
+
+    e = I.NormalInitializer(1.0, rng=rng)
+    h = PF.embed(x, ATT_VOCAB, d, initializer=e, name="embed")
+    pos = nn.parameter.get_parameter_or_create("position", (1, t, d), e((1, t, d)))
+    h = h + F.broadcast(pos, (b, t, d))
+    for layer in range(ATT_LAYERS):
+        with nn.parameter_scope(f"block{layer}"):
+            a = norm(h, "ln_attention")
+            q, k, v = (split_heads(dense(a, d, name)) for name in ("query", "key", "value"))
+            scores = F.batch_matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(d // heads))
+            mixed = F.batch_matmul(F.softmax(scores, axis=2), v)  # (B * heads, T, D / heads)
+            mixed = F.transpose(F.reshape(mixed, (b, heads, t, d // heads)), (0, 2, 1, 3))
+            h = h + dense(F.reshape(mixed, (b, t, d)), d, "out")
+            m = F.relu(dense(norm(h, "ln_mlp"), 4 * d, "mlp_in"))
+            h = h + dense(m, d, "mlp_out", fan_in=4 * d)
+    return dense(norm(h, "ln_final"), ATT_VOCAB, "head")
+
+
+def _sequence_attention(seed: int) -> Dict:
+    import nnabla.solvers as S
+
+    return _classifier(
+        lambda x, training: _attention_net(x, seed),
+        make_reversal(4096, seed),
+        make_reversal(ATT_TEST, seed + 1000),
+        lambda: S.Adam(ATT_LR),
+        seed,
+        f"generated sequences of {ATT_LEN} tokens from {ATT_VOCAB} (seed {seed}), target: the "
+        f"sequence reversed, 4096 train / {ATT_TEST} test, accuracy per token",
+        f"embedding {ATT_DIM} + learned positions, {ATT_LAYERS} pre-LayerNorm blocks of "
+        f"{ATT_HEADS}-head self-attention and a ReLU MLP ({4 * ATT_DIM}), affine head, "
+        f"Adam({ATT_LR}), batch {ATT_BATCH}",
+        batch=ATT_BATCH,
+    )
+
+
 BUILDERS: Dict[str, Callable[[int], Dict]] = {
     "digits_mlp": _digits_mlp,
     "digits_conv_bn": _digits_conv_bn,
     "sequence_lstm": _sequence_lstm,
+    "sequence_attention": _sequence_attention,
 }
 
 

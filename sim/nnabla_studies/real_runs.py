@@ -22,24 +22,12 @@ import numpy as np
 
 from sim.nnabla_studies.models import half_model
 from sim.replay.measured import MeasuredRun
-from updater.float16 import FP16_SMALLEST_SUBNORMAL
 from updater.policy import check_policy
+from updater.probes import flushed_shares
 
 
 def _host_copies(params) -> list:
     return [np.array(p.grad.get_data("r"), dtype=np.float64).ravel() for p in params]
-
-
-def _flushed_shares(true, half, scale: float):
-    """Shares of the nonzero ``true`` values that are zero in ``half``: all of them, and those
-    whose true value times ``scale`` is below float16's smallest subnormal."""
-    nonzero = max(sum(int(np.count_nonzero(g)) for g in true), 1)
-    lost = small = 0
-    for g, h in zip(true, half):
-        zeroed = (g != 0) & (h == 0)
-        lost += int(zeroed.sum())
-        small += int((zeroed & (np.abs(g) * scale < FP16_SMALLEST_SUBNORMAL)).sum())
-    return lost / nonzero, small / nonzero
 
 
 def measure_run(
@@ -88,7 +76,7 @@ def measure_run(
             scale[i] = record.scale
             applied[i] = record.update_applied
             if half is not None:
-                flushed[i], flushed_small[i] = _flushed_shares(true, half, record.scale)
+                flushed[i], flushed_small[i] = flushed_shares(true, half, record.scale)
             loss_finite[i] = record.loss_finite is not False
             loss[i] = float(model["loss"].d)
         seconds = time.perf_counter() - start

@@ -3,7 +3,9 @@
 Each model of :mod:`sim.nnabla_studies.models` trains with
 :class:`updater.DynamicLossScalingUpdater` under the default policy (``DynamicScale()``: starts
 at 2**15) and a :class:`updater.GradientRecorder` that keeps every step, per parameter array too
-(``per_parameter=True``, for :mod:`sim.replay.layers`), so the simulator
+(``per_parameter=True``, for :mod:`sim.replay.layers`), with each step's overflow threshold
+probed and its flushed share measured against float32 at several scales (``probe_overflow``,
+``measure_flush``: :mod:`updater.probes`), so the simulator
 (``dls simulate --trace FILE``) can replay real gradient distributions next to the synthetic
 families. Each model then trains again for real under each policy of
 :data:`sim.replay.measured.CHECKED_POLICIES`, measured step by step
@@ -11,10 +13,10 @@ families. Each model then trains again for real under each policy of
 from the trace (:mod:`sim.replay.predictions`).
 
 Everything is seeded, so the same seed gives the same traces. Run
-``python -m sim.nnabla_studies.real_traces`` (about 8 minutes on 2 cores) to record them again
-into the package's shipped folder (:data:`sim.traces.real.SHIPPED_DIR`: ``sim/traces/data`` in a
-checkout), or ``--out DIR`` elsewhere; ``--quick`` records a handful of steps per model in
-seconds.
+``python -m sim.nnabla_studies.real_traces`` (sim/traces/data/README.md gives its time) to
+record them again into the package's shipped folder (:data:`sim.traces.real.SHIPPED_DIR`:
+``sim/traces/data`` in a checkout), or ``--out DIR`` elsewhere; ``--quick`` records a handful of
+steps per model in seconds.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ from sim.report.tables import markdown_table
 from sim.traces.real import MODELS, SHIPPED_DIR
 from updater.files import atomic_write_text
 
-DEFAULT_STEPS = {"digits_mlp": 2000, "digits_conv_bn": 800, "sequence_lstm": 1000}
+DEFAULT_STEPS = {
+    "digits_mlp": 2000,
+    "digits_conv_bn": 800,
+    "sequence_lstm": 1000,
+    "sequence_attention": 400,
+}
 """Training steps per model of a full recording."""
 QUICK_STEPS = 6
 """Training steps per model of a quick recording (``--quick``)."""
@@ -71,7 +78,8 @@ def record_model(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.npz"
-    with GradientRecorder(path, every=every, name=name, per_parameter=True) as recorder:
+    options = dict(per_parameter=True, probe_overflow=True, measure_flush=True)
+    with GradientRecorder(path, every=every, name=name, **options) as recorder:
         run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)
     run.save(run_path(out_dir, name, RECORDED))
     trace = recorder.trace()
@@ -81,6 +89,7 @@ def record_model(
         **{k: summary[k] for k in kept},
         "recorded": trace.steps,
         "every": every,
+        "probe_passes": recorder.probe_passes / trace.steps,
         "params": int((trace.counts.sum(axis=1) + trace.zeros).max()),
         "path": str(path),
         "bytes": path.stat().st_size,
@@ -132,6 +141,7 @@ TRACE_COLUMNS = {
     "accuracy": "test accuracy",
     "skipped": "skipped",
     "final_scale": "final scale",
+    "probe_passes": "probe passes per recorded step",
     "seconds": "seconds",
     "kib": "KiB",
 }
@@ -157,13 +167,14 @@ def main(argv=None) -> int:
     checked = ", ".join(CHECKED_POLICIES)
     parser = argparse.ArgumentParser(
         prog="python -m sim.nnabla_studies.real_traces",
-        description="Train three small real nnabla models (digits MLP, digits conv+BN, LSTM "
-        "on a generated counting task) in cpu:half with DynamicLossScalingUpdater and the "
-        "default DynamicScale(), recording a gradient trace of every step with "
-        "GradientRecorder (OUT/<model>.npz), then train each again for real under each "
+        description="Train four small real nnabla models (digits MLP, digits conv+BN, LSTM "
+        "on a generated counting task, self-attention reversing token sequences) in cpu:half "
+        "with DynamicLossScalingUpdater and the default DynamicScale(), recording a gradient "
+        "trace of every step with GradientRecorder, overflow thresholds probed and flushing "
+        "measured (OUT/<model>.npz), then train each again for real under each "
         f"checked policy ({checked}), measured against a float32 shadow of the model at every "
         "step (OUT/<model>.<policy>.run.npz): the report (dls report) checks the simulator's "
-        "predictions from the traces against these runs. A full run takes about 8 minutes on "
+        "predictions from the traces against these runs. A full run takes minutes on "
         "2 cores (nnabla's cpu:half is software float16); --quick takes seconds. Replay a "
         "trace with: dls simulate --trace OUT/<model>.npz (the shipped ones: --trace <model>)",
     )

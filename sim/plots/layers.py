@@ -48,7 +48,7 @@ def plot_layer_flush(
     One panel per trace. Each parameter array is a line (arrays of one layer, i.e. one name
     prefix such as ``fc1/affine``, share a colour and differ in line style); the whole model is
     the thick black line. A filled circle marks where each line first falls to ``tolerance``
-    or below (:func:`sim.replay.layers.needed_exponent`, all recorded steps without overflow
+    or below (:func:`sim.replay.layers.needed_exponent`, all clean recorded steps
     pooled); the legend gives that scale. A line ends where its share reaches 0 (when it is 0 at the
     needed scale already, a hollow circle on the tolerance line marks the scale). The grey area
     is where the whole model's largest gradient overflows float16. Legends sit right of the
@@ -127,12 +127,11 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
     ax.tick_params(labelbottom=True)
     ax.grid(True, which="major", alpha=0.3)
     ax.set_ylabel(
-        "share of nonzero gradient values\nflushed to zero (float16, recorded\n"
-        "steps without overflow, pooled)"
+        "share of nonzero gradient values\nflushed to zero (float16, clean\nrecorded steps pooled)"
     )
     ax.set_title(
         f"{trace.name}: {len(curves)} parameter arrays, {whole.steps} of {trace.steps} "
-        "recorded steps without overflow",
+        "recorded steps clean (no bad batch; no overflow unless probed)",
         fontsize="medium",
     )
     title = f"parameter array: the smallest scale\nwith flushed share $\\leq$ {tolerance:g}"

@@ -9,9 +9,12 @@ scale (the binade model of :mod:`sim.fp16.underflow`), the smallest power-of-two
 that share within a tolerance, and the largest one at which the layer does not overflow, per
 training stage and for the whole model.
 
-Only clean steps count: steps that neither overflowed (finite ``overflow_scale``) nor were bad
-batches (``nonfinite``); an overflowed step's histogram holds only the values that stayed
-finite, and its ``absmax`` is a bound, not a measurement.
+Only clean steps count: steps that were not bad batches (``nonfinite``) and, in a trace recorded
+without overflow probes, did not overflow (finite ``overflow_scale``): there an overflowed
+step's histogram holds only the values that stayed finite, and its ``absmax`` is a bound. In a
+probed trace (``overflow_probed``) every step's histogram is of finite gradients (an overflowed
+step is recorded at its first finite probe), and a finite ``overflow_scale`` is a threshold, not
+an overflow.
 
 Limits. A recorded trace holds what float16 kept at the scale the run used: values flushed
 there are exact zeros in it (``zeros``), not small values, so a need near that scale is a lower
@@ -61,10 +64,12 @@ def check_layers(trace: Trace) -> Trace:
 
 
 def clean_steps(trace: Trace, steps=None) -> np.ndarray:
-    """Indices of the steps in ``steps`` (a slice or indices; default all) that neither
-    overflowed nor were bad batches."""
+    """Indices of the steps in ``steps`` (a slice or indices; default all) that are clean (module
+    doc): not bad batches, and without a recorded overflow unless the trace was probed."""
     index = np.arange(trace.steps)[slice(None) if steps is None else steps]
-    ok = ~trace.nonfinite[index] & np.isinf(trace.overflow_scale[index])
+    ok = ~trace.nonfinite[index]
+    if not trace.overflow_probed:
+        ok &= np.isinf(trace.overflow_scale[index])
     return index[ok]
 
 
@@ -233,7 +238,8 @@ def format_layer_needs(rows: List[Dict], tolerance: float = TOLERANCE) -> str:
     text = "\n".join(lines) + (
         f"\n\nneed: the smallest scale at which at most {tolerance:g} of the layer's nonzero "
         f"gradient values flush to zero in float16; max: the largest at which its largest "
-        f"gradient stays finite. Clean steps per stage (no overflow, no bad batch): {steps}.\n"
+        f"gradient stays finite. Clean steps per stage (no bad batch; no overflow unless "
+        f"probed): {steps}.\n"
     )
     return text + ("\n" + "\n".join(notes) + "\n" if notes else "")
 

@@ -78,3 +78,53 @@ def prediction_rows(
                     }
                 )
     return rows
+
+
+GOALS = {
+    "skipped": "the measured skipped steps lie inside the predicted 5-95% spread in every run",
+    "below_half_safe": "steps below half the safe scale: mean |predicted - measured| <= 5 points",
+    "mean_flushed": "flushed share within 25% (relative) or 0.01 points of the measured value in "
+    "at least 6 of 8 runs (75% of the runs)",
+}
+"""The goals the predictions are held to, per metric (issue 19)."""
+
+
+def prediction_goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Each goal of :data:`GOALS` checked on :func:`prediction_rows` output.
+
+    Returns:
+        list of dict: ``metric``, ``goal`` (words), ``result`` (words, with the numbers),
+        ``met`` (bool) and ``misses`` (the runs that miss: ``model``, ``policy`` and by how
+        much, in words).
+    """
+    out = []
+    for metric, goal in GOALS.items():
+        sub = [r for r in rows if r["metric"] == metric]
+        if not sub:
+            continue
+        if metric == "skipped":
+            ok = [r["low"] <= r["measured"] <= r["high"] for r in sub]
+            gaps = [max(r["low"] - r["measured"], r["measured"] - r["high"]) for r in sub]
+            result = f"inside in {sum(ok)} of {len(sub)}"
+            met = all(ok)
+            how = [f"measured {r['measured']:g}, spread {r['low']:g}-{r['high']:g} "
+                   f"(outside by {g:g})" for r, g in zip(sub, gaps)]  # fmt: skip
+        elif metric == "below_half_safe":
+            mean = float(np.mean([abs(r["error"]) for r in sub]))
+            ok = [abs(r["error"]) <= 0.05 for r in sub]
+            result = f"mean |error| {100 * mean:.1f} points"
+            met = mean <= 0.05
+            how = [f"error {100 * r['error']:+.1f} points" for r in sub]
+        else:
+            ok = [abs(r["error"]) <= max(0.25 * r["measured"], 1e-4) for r in sub]
+            result = f"within in {sum(ok)} of {len(sub)}"
+            met = sum(ok) >= 0.75 * len(sub)
+            how = [f"predicted {100 * r['predicted']:.3g}%, measured {100 * r['measured']:.3g}%"
+                   for r in sub]  # fmt: skip
+        misses = [
+            {"model": r["model"], "policy": r["policy"], "by": h}
+            for r, good, h in zip(sub, ok, how)
+            if not good
+        ]
+        out.append({"metric": metric, "goal": goal, "result": result, "met": met, "misses": misses})
+    return out

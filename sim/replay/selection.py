@@ -5,7 +5,20 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Sequence
 
+import numpy as np
+
 from updater.policy import DynamicScale, HeadroomScale
+
+DYNAMIC_GRID = {
+    "init_scale": (2.0**10, 2.0**15),
+    "growth_interval": (250, 500, 1000, 2000, 4000),
+    "hysteresis": (1, 2, 3),
+}
+HEADROOM_GRID = {
+    "margin": (1.0, 2.0, 4.0, 8.0),
+    "backoff_factor": (0.5, 2.0**-8),
+}
+"""The settings the report sweeps (and ``dls tune`` on a user's traces)."""
 
 HEADROOM_MAX_MARGIN = 2.0
 """Largest margin eligible as HeadroomScale's default: a margin m lands a factor m below the
@@ -29,7 +42,7 @@ def choose(
 
     Args:
         rows (sequence of dict): one per setting, with its settings, ``lost_mean`` and
-            ``lost_worst`` (:func:`sim.report.experiments.per_setting`); at least one.
+            ``lost_worst`` (:func:`per_setting`); at least one.
         defaults (mapping): the current settings.
         tolerance (float, default 0.05), tie (float, default 0.03): relative margins.
 
@@ -66,3 +79,29 @@ def choose_defaults(
         "dynamic": choose(dynamic_rows, DynamicScale().settings()),
         "headroom": choose(eligible, HeadroomScale().settings()),
     }
+
+
+def per_setting(
+    rows: Sequence[Dict[str, Any]], keys: Sequence[str], families=None
+) -> List[Dict[str, Any]]:
+    """Fold :func:`sim.replay.sweep.run_sweep` rows (one per trace and setting) into one row per
+    setting: the settings, ``lost_<family>`` per family, ``lost_mean``, ``lost_worst``,
+    ``skipped_mean`` and ``flushed_mean`` (means over families). ``families`` (optional) keeps
+    only the rows of those traces."""
+    groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {}
+    for r in rows:
+        if families is not None and r["trace"] not in families:
+            continue
+        groups.setdefault(tuple(r[k] for k in keys), {})[r["trace"]] = r
+    out = []
+    for values, by_family in groups.items():
+        row: Dict[str, Any] = dict(zip(keys, values))
+        lost = {f: r["signal_lost"] for f, r in by_family.items()}
+        for f, v in lost.items():
+            row[f"lost_{f}"] = v
+        row["lost_mean"] = float(np.mean(list(lost.values())))
+        row["lost_worst"] = float(max(lost.values()))
+        row["skipped_mean"] = float(np.mean([r["skipped"] for r in by_family.values()]))
+        row["flushed_mean"] = float(np.nanmean([r["mean_flushed"] for r in by_family.values()]))
+        out.append(row)
+    return out

@@ -19,6 +19,7 @@ from sim.replay.measured import MEASURED, MeasuredRun, run_path
 from sim.replay.predictions import prediction_rows
 from sim.replay.result import RunResult
 from sim.replay.run import simulate_many
+from sim.replay.selection import DYNAMIC_GRID, HEADROOM_GRID, per_setting
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import format_percent
 from sim.traces.families import (
@@ -42,16 +43,6 @@ FAMILY_NOTES = {
     "spikes": "as stationary; 0.2% of steps: the 16 largest values x2^10",
     "nan": "as stationary; 0.2% of steps are NaN batches (bad at every scale)",
     "ssd": "calibrated to Multibox SSD (Micikevicius et al. 2018): 66.8% zeros, 2^20 values",
-}
-
-DYNAMIC_GRID = {
-    "init_scale": (2.0**10, 2.0**15),
-    "growth_interval": (250, 500, 1000, 2000, 4000),
-    "hysteresis": (1, 2, 3),
-}
-HEADROOM_GRID = {
-    "margin": (1.0, 2.0, 4.0, 8.0),
-    "backoff_factor": (0.5, 2.0**-8),
 }
 
 SSD_SCALES = (1.0, 8.0, 2.0**15)
@@ -267,32 +258,6 @@ def compare(traces: Mapping[str, Trace], config: ReportConfig, progress=None) ->
         )
         rows.extend({**r.summary(), "lost_end": lost_at_end(r)} for r in results[name])
     return Comparison(rows, results)
-
-
-def per_setting(
-    rows: Sequence[Dict[str, Any]], keys: Sequence[str], families=None
-) -> List[Dict[str, Any]]:
-    """Fold :func:`sim.replay.sweep.run_sweep` rows (one per trace and setting) into one row per
-    setting: the settings, ``lost_<family>`` per family, ``lost_mean``, ``lost_worst``,
-    ``skipped_mean`` and ``flushed_mean`` (means over families). ``families`` (optional) keeps
-    only the rows of those traces."""
-    groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {}
-    for r in rows:
-        if families is not None and r["trace"] not in families:
-            continue
-        groups.setdefault(tuple(r[k] for k in keys), {})[r["trace"]] = r
-    out = []
-    for values, by_family in groups.items():
-        row: Dict[str, Any] = dict(zip(keys, values))
-        lost = {f: r["signal_lost"] for f, r in by_family.items()}
-        for f, v in lost.items():
-            row[f"lost_{f}"] = v
-        row["lost_mean"] = float(np.mean(list(lost.values())))
-        row["lost_worst"] = float(max(lost.values()))
-        row["skipped_mean"] = float(np.mean([r["skipped"] for r in by_family.values()]))
-        row["flushed_mean"] = float(np.nanmean([r["mean_flushed"] for r in by_family.values()]))
-        out.append(row)
-    return out
 
 
 def sweep(

@@ -87,7 +87,8 @@ overflows when its largest scaled gradient reaches 65520 (float16 rounds that to
 then skipped; a bad batch is skipped at any scale. Runs differ by a per-step gradient size \
 factor 2^(jitter*z), jitter={config.jitter} (log2 std), z standard normal, the same for every \
 policy (common random numbers). Underflow is measured per step from the trace's binade \
-histogram (see `sim/replay/run.py`).
+histogram, or from the flushed shares measured while recording where a trace holds them (the \
+real models; see `sim/replay/run.py` and `sim/fp16/underflow.py`).
 
 Metrics (per run, then averaged over runs):
 

@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.replay.selection import HEADROOM_MAX_MARGIN
-from sim.report.experiments import DYNAMIC_GRID, HEADROOM_GRID, ReportData
+from sim.replay.selection import DYNAMIC_GRID, HEADROOM_GRID, HEADROOM_MAX_MARGIN
+from sim.report.experiments import ReportData
 from sim.report.tables import find_row, format_value, share_table
 from sim.report.tables import format_percent as pct
 from updater.policy import DynamicScale, HeadroomScale
@@ -88,8 +88,8 @@ mean {pct(head_best["lost_mean"])}, worst {pct(head_best["lost_worst"])}.
 {_what_real_changed(data)}
 
 Limits of this evidence: the synthetic traces are models (log-normal bodies, a calibrated SSD \
-histogram) and the real ones come from three small models; underflow is counted per value \
-whether or not it matters to training (the paper's SSD values below 2^-27 did not), and a \
+histogram) and the real ones come from {len(data.real)} small models; underflow is counted per \
+value whether or not it matters to training (the paper's SSD values below 2^-27 did not), and a \
 skipped step is counted as losing the whole step. A trace recorded from your own model \
 (`GradientRecorder`, then `dls simulate --trace run.npz`) replays through the same code."""
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
-import numpy as np
-
 from sim.replay.layers import TOLERANCE, format_layer_needs
 from sim.replay.measured import RECORDED
 from sim.replay.metrics import METRICS
-from sim.replay.predictions import RANGE_RUNS
+from sim.replay.predictions import RANGE_RUNS, prediction_goals
 from sim.report.experiments import ReportData
 from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, markdown_table, with_percents
+
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
 
 
 def _metric_cell(metric: str, value: float) -> str:
@@ -54,49 +54,50 @@ def real_section(data: ReportData) -> str:
         ["model", "policy", "steps", "skipped", "final scale", "test accuracy",
          "flushed (applied steps)", "of which below 2^-24 after scaling"],
     )  # fmt: skip
-    errors = []
-    for metric in dict.fromkeys(r["metric"] for r in preds):
-        sub = [r for r in preds if r["metric"] == metric]
-        worst = max(sub, key=lambda r: abs(r["error"]))
-        inside = sum(r["low"] <= r["measured"] <= r["high"] for r in sub)
-        errors.append(
-            f"- **{METRICS[metric].label}**: mean |predicted - measured| "
-            f"{_metric_cell(metric, float(np.mean([abs(r['error']) for r in sub])))}; "
-            f"largest on {worst['model']} under {worst['policy']} (predicted "
-            f"{_metric_cell(metric, worst['predicted'])}, measured "
-            f"{_metric_cell(metric, worst['measured'])}); the measured value lies inside the "
-            f"jittered spread in {inside} of {len(sub)} cases."
-        )
+    goals = prediction_goals(preds)
+    goal_table = markdown_table(
+        [{**g, "met": "met" if g["met"] else "missed"} for g in goals],
+        ["goal", "result", "met"],
+        ["goal", "result", ""],
+    )
+    misses = "\n".join(
+        f"- {METRICS[g['metric']].label}: {m['model']} under {m['policy']}: {m['by']}"
+        for g in goals
+        for m in g["misses"]
+    )
     recorded = [r for r in data.measured if r["policy"] == RECORDED]
     checked = [r for r in data.measured if r["policy"] != RECORDED]
-    blind = ", ".join(
-        f"{r['model']} {pct(r['flushed'])} ({pct(r['flushed_small'])} below 2^-24 after scaling)"
-        for r in recorded
-    )
-    below = ", ".join(f"{r['model']} {pct(r['below_max_scale'])}" for r in recorded)
     overflows = sum(r["overflows"] for r in checked)
     inside = sum(r["overflows_inside"] for r in checked)
     arithmetic = ", ".join(
         f"{r['model']} under {r['policy']} {pct(r['flushed'] - r['flushed_small'])}"
         for r in checked
     )
+    blind = ", ".join(f"{r['model']} {pct(r['flushed'])}" for r in recorded)
     models = ", ".join(f"`{m}`" for m in data.real)
+    count = NUMBERS.get(len(data.real), str(len(data.real))).capitalize()
     return f"""\
 ## Real models: predictions checked against real runs
 
-Three real nnabla models ({models}; what each is: the families table above) were trained in \
-`cpu:half` with the updater under the default `DynamicScale()`, and every step's gradients \
-recorded with `GradientRecorder` (`<model>.npz`, shipped in the package in `sim/traces/data`, \
-written by `python -m sim.nnabla_studies.real_traces`, fixed seeds; see \
-[sim/traces/data/README.md](../sim/traces/data/README.md)). The same models were then trained \
-again for real, from \
-the same weights and batches, under two other policies: `nnabla-legacy` (scale 8, doubling \
-every 2000 steps: underflow) and `dynamic-fast` (`DynamicScale(growth_interval=50)`: it climbs \
-back to 2^15 50 steps after each backoff, so it overflows more often). At every step of every \
-run, the recording included, a float32 copy of the training graph (same parameters, same batch) \
-computed the true gradients: the measured **flushed** share is the share of the true nonzero \
-values that the float16 backward pass left at exactly zero, and the measured safe scale follows \
-from the true largest |gradient| (`sim.nnabla_studies.real_runs`).
+{count} real nnabla models ({models}; what each is: the families table above) were trained in \
+`cpu:half` with the updater under the default `DynamicScale()`, and every step recorded with \
+`GradientRecorder(per_parameter=True, probe_overflow=True, measure_flush=True)` (`<model>.npz`, \
+shipped in the package in `sim/traces/data`, written by `python -m \
+sim.nnabla_studies.real_traces`, fixed seeds; see \
+[sim/traces/data/README.md](../sim/traces/data/README.md)). On each recorded step the recorder \
+**probed the overflow threshold** (the step's forward and backward again at the next powers of \
+two, up to 2^15, or down after an overflow: the smallest scale at which its real backward pass \
+overflows, overflows born inside the backward kernels included) and **measured flushing** (the \
+share of the true nonzero gradient values, from a float32 copy of the graph, that float16 left at \
+zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is left exactly as without \
+the probes (`updater.probes`). The simulator replays those measurements. The same models were \
+then trained again for real, from the same weights and batches, under two other policies: \
+`nnabla-legacy` (scale 8, doubling every 2000 steps: underflow) and `dynamic-fast` \
+(`DynamicScale(growth_interval=50)`: it climbs back to 2^15 50 steps after each backoff, so it \
+overflows more often). At every step of every run a float32 copy of the training graph (same \
+parameters, same batch) computed the true gradients: the measured **flushed** share is the share \
+of the true nonzero values that the float16 backward pass left at exactly zero, and the measured \
+safe scale follows from the true largest |gradient| (`sim.nnabla_studies.real_runs`).
 
 {runs_table}
 
@@ -107,34 +108,27 @@ applied steps).
 
 {prediction_table(preds)}
 
-Prediction error:
+The goals the predictions are held to (`sim.replay.predictions.prediction_goals`):
 
-{chr(10).join(errors)}
+{goal_table}
 
-Where the error comes from:
+{"Runs that miss:" + chr(10) + chr(10) + misses if misses else "No run misses its goal."}
 
-- **What the recording flushed.** The trace holds the recorded run's float16 gradients after \
-unscaling: a value that float16 zeroed in that run is a zero in the trace, not a small value. \
-Measured with the same float32 shadow, the recorded runs (`DynamicScale()`, the first rows of \
-the runs table) flushed {blind} of the true nonzero values: a predicted flushed share misses \
-about that much at any scale.
-- **Overflows above the recorded scale.** A trace records an overflow only where the recording \
-overflowed; elsewhere the simulator decides from the largest parameter gradient. The recorded \
-runs spent {below} of their steps below 2^15 (after an overflow `DynamicScale()` grows back \
-only after 2000 finite steps), so whether those steps overflow at 2^15 was never observed. Of \
-the {overflows} overflows of the checked runs, {inside} happened while the true parameter \
-gradients times the scale stayed below 65520: they overflowed inside the backward pass \
-(intermediate values), which no parameter gradient shows.
-- **Float16 arithmetic on the way.** Of the measured flushed shares, the part that is not a \
-value below 2^-24 after scaling ({arithmetic}) was zeroed by float16 arithmetic inside the \
-backward pass, for example a ReLU whose float16 input is not positive while its float32 input \
-is; the simulator's flush model covers only values below 2^-24.
+Where the remaining error comes from:
+
 - **Different trajectories.** A policy that skips or flushes differently applies different \
 updates, so the measured run's weights, and its gradients, drift from the recorded run's: \
 overflows happen at other steps, and the number of skipped steps can differ by a few even when \
-the gradient sizes are predicted right.
-- **The binade model** (values spread evenly inside each binade of the histogram) is exact for \
-power-of-two scales such as these, so it adds no error here."""
+each step's threshold is measured right. Of the {overflows} overflows of the checked runs, \
+{inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
+the backward pass): those the probes measure, and no parameter gradient shows.
+- **Flushing between the measured scales.** The measured share is interpolated in log2 of the \
+scale between the four measured scales, and outside them the binade model is shifted by the \
+difference at the nearest one. The recorded runs themselves flushed {blind} of the true nonzero \
+values. Of the checked runs' flushed shares, the part that is not a value below 2^-24 after \
+scaling ({arithmetic}) was zeroed by float16 arithmetic inside the backward pass (e.g. a ReLU \
+whose float16 input is not positive while its float32 input is), which the measurement includes \
+and the binade model alone does not."""
 
 
 def layers_section(data: ReportData) -> str:
@@ -146,16 +140,16 @@ def layers_section(data: ReportData) -> str:
     return f"""\
 ## Per-layer view of the real models
 
-One loss scale serves every layer, but layers' gradients differ in size and drift during \
-training (Zhao et al., *Adaptive Loss Scaling for Mixed Precision Training*, 2019). The real \
-traces were recorded with per-parameter histograms (`GradientRecorder(per_parameter=True)`; a \
-"layer" here is one parameter array, so a weight and its bias are two). For each one, the figure \
-shows the share of its nonzero gradient values that float16 flushes to zero against the loss \
-scale (all recorded steps without overflow pooled, the binade model of `sim.fp16.underflow`), \
-and the \
-tables give the scale each layer alone needs to keep that share within {TOLERANCE:g} (need) and \
-the largest at which its gradients stay finite (max), early, mid-way and late in training \
-(the first, middle and last tenth of the steps; `sim.replay.layers`).
+One loss scale serves every layer, but layers' gradients differ in size and drift during training \
+(Zhao et al., *Adaptive Loss Scaling for Mixed Precision Training*, 2019). The real traces were \
+recorded with per-parameter histograms (`GradientRecorder(per_parameter=True)`; a "layer" here is \
+one parameter array, so a weight and its bias are two). For each one, the figure shows the share \
+of its nonzero gradient values that float16 flushes to zero against the loss scale (all clean \
+recorded steps pooled: no bad batch, and no overflow unless the trace was probed; the binade \
+model of `sim.fp16.underflow`), and the tables give the scale each layer alone needs to keep that \
+share within {TOLERANCE:g} (need) and the largest at which its gradients stay finite (max), \
+early, mid-way and late in training (the first, middle and last tenth of the steps; \
+`sim.replay.layers`).
 
 ![per-layer flushed share against the loss scale](layers_flush.png)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-MODELS = ("digits_mlp", "digits_conv_bn", "sequence_lstm")
+MODELS = ("digits_mlp", "digits_conv_bn", "sequence_lstm", "sequence_attention")
 MODEL_NOTES = {
     "digits_mlp": "real: MLP 64-64-10 on sklearn's 8x8 digits, Momentum, cpu:half",
     "digits_conv_bn": "real: 2 conv + BatchNorm on sklearn's 8x8 digits, Momentum, cpu:half",
     "sequence_lstm": "real: LSTM counting ones in 0/1 sequences, Adam, cpu:half",
+    "sequence_attention": "real: 2-block self-attention reversing token sequences, Adam, cpu:half",
 }
 """One line per model, for tables."""
 

@@ -64,7 +64,7 @@ def test_simulate_takes_a_shipped_trace_by_name_from_any_folder(tmp_path, capsys
     assert "trace: digits_conv_bn (800 steps)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
-    assert "(digits_mlp, digits_conv_bn, sequence_lstm)" in " ".join(
+    assert "(digits_mlp, digits_conv_bn, sequence_lstm, sequence_attention)" in " ".join(
         capsys.readouterr().out.split()
     )
 

@@ -129,3 +129,17 @@ def test_the_figure_has_one_line_per_layer_and_the_whole_model(tmp_path):
         assert ax.get_legend() is not None
     assert "small/W: $2^{5}$" in [t.get_text() for t in axes[0].get_legend().get_texts()]
     assert "flushed to zero" in axes[0].get_ylabel() and axes[1].get_xlabel() == "loss scale"
+
+
+def test_a_probed_trace_keeps_its_steps_with_finite_thresholds():
+    """In a probed trace a finite overflow_scale is a measured threshold and the step's
+    histogram is of finite gradients: the step stays clean; unprobed, it was an overflow."""
+    from sim.replay.layers import clean_steps
+
+    t = Trace.from_steps([[1.0, 2.0]] * 3)
+    over = [np.inf, 2.0**14, np.inf]
+    probed = Trace(t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=over,
+                   overflow_probed=True)  # fmt: skip
+    seen = Trace(t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=over)
+    assert clean_steps(probed).tolist() == [0, 1, 2]
+    assert clean_steps(seen).tolist() == [0, 2]

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sim.nnabla_studies.real_runs import _flushed_shares, measure_run
+from sim.nnabla_studies.real_runs import measure_run
 from sim.nnabla_studies.real_traces import record_all
 from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.replay.predictions import PREDICTED, prediction_rows
@@ -17,6 +17,7 @@ from sim.report.experiments import QUICK, check_real_traces, load_real_traces
 from sim.traces.real import MODELS
 from tests.paths import SHIPPED_TRACES
 from updater.policy import DynamicScale, StaticScale
+from updater.probes import flushed_shares
 from updater.trace import Trace
 
 SHIPPED = SHIPPED_TRACES
@@ -33,7 +34,7 @@ def test_flushed_shares_count_zeroed_true_values_and_split_the_small_ones():
     half = [np.array([0.0, 1.0, 0.0, 0.0]), np.array([0.0, 3.0])]
     # nonzero true values: 5; zeroed: 2**-30, 2**-10, 2**-20; at scale 2**4 only 2**-30 * 16 =
     # 2**-26 is below 2**-24 (2**-20 * 16 = 2**-16 and 2**-10 * 16 are representable)
-    lost, small = _flushed_shares(true, half, 2.0**4)
+    lost, small = flushed_shares(true, half, 2.0**4)
     assert lost == pytest.approx(3 / 5) and small == pytest.approx(1 / 5)
 
 

@@ -13,10 +13,10 @@ from sim.fp16.counts import classify
 from sim.replay.metrics import METRICS, SHARES, SUMMARY_COLUMNS
 from sim.replay.predictions import prediction_rows
 from sim.replay.run import simulate
-from sim.replay.selection import choose_defaults
+from sim.replay.selection import choose_defaults, per_setting
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.build import QUICK, build_report, choose
-from sim.report.experiments import ReportConfig, load_real_traces, per_setting, real_traces_dir
+from sim.report.experiments import ReportConfig, load_real_traces, real_traces_dir
 from sim.report.tables import format_percent, format_value, with_percents
 from sim.report.text import render
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
@@ -114,8 +114,8 @@ def test_report_is_deterministic_and_names_its_stages(quick_report, built):
     for path in again["files"]:
         assert path.read_bytes() == (quick_report / path.name).read_bytes(), path.name
     # issue 10: every stage is announced with a name, and the total announced up front is right
-    # 5 synthetic families and 3 real traces: 4 stages each; figures, SSD, predictions
-    assert recorder.total == len(recorder.stages) == 4 * (5 + 3) + 3
+    # 5 synthetic families and the real traces: 4 stages each; figures, SSD, predictions
+    assert recorder.total == len(recorder.stages) == 4 * (5 + len(MODELS)) + 3
     assert "policy comparison on spikes (5 policies)" in recorder.stages
     assert "policy comparison on digits_conv_bn (5 policies)" in recorder.stages
     assert "predictions from the real traces against the real runs" in recorder.stages

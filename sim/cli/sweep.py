@@ -1,0 +1,71 @@
+"""``dls sweep``: a grid of one policy's settings over trace families and recorded traces."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+from sim.cli.checks import check_memory, check_output_file, load_trace
+from sim.cli.progress import StageProgress
+from sim.cli.settings import build_policy, parse_grid, parse_settings
+from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
+from sim.replay.sweep import grid_points, run_sweep
+from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
+from sim.traces.families import FAMILIES, make_trace
+
+
+def run(parser, args) -> int:
+    """The ``sweep`` subcommand: check, sweep, print (and write CSV)."""
+    grid = parse_grid(parser, args.policy, args.grid)
+    if not grid:
+        parser.error("sweep needs at least one --grid KEY=V1,V2,...")
+    fixed = parse_settings(parser, args.policy, args.set)
+    both = [k for k in fixed if k in grid]
+    if both:
+        k = both[0]
+        parser.error(
+            f"--set {k} conflicts with --grid {k}: a setting is either fixed (--set) or swept "
+            "(--grid), not both"
+        )
+    combos = grid_points(grid)
+    policies = [build_policy(parser, args.policy, {**fixed, **c}) for c in combos]
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    bad = [f for f in families if f not in FAMILIES]
+    if bad or not (families or args.trace):
+        parser.error(
+            f"--families must be a comma list of {', '.join(FAMILIES)} (or '' with --trace), "
+            f"got {args.families!r}"
+        )
+    recorded = [load_trace(parser, spec) for spec in args.trace]  # checked before any work
+    if args.csv:
+        check_output_file(parser, "--csv", args.csv)
+    steps = max([args.steps] * bool(families) + [t.steps for t in recorded])
+    check_memory(parser, steps, args.runs, len(policies))
+    synthetic = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
+    traces = itertools.chain(synthetic, recorded)
+    names = families + [t.name for t in recorded]
+    with StageProgress("sweep") as progress:
+        progress.start(len(names))
+        rows = run_sweep(
+            policies, combos, traces, runs=args.runs, seed=args.seed, jitter=args.jitter,
+            progress=progress, label=args.policy,
+        )  # fmt: skip
+    columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
+    values = "; ".join(
+        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
+    )
+    print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
+    print(
+        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}, synthetic "
+        f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
+    )
+    print(markdown_table(with_percents(rows, SHARES, digits=4), columns))
+    for note in na_notes(rows):
+        print(note)
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {args.csv}")
+    return 0

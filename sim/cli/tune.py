@@ -1,0 +1,63 @@
+"""``dls tune``: the report's selection rule applied to the user's own recorded traces."""
+
+from __future__ import annotations
+
+from sim.cli.checks import check_memory, load_trace
+from sim.cli.progress import StageProgress
+from sim.replay.metrics import METRICS
+from sim.replay.tune import TUNED, tune
+from sim.report.tables import format_percent, format_value, markdown_table
+
+
+def add_parser(sub, common, fmt) -> None:
+    """Register ``tune`` on the subparsers ``sub`` (``common`` adds --runs, --seed, --jitter)."""
+    p = sub.add_parser(
+        "tune",
+        help="tune a policy's settings on your own recorded traces",
+        description="Run the report's grid of one policy's settings on your recorded traces "
+        "(GradientRecorder files, or the shipped real models by name), pick with the report's "
+        "selection rule (lowest signal lost averaged over the traces, then the best worst case, "
+        "then the setting closest to the current default), and print the choice next to the "
+        "default with their predicted skipped steps and signal lost, and the line to paste "
+        "into your script.",
+        epilog="examples:\n  dls tune --trace run.npz\n"
+        "  dls tune --trace a.npz --trace b.npz --policy headroom --runs 32\n"
+        "  dls tune --trace digits_conv_bn",
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--trace",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a recorded trace (.npz) or a shipped real model's name; repeatable",
+    )
+    p.add_argument("--policy", choices=list(TUNED), default="dynamic", help="the policy to tune")
+    common(p, runs_default=16)
+    p.set_defaults(handler=run, subparser=p)
+
+
+def run(parser, args) -> int:
+    """The ``tune`` subcommand: check, tune, print."""
+    traces = {}
+    for spec in args.trace:
+        trace = load_trace(parser, spec)
+        traces[trace.name if trace.name not in traces else spec] = trace
+    steps = max(t.steps for t in traces.values())
+    check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
+    with StageProgress("tune") as progress:
+        progress.start(len(traces))
+        found = tune(traces, args.policy, args.runs, args.seed, args.jitter, progress)
+    settings = list(TUNED[args.policy][1])
+    rows = [{"which": "chosen", **found["chosen"]}, {"which": "default", **found["default"]}]
+    for r in rows:
+        r.update({k: format_value(r[k], name=k) for k in settings})
+        r["lost"], r["skipped"] = format_percent(r["lost_mean"]), f"{r['skipped_mean']:.1f}"
+    print(
+        f"{args.policy}: {len(found['rows'])} settings x {len(traces)} trace(s) "
+        f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"
+    )
+    heads = [METRICS["signal_lost"].head, METRICS["skipped"].label]
+    print(markdown_table(rows, ["which", *settings, "lost", "skipped"], ["", *settings, *heads]))
+    print(found["line"])
+    return 0

@@ -1,0 +1,81 @@
+"""Settings tuned on a user's own traces: the report's sweep of one policy and its selection rule
+(:mod:`sim.replay.selection`), run on the given traces instead of the report's families."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Mapping
+
+from sim.replay.selection import (
+    DYNAMIC_GRID,
+    HEADROOM_GRID,
+    HEADROOM_MAX_MARGIN,
+    choose,
+    per_setting,
+)
+from sim.replay.sweep import grid_points, run_sweep
+from updater.policy import DynamicScale, HeadroomScale
+from updater.trace import Trace
+
+TUNED = {"dynamic": (DynamicScale, DYNAMIC_GRID), "headroom": (HeadroomScale, HEADROOM_GRID)}
+"""The policies ``tune`` can tune: name -> (class, the report's grid of its settings)."""
+
+
+def setting_text(value) -> str:
+    """A setting as Python source: powers of two as ``2**k``, whole numbers as ints.
+
+    >>> setting_text(32768.0), setting_text(2**-8), setting_text(2000), setting_text(0.5)
+    ('2**15', '2**-8', '2000', '2**-1')
+    """
+    if isinstance(value, bool):
+        return repr(value)
+    exponent = math.log2(value) if value > 0 else 0.5
+    if isinstance(value, float) and exponent == int(exponent):
+        return f"2**{int(exponent)}"
+    return repr(int(value)) if float(value) == int(value) else repr(value)
+
+
+def tune(
+    traces: Mapping[str, Trace],
+    policy: str = "dynamic",
+    runs: int = 16,
+    seed: int = 0,
+    jitter: float = 0.25,
+    progress=None,
+) -> Dict[str, Any]:
+    """Sweep the report's grid of ``policy`` over ``traces`` and pick with the report's rule.
+
+    Args:
+        traces (mapping name -> Trace): the user's traces (every one counts as a family).
+        policy (str, default "dynamic"): "dynamic" (DynamicScale) or "headroom" (HeadroomScale).
+        runs (int, default 16), seed (int, default 0), jitter (float, default 0.25): as in
+            :func:`sim.replay.sweep.run_sweep`.
+        progress (optional): a stage reporter, as in :func:`sim.replay.sweep.run_sweep`.
+
+    Returns:
+        dict: ``chosen`` and ``default`` (the per-setting rows, :func:`per_setting`, of the
+        chosen settings and of the policy's defaults), ``rows`` (every setting), ``line`` (the
+        updater's constructor with the chosen policy, to paste).
+
+    Raises:
+        ValueError: an unknown policy or no traces.
+    """
+    if policy not in TUNED:
+        raise ValueError(f"policy must be one of {', '.join(TUNED)}, got {policy!r}")
+    if not traces:
+        raise ValueError("tune needs at least one trace")
+    make, grid = TUNED[policy]
+    points = grid_points(grid)
+    rows = run_sweep(
+        [make(**p) for p in points], points, traces.values(), runs=runs, seed=seed,
+        jitter=jitter, progress=progress,
+        stage=f"{make.__name__} sweep on {{trace}} ({{settings}} settings)",
+    )  # fmt: skip
+    folded = per_setting(rows, list(grid))
+    defaults = {k: getattr(make(), k) for k in grid}
+    eligible = [r for r in folded if policy != "headroom" or r["margin"] <= HEADROOM_MAX_MARGIN]
+    chosen = choose(eligible, defaults)
+    default = next(r for r in folded if all(r[k] == v for k, v in defaults.items()))
+    settings = ", ".join(f"{k}={setting_text(chosen[k])}" for k in grid)
+    line = f"DynamicLossScalingUpdater(solver, loss, feed, policy={make.__name__}({settings}))"
+    return {"chosen": chosen, "default": default, "rows": folded, "line": line}
