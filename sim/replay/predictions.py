@@ -39,7 +39,9 @@ def prediction_rows(
     Returns:
         list of dict: ``model``, ``policy``, ``metric``, ``predicted`` (exact replay), ``low``
         and ``high`` (5th and 95th percentile of the jittered runs), ``measured``, ``error``
-        (predicted - measured).
+        (predicted - measured); the ``skipped`` rows also list the steps skipped in both, in the
+        measured run only and in the exact replay only (``skipped_both``,
+        ``skipped_measured_only``, ``skipped_predicted_only``).
 
     Raises:
         ValueError: a measured run is missing or its step count differs from the trace's.
@@ -62,6 +64,12 @@ def prediction_rows(
             exact = simulate(policy, trace, runs=1, jitter=0.0, label=label).metrics
             spread = simulate(policy, trace, runs=RANGE_RUNS, seed=seed, jitter=jitter).metrics
             measured = run.metrics()
+            predicted_at = simulate(policy, trace, runs=1, jitter=0.0).skipped[:, 0]
+            steps = {
+                "skipped_both": np.flatnonzero(predicted_at & ~run.applied).tolist(),
+                "skipped_measured_only": np.flatnonzero(~predicted_at & ~run.applied).tolist(),
+                "skipped_predicted_only": np.flatnonzero(predicted_at & run.applied).tolist(),
+            }
             for metric in PREDICTED:
                 low, high = np.nanpercentile(spread[metric], [5, 95])
                 predicted = float(exact[metric][0])
@@ -75,6 +83,7 @@ def prediction_rows(
                         "high": float(high),
                         "measured": measured[metric],
                         "error": predicted - measured[metric],
+                        **(steps if metric == "skipped" else {}),
                     }
                 )
     return rows
@@ -108,7 +117,10 @@ def prediction_goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             result = f"inside in {sum(ok)} of {len(sub)}"
             met = all(ok)
             how = [f"measured {r['measured']:g}, spread {r['low']:g}-{r['high']:g} "
-                   f"(outside by {g:g})" for r, g in zip(sub, gaps)]  # fmt: skip
+                   f"(outside by {g:g}); skipped at the same steps in both: "
+                   f"{r['skipped_both']}, in the real run only: {r['skipped_measured_only']}, "
+                   f"in the replay only: {r['skipped_predicted_only']}"
+                   for r, g in zip(sub, gaps)]  # fmt: skip
         elif metric == "below_half_safe":
             mean = float(np.mean([abs(r["error"]) for r in sub]))
             ok = [abs(r["error"]) <= 0.05 for r in sub]

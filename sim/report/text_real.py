@@ -119,7 +119,9 @@ Where the remaining error comes from:
 - **Different trajectories.** A policy that skips or flushes differently applies different \
 updates, so the measured run's weights, and its gradients, drift from the recorded run's: \
 overflows happen at other steps, and the number of skipped steps can differ by a few even when \
-each step's threshold is measured right. Of the {overflows} overflows of the checked runs, \
+each step's threshold is measured right (a run that misses the skipped-steps goal lists the \
+steps skipped in both, in the real run only and in the replay only). Of the {overflows} \
+overflows of the checked runs, \
 {inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
 the backward pass): those the probes measure, and no parameter gradient shows.
 - **Flushing between the measured scales.** The measured share is interpolated in log2 of the \

@@ -5,7 +5,9 @@ from sim.replay.predictions import prediction_goals
 
 
 def _row(metric, predicted, measured, low=None, high=None, model="m", policy="p"):
+    steps = dict(skipped_both=[3], skipped_measured_only=[7], skipped_predicted_only=[])
     return {
+        **steps,
         "model": model,
         "policy": policy,
         "metric": metric,
@@ -22,7 +24,12 @@ def test_skipped_must_be_inside_the_spread_everywhere():
     (goal,) = prediction_goals(rows)
     assert not goal["met"] and goal["result"] == "inside in 1 of 2"
     assert goal["misses"] == [
-        {"model": "bn", "policy": "p", "by": "measured 11, spread 3-4 (outside by 7)"}
+        {
+            "model": "bn",
+            "policy": "p",
+            "by": "measured 11, spread 3-4 (outside by 7); skipped at the same steps in both: "
+            "[3], in the real run only: [7], in the replay only: []",
+        }
     ]
     assert prediction_goals(rows[:1])[0]["met"]
 
