@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import weakref
 from pathlib import Path
 from typing import List, Union
@@ -18,6 +19,7 @@ import numpy as np
 from .checks import check_bool, check_int, check_positive
 from .float16 import FP16_OVERFLOW
 from .trace import NBINS, Trace, binade_histogram
+from .trace_parts import concat_traces, merge_parts, part_files, parts_dir, write_part
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,14 @@ class GradientRecorder:
     the model's gradients were after float16 rounding). The trace is written on :meth:`close`,
     on leaving a ``with`` block, or at interpreter exit (or when the recorder is garbage
     collected) if steps were recorded since the last write.
+
+    Memory and crashes: each recorded step is held in memory (about 1.2 KB, plus 968 bytes per
+    parameter array with ``per_parameter``) until written. With ``write_every`` (or
+    ``write_seconds``) the steps are written atomically as parts in ``<path>.parts`` and dropped
+    from memory, so memory stays bounded and a crash loses at most one interval; closing merges
+    the parts into ``path`` (reading them back once) and removes them. After a crash,
+    :meth:`recover` merges the parts that were written; a new recorder on the same path refuses
+    to start while they are there.
 
     Overflow is told apart from bad data, so that a replay over other scales is right:
 
@@ -82,6 +92,10 @@ class GradientRecorder:
         every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
         name (str or None, default None): trace name; the file stem when None.
         per_parameter (bool, default False): also keep one histogram per gradient array.
+        write_every (int or None, default None): write the trace in parts every this many
+            recorded steps (>= 1), dropping them from memory (see below); None: only on close.
+        write_seconds (float or None, default None): also write a part when this many seconds
+            (> 0) passed since the last write.
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
             several scales against a float32 copy of the graph (:mod:`updater.probes`).
@@ -98,8 +112,12 @@ class GradientRecorder:
         per_parameter: bool = False,
         probe_overflow: bool = False,
         measure_flush: bool = False,
+        write_every: int | None = None,
+        write_seconds: float | None = None,
     ):
         self.every = check_int("every", every, 1)
+        self.write_every = check_int("write_every", write_every, 1, none_ok=True)
+        self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
         self.probe_passes = 0
@@ -109,12 +127,21 @@ class GradientRecorder:
         self._rows: List[tuple] = []
         self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
-        self._written = [0]  # rows in the file; shared with the exit hook, which holds no self
+        if part_files(self.path):
+            raise ValueError(
+                f"{parts_dir(self.path)} holds the parts of an interrupted recording: merge them "
+                f"into {self.path} with GradientRecorder.recover({str(self.path)!r}), or remove "
+                "the folder"
+            )
+        self._last_write = time.monotonic()
+        # shared with the exit hook, which holds no self: rows in the file, parts written
+        self._written, self._parts = [0], [0]
         self._exit_hook = weakref.finalize(
             self,
             _write_at_exit,
             self._rows,
             self._written,
+            self._parts,
             self.path,
             self.name,
             self._layer_names,
@@ -196,6 +223,32 @@ class GradientRecorder:
             flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
         self._rows.append((counts, zeros, absmax, bad, over, layers, flush))
         self.steps.append(int(step))
+        every, seconds = self.write_every, self.write_seconds
+        if (every is not None and len(self._rows) >= every) or (
+            seconds is not None and time.monotonic() - self._last_write >= seconds
+        ):
+            self._write_part()
+
+    def _write_part(self) -> None:
+        """Write the rows since the last write as the next part (atomically) and drop them."""
+        write_part(self.path, self._parts[0], self._recent())
+        self._parts[0] += 1
+        self._rows.clear()
+        self._written[0] = 0
+        self._last_write = time.monotonic()
+
+    def _recent(self) -> Trace:
+        return _trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
+
+    @staticmethod
+    def recover(path: Union[str, Path]) -> Path:
+        """Merge the parts an interrupted recording (``write_every``/``write_seconds``) left in
+        ``<path>.parts`` into the trace at ``path``; return ``path``.
+
+        Raises:
+            FileNotFoundError: there are no parts.
+        """
+        return merge_parts(path)
 
     def _columns(self, names, n: int) -> np.ndarray:
         """The trace columns of ``names`` (checked), adding names not seen before."""
@@ -218,11 +271,20 @@ class GradientRecorder:
         return np.array([column[x] for x in names], np.int64)
 
     def trace(self) -> Trace:
-        """Return the steps recorded so far as a :class:`Trace`."""
-        return _trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
+        """Return the steps recorded so far as a :class:`Trace` (the parts written included)."""
+        parts = [Trace.load(f) for f in part_files(self.path)]
+        if not parts:
+            return self._recent()
+        return concat_traces(parts + ([self._recent()] if self._rows else []), self.name)
 
     def close(self) -> Path | None:
-        """Write the trace (atomically) and return its path; None when nothing was recorded."""
+        """Write the trace (atomically) and return its path; None when nothing was recorded.
+        With parts written, the rest becomes the last part and the parts are merged."""
+        if self._parts[0]:
+            if self._rows:
+                self._write_part()
+            self._parts[0] = 0
+            return merge_parts(self.path, self.name)
         if not self._rows:
             logger.warning("GradientRecorder %s recorded no steps; nothing written", self.path)
             return None
@@ -263,12 +325,19 @@ def _trace_of(
 def _write_at_exit(
     rows: List[tuple],
     written: List[int],
+    parts: List[int],
     path: Path,
     name: str,
     layer_names: List[str] | None,
     probed: bool,
 ) -> None:
-    """A recorder's exit hook: write the steps recorded since its last write, if any."""
-    if len(rows) > written[0]:
+    """A recorder's exit hook: write the steps recorded since its last write, if any, and merge
+    the parts written."""
+    if parts[0]:
+        if rows:
+            write_part(path, parts[0], _trace_of(rows, name, layer_names, probed))
+        merge_parts(path, name)
+        logger.info("GradientRecorder merged its parts into %s at exit", path)
+    elif len(rows) > written[0]:
         _trace_of(rows, name, layer_names, probed).save(path)
         logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
