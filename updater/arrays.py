@@ -273,12 +273,36 @@ def input_leaves(loss, params: Dict[str, nn.Variable]) -> List[nn.Variable]:
     return [v for v in graph_leaves(loss) if hash(v) not in known]
 
 
+WRITTEN_INPUTS = {
+    "BatchNormalization": ((3, 4), "batch_stat", True),
+    "FusedBatchNormalization": ((3, 4), "batch_stat", True),
+    "SyncBatchNormalization": ((3, 4), "batch_stat", True),
+    "MeanSubtraction": ((1, 2), "update_running_mean", True),
+    "SpectralNorm": ((1,), "test", False),
+}
+"""nnabla functions whose forward pass writes some of their inputs: type name -> (the inputs'
+indices, the argument that must have the given value for it: running mean and variance in
+training mode, the running mean and its count, the power iteration's vector)."""
+
+
+def forward_written(loss) -> List[nn.Variable]:
+    """The inputs that the forward pass of the graph of ``loss`` writes (:data:`WRITTEN_INPUTS`),
+    found from the graph itself, whether or not they are registered parameters; each once."""
+    found: Dict[int, nn.Variable] = {}
+
+    def visit(func):
+        entry = WRITTEN_INPUTS.get(func.info.type_name)
+        if entry is not None and bool(func.info.args.get(entry[1], entry[2])) == entry[2]:
+            for i in entry[0]:
+                if i < len(func.inputs):
+                    found.setdefault(hash(func.inputs[i]), func.inputs[i])
+
+    loss.visit(visit)
+    return list(found.values())
+
+
 def copy_forward_state(loss) -> List[tuple]:
-    """``(variable, copy)`` of the registered ``need_grad=False`` leaves of the graph of
-    ``loss`` (running statistics and frozen weights): what a forward pass may move."""
-    registered = registered_parameters()
-    return [
-        (v, copy_array(v.data))
-        for v in graph_leaves(loss)
-        if hash(v) in registered and not v.need_grad
-    ]
+    """``(variable, copy)`` of every input the forward pass of ``loss``'s graph writes
+    (:func:`forward_written`: running statistics, registered or made by hand); frozen weights,
+    which no forward pass writes, are not copied."""
+    return [(v, copy_array(v.data)) for v in forward_written(loss)]

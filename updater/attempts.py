@@ -4,12 +4,13 @@
 One attempt is ``solver.zero_grad()`` and ``accum_grad`` rounds of feed, forward and
 ``backward(seed)``, then the all-reduce and the agreed finite check. ``on_overflow="retry"``
 recomputes the same batch(es) at the lowered scale: the inputs of each accumulation round are
-kept (copied on the device) and written back, and state that the forward pass moves
-(BatchNormalization's running statistics: the registered parameters with ``need_grad=False`` that
-feed the graph) is copied after the first attempt and restored after the last, so each batch moves
-it exactly once, retried or not. A retry happens only when the policy lowered the seed and the
-loss was finite on every worker (a non-finite loss is bad data, which no scale fixes); otherwise
-the step is skipped. Skipped steps still move the running statistics, as in nnabla's updater.
+kept (copied on the device) and written back, and the inputs that the forward pass writes
+(running statistics, registered or made by hand: :func:`updater.arrays.forward_written`, found
+from the graph) are copied after the first attempt and restored after the last, so each batch
+moves them exactly once, retried or not. A retry happens only when the policy lowered the seed
+and the loss was finite on every worker (a non-finite loss is bad data, which no scale fixes);
+otherwise the step is skipped. Skipped steps still move the running statistics, as in nnabla's
+updater.
 """
 
 from __future__ import annotations
