@@ -4,13 +4,14 @@
 One attempt is ``solver.zero_grad()`` and ``accum_grad`` rounds of feed, forward and
 ``backward(seed)``, then the all-reduce and the agreed finite check. ``on_overflow="retry"``
 recomputes the same batch(es) at the lowered scale: the inputs of each accumulation round are
-kept (copied on the device) and written back, and the inputs that the forward pass writes
-(running statistics, registered or made by hand: :func:`updater.arrays.forward_written`, found
-from the graph) are copied after the first attempt and restored after the last, so each batch
-moves them exactly once, retried or not. A retry happens only when the policy lowered the seed
-and the loss was finite on every worker (a non-finite loss is bad data, which no scale fixes);
-otherwise the step is skipped. Skipped steps still move the running statistics, as in nnabla's
-updater.
+kept (copied on the device) and written back. The inputs that the forward pass writes (running
+statistics, registered or made by hand: :func:`updater.arrays.forward_written`, found from the
+graph) move exactly once per batch, retried or not: copied before the batch and put back before
+each retry and after a skipped step (``restore_on_skip``, the default), or, with
+``restore_on_skip=False`` (nnabla's behaviour: a skipped batch moves them), copied after the
+first attempt and restored after the last. A retry happens only when the policy lowered the
+seed and the loss was finite on every worker (a non-finite loss is bad data, which no scale
+fixes); otherwise the step is skipped.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Attempts:
             self._pending = _Pending(1.0, True, None, None, 1, [], self._state, unscaled=True)
             return True
         attempts, overflow_scale, moved = 0, None, None
+        before = copy_forward_state(self.loss) if self.restore_on_skip else None
         while True:
             attempts += 1
             seed = self._seed(self._state.scale)
@@ -102,12 +104,15 @@ class Attempts:
                 break
             self._state = new_state
             overflow_scale = seed
-            if moved is None:
+            if before is not None:  # the retry starts from the statistics before the batch
+                _restore(before)
+            elif moved is None:
                 moved = copy_forward_state(self.loss)
         if self.recorder is not None and self.recorder.wants(self.steps):
             self._record(arrays, seed, finite, loss_finite, overflow_scale)
-        for var, saved in moved or ():
-            restore_array(var, saved)
+        if before is not None and not finite:  # a skipped step leaves the model as it was
+            _restore(before)
+        _restore(moved or ())
         self._pending = _Pending(
             seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
         )
@@ -215,3 +220,9 @@ class Attempts:
         if found is not None and found.loss_finite is not None:
             return found.loss_finite
         return bool(np.isfinite(host_view(self.loss.data)).all())
+
+
+def _restore(saved) -> None:
+    """Write back ``(variable, copy)`` pairs of :func:`updater.arrays.copy_forward_state`."""
+    for var, data in saved:
+        restore_array(var, data)

@@ -1,9 +1,20 @@
-"""What an ``update()`` call reports: its :class:`StepRecord`, and the error a persistent
-non-finite gradient raises."""
+"""What an ``update()`` call reports: its :class:`StepRecord`, the updater's counters, and the
+error a persistent non-finite gradient raises."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+COUNTERS = (
+    "steps",
+    "updates_applied",
+    "overflows",
+    "skips",
+    "consecutive_nonfinite",
+    "batches",
+    "passes",
+)
+"""The updater's counters (attributes and ``state_dict()["counters"]``)."""
 
 
 class NonFiniteGradientsError(FloatingPointError):

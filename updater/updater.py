@@ -32,21 +32,12 @@ from .attempts import Attempts, _Pending
 from .checks import check_bool, check_choice, check_int, check_number, check_positive
 from .gradients import DeviceStats, apply_update, choose_check, grad_sumsq, unscale_grads
 from .policy import ScaleState
-from .records import NonFiniteGradientsError, StepRecord
+from .records import COUNTERS, NonFiniteGradientsError, StepRecord
 from .step_work import GradientWork
 
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
-_COUNTERS = (
-    "steps",
-    "updates_applied",
-    "overflows",
-    "skips",
-    "consecutive_nonfinite",
-    "batches",
-    "passes",
-)
 
 
 class DynamicLossScalingUpdater(Attempts, GradientWork):
@@ -136,6 +127,9 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             ``GradScaler(enabled=False)``): the backward pass is seeded with 1, no finite
             check runs, every step is applied and the policy never moves; for float32 runs of
             the same script. Records still come back (scale 1.0).
+        restore_on_skip (bool, default True): a skipped step puts back what its forward pass
+            wrote (running statistics: :func:`updater.arrays.forward_written`), copied before it;
+            False keeps them moved by the skipped batch, as nnabla's updater does.
 
     Attributes:
         scale (float): the scale the next step starts from; assigning it (as nnabla scripts do
@@ -182,6 +176,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         recorder=None,
         finite_check="auto",
         enabled=True,
+        restore_on_skip=True,
     ):
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         self._seed_type = seed_dtype(loss)
@@ -210,8 +205,9 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         self.history = deque(maxlen=check_int("history", history, 0))
         self.recorder = recorder
         self.enabled = check_bool("enabled", enabled)
+        self.restore_on_skip = check_bool("restore_on_skip", restore_on_skip)
         self._state: ScaleState = policy.init()
-        for name in _COUNTERS:
+        for name in COUNTERS:
             setattr(self, name, 0)
         self._monitor_series = None
         if monitor is not None:
@@ -287,7 +283,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             "format_version": STATE_FORMAT_VERSION,
             "policy": self.policy.state_dict(),
             "scale_state": self._state.to_dict(),
-            "counters": {name: int(getattr(self, name)) for name in _COUNTERS},
+            "counters": {name: int(getattr(self, name)) for name in COUNTERS},
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -298,13 +294,13 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         or non-integer counter, raises ``ValueError`` naming it. The saved policy replaces the
         current one (a warning is logged when they differ).
         """
-        policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, _COUNTERS)
+        policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
         check_seed_holds(policy, self._seed_type)
         if policy != self.policy:
             logger.warning("loaded policy %r replaces %r", policy, self.policy)
         self.policy = policy
         self._state = scale_state
-        for name in _COUNTERS:
+        for name in COUNTERS:
             setattr(self, name, int(state["counters"][name]))
 
     # ------------------------------------------------------------ the iteration

@@ -21,7 +21,7 @@ SCOPES = itertools.count()
 
 def _hand_made_bn(weight):
     """affine -> F.batch_normalization with nn.Variable mean/var (not PF) -> affine; the loss
-    times ``weight`` (3.0 overflows at 2**15 and not at 2**14 here)."""
+    times ``weight`` (30 overflows from 2**15 down to 2**9 and is finite at 2**8)."""
     rng = np.random.RandomState(0)
     with nn.context_scope(cpu_context("half")), nn.parameter_scope(f"hand_bn_{next(SCOPES)}"):
         x = nn.Variable.from_numpy_array(rng.randn(8, 4).astype(np.float32))
@@ -44,13 +44,47 @@ def test_the_graph_names_the_hand_made_statistics():
 
 
 def test_a_retried_batch_moves_hand_made_statistics_once():
-    """The step overflows at 2**15 and is retried at 2**14: the statistics must equal those of
-    one forward pass (before the fix they moved once per attempt)."""
-    solver, loss, mean, var = _hand_made_bn(3000.0)
+    """The step overflows at 2**15 and is retried down to 2**8: the statistics must equal those
+    of one forward pass (before the fix they moved once per attempt)."""
+    solver, loss, mean, var = _hand_made_bn(30.0)
     policy = DynamicScale(init_scale=2.0**15, growth_interval=1000)
     upd = DynamicLossScalingUpdater(solver, loss, None, policy=policy, on_overflow="retry")
     record = upd.update()
-    assert record.attempts >= 2
-    _, once, mean1, var1 = _hand_made_bn(3000.0)
+    assert record.attempts == 8 and record.update_applied  # finite at 2**8
+    _, once, mean1, var1 = _hand_made_bn(30.0)
     once.forward()
     assert np.array_equal(mean.d, mean1.d) and np.array_equal(var.d, var1.d)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"accum_grad": 2}, {"on_overflow": "retry", "max_retries": 1}, {"restore_on_skip": False}],
+)
+def test_a_skipped_step_leaves_parameters_solver_and_statistics_as_they_were(kwargs):
+    """Issue 21: a batch scaled by 300 overflows at every scale tried and is skipped; its
+    forward pass must not stay in BatchNormalization's running statistics (with
+    restore_on_skip=False, nnabla's behaviour, it does)."""
+    from tests.nnabla_models import (
+        TinyBNClassifier,
+        assert_same_values,
+        param_values,
+        solver_state_values,
+    )
+
+    model = TinyBNClassifier(f"skip_restore_{next(SCOPES)}", solver="adam")
+    calls = 2 if kwargs.get("accum_grad") == 2 else 1
+    feed = model.feeder(weights={k: 3e4 for k in range(calls, 40)})
+    policy = DynamicScale(init_scale=2.0**10, growth_interval=1000)
+    upd = DynamicLossScalingUpdater(model.solver, model.loss, feed, policy=policy, **kwargs)
+    assert upd.update().update_applied  # a clean step first
+    params, states = param_values(model.params), solver_state_values(model.solver)
+    record = upd.update()
+    assert not record.update_applied
+    if kwargs.get("restore_on_skip", True):
+        assert_same_values(param_values(model.params), params)  # running statistics included
+        assert_same_values(solver_state_values(model.solver), states)
+    else:
+        stats = [k for k in params if "bn1/bn/mean" in k or "bn1/bn/var" in k]
+        assert stats and not all(
+            np.array_equal(param_values(model.params)[k], params[k]) for k in stats
+        )

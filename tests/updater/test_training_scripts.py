@@ -282,7 +282,7 @@ def test_retry_copies_nothing_but_the_round_inputs_when_nothing_overflows(monkey
     feed = m.feeder(weights={5: SPIKE})
     u = DynamicLossScalingUpdater(
         m.solver, loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
-        accum_grad=2, on_overflow="retry",
+        accum_grad=2, on_overflow="retry", restore_on_skip=False,  # nnabla's behaviour
     )  # fmt: skip
     u.update()
     input_values = m.batch * m.in_dim + m.batch + 1  # x, t and the loss weight
