@@ -23,7 +23,7 @@ from typing import List
 import nnabla as nn
 import numpy as np
 
-from .arrays import copy_array, copy_forward_state, host_view, input_leaves, restore_array
+from .arrays import copy_array, forward_written, host_view, input_leaves, restore_array
 from .gradients import Inspection
 from .policy import ScaleState
 from .probes import FLUSH_OFFSETS, probe_step
@@ -71,7 +71,7 @@ class Attempts:
             self._pending = _Pending(1.0, True, None, None, 1, [], self._state, unscaled=True)
             return True
         attempts, overflow_scale, moved = 0, None, None
-        before = copy_forward_state(self.loss) if self.restore_on_skip else None
+        before = self._copy_written() if self.restore_on_skip else None
         while True:
             attempts += 1
             seed = self._seed(self._state.scale)
@@ -107,7 +107,7 @@ class Attempts:
             if before is not None:  # the retry starts from the statistics before the batch
                 _restore(before)
             elif moved is None:
-                moved = copy_forward_state(self.loss)
+                moved = self._copy_written()
         if self.recorder is not None and self.recorder.wants(self.steps):
             self._record(arrays, seed, finite, loss_finite, overflow_scale)
         if before is not None and not finite:  # a skipped step leaves the model as it was
@@ -178,6 +178,12 @@ class Attempts:
             )
         return seed
 
+    def _copy_written(self) -> List[tuple]:
+        """``(variable, copy)`` of the inputs the forward pass writes (found once)."""
+        if self._written is None:
+            self._written = forward_written(self.loss)
+        return [(v, copy_array(v.data)) for v in self._written]
+
     def _input_leaves(self) -> List[nn.Variable]:
         if self._inputs is None:
             self._inputs = input_leaves(self.loss, self._params())
@@ -223,6 +229,6 @@ class Attempts:
 
 
 def _restore(saved) -> None:
-    """Write back ``(variable, copy)`` pairs of :func:`updater.arrays.copy_forward_state`."""
+    """Write back ``(variable, copy)`` pairs (``_copy_written``, ``copy_forward_state``)."""
     for var, data in saved:
         restore_array(var, data)

@@ -37,7 +37,7 @@ from typing import List, NamedTuple
 
 import numpy as np
 
-from .arrays import copy_array, copy_forward_state, restore_array
+from .arrays import copy_array, restore_array
 from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
 
 FLUSH_OFFSETS = (-12, -8, -4, 0)
@@ -112,7 +112,7 @@ def probe_step(
     params = updater._params()
     kept = [(p, copy_array(p.grad)) for p in params.values() if not p.grad.zeroing]
     used = [np.array(g) for g in updater._host_grads()] if flush else None
-    moved = copy_forward_state(updater.loss)
+    moved = updater._copy_written()
     passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
     try:
         if flush:

@@ -227,6 +227,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             self._device = DeviceStats(where)
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
+        self._written = None  # inputs the forward pass writes, found on first use
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
         self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
         self._pending: _Pending | None = None  # set by backward(), cleared by step()
