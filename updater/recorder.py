@@ -134,6 +134,7 @@ class GradientRecorder:
                 "the folder"
             )
         self._last_write = time.monotonic()
+        self._merged = False  # close() merged parts into path: later parts continue that trace
         # shared with the exit hook, which holds no self: rows in the file, parts written
         self._written, self._parts = [0], [0]
         self._exit_hook = weakref.finalize(
@@ -230,7 +231,11 @@ class GradientRecorder:
             self._write_part()
 
     def _write_part(self) -> None:
-        """Write the rows since the last write as the next part (atomically) and drop them."""
+        """Write the rows since the last write as the next part (atomically) and drop them; a
+        trace merged by an earlier :meth:`close` becomes the first part again."""
+        if self._parts[0] == 0 and self._merged:
+            write_part(self.path, 0, Trace.load(self.path))
+            self._parts[0] = 1
         write_part(self.path, self._parts[0], self._recent())
         self._parts[0] += 1
         self._rows.clear()
@@ -283,7 +288,7 @@ class GradientRecorder:
         if self._parts[0]:
             if self._rows:
                 self._write_part()
-            self._parts[0] = 0
+            self._parts[0], self._merged = 0, True
             return merge_parts(self.path, self.name)
         if not self._rows:
             logger.warning("GradientRecorder %s recorded no steps; nothing written", self.path)

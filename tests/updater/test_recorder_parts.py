@@ -96,3 +96,16 @@ def test_bad_intervals_are_refused(tmp_path):
         GradientRecorder(tmp_path / "x.npz", write_every=0)
     with pytest.raises(ValueError, match="write_seconds"):
         GradientRecorder(tmp_path / "x.npz", write_seconds=-1.0)
+
+
+def test_a_recorder_used_after_close_keeps_every_step(tmp_path):
+    """As without parts: closing, recording more and closing again writes all the steps."""
+    rec = GradientRecorder(tmp_path / "again.npz", write_every=2)
+    for step in range(3):
+        rec.record(step, [np.full(2, 2.0**-step, np.float16)], 1.0)
+    assert Trace.load(rec.close()).steps == 3
+    for step in range(3, 6):
+        rec.record(step, [np.full(2, 2.0**-step, np.float16)], 1.0)
+    trace = Trace.load(rec.close())
+    assert trace.absmax.tolist() == [2.0**-k for k in range(6)]
+    assert not parts_dir(tmp_path / "again.npz").exists()
