@@ -339,15 +339,16 @@ class _NoForward:
         pass
 
 
-def python_cost(calls=2000, rounds=5, seed=0):
+def python_cost(calls=2000, rounds=5, seed=0, layers=3):
     """Microseconds of Python per ``update()`` with nnabla's work stubbed out.
 
-    A 16-16-16-10 MLP in cpu:float (six parameter arrays, as 784-512-512-10, but values too
-    few for the array work to matter) runs one real forward/backward; then the updater's solver
-    and loss are replaced by objects whose calls do nothing (and, for ``finite_check="solver"``,
-    the device graph's forward too), so what is timed is the updater's own Python, its NumPy
-    calls and the gradient views (nnabla's ``data_ptr`` included). Configurations are timed in
-    interleaved rounds of ``calls`` updates; the best and the median round are reported.
+    A 16-wide MLP in cpu:float (``2 * layers`` parameter arrays; 3 layers give six, as
+    784-512-512-10, with values too few for the array work to matter) runs one real
+    forward/backward; then the updater's solver and loss are replaced by objects whose calls do
+    nothing (and the concatenating graphs' forward too), so what is timed is the updater's own
+    Python, its NumPy calls and nnabla's per-array calls (``p.grad``, ``data_ptr``, ``hash``;
+    timed alone as "views"). Configurations are timed in interleaved rounds of ``calls``
+    updates; the best and the median round are reported.
     """
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
@@ -356,7 +357,7 @@ def python_cost(calls=2000, rounds=5, seed=0):
 
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     nn.clear_parameters()
-    m = _Model("python", 16, [16, 16, 10], 8, np.random.default_rng(seed))
+    m = _Model(f"python{layers}", 16, [16] * (layers - 1) + [10], 8, np.random.default_rng(seed))
     m.feed()
     m.loss.forward()
     m.loss.backward()
@@ -370,14 +371,14 @@ def python_cost(calls=2000, rounds=5, seed=0):
     updaters = {}
     for name, kwargs in configs.items():
         u = DynamicLossScalingUpdater(m.solver, m.loss, **kwargs)
-        u.update()  # builds the device graph on the "solver" path
+        u.update()  # builds the concatenating graphs
         u.solver, u.loss = _NoSolver(m.solver.get_parameters()), _NoLoss(m.loss)
-        if u._device is not None:
-            graphs = u._device._graphs
-            graphs.update((key, (inputs, _NoForward(out))) for key, (inputs, out) in graphs.items())
+        if u._flat is not None:
+            u._flat.forward = lambda graph: graph.output.data
         for _ in range(100):
             u.update()
         updaters[name] = u
+    by_array = updaters['"numpy", DynamicScale']._by_array
     params = m.solver.get_parameters()
     times = {name: [] for name in [*configs, "views"]}
     for _ in range(rounds):
@@ -388,15 +389,19 @@ def python_cost(calls=2000, rounds=5, seed=0):
             times[name].append(1e6 * (time.perf_counter() - t0) / calls)
         t0 = time.perf_counter()
         for _ in range(calls):
-            _gradient_calls(params)
+            _gradient_calls(params, by_array)
         times["views"].append(1e6 * (time.perf_counter() - t0) / calls)
-    return {name: (min(v), float(np.median(v))) for name, v in times.items()}
+    out = {name: (min(v), float(np.median(v))) for name, v in times.items()}
+    return {"arrays": len(params), "by_array": by_array, "times": out}
 
 
-def _gradient_calls(params):
-    """The nnabla calls the "numpy" path makes on each gradient per ``update()``."""
+def _gradient_calls(params, by_array):
+    """The nnabla calls the "numpy" path makes on each gradient per ``update()``: array by
+    array a host pointer each, else the arrays and their hashes for the concatenation."""
     from updater.arrays import _host_context
 
+    if not by_array:
+        return tuple(map(hash, [p.grad for p in params.values()]))
     context = _host_context()
     for p in params.values():
         g = p.grad
@@ -441,6 +446,7 @@ def run(quick=False):
         ),
         "reads": host_reads_per_update(3 if quick else 10),
         "python": python_cost(200 if quick else 2000, 2 if quick else 7),
+        "python_deep": python_cost(50 if quick else 500, 2 if quick else 5, layers=151),
         "overflow": overflow_cost(),
     }
 
@@ -504,33 +510,46 @@ def markdown(res):
     lines += [
         "",
         '"numpy" views each gradient array once (on the CPU a view is no copy) plus, on a '
-        'skipped step, the loss; "solver" brings one small vector back from its graph (the '
-        'inf/NaN count per array and the loss\'s, |g| max, the sum of squares); "nnabla" (what '
-        '"auto" picks on the CPU for models under 2**15 values that need only the flag) reads '
+        "skipped step, the loss (with more than 8 small arrays it views one concatenation of "
+        'them instead); "solver" brings one small vector back from its graph (whether every '
+        'gradient and the loss are finite, |g| max, the sum of squares); "nnabla" reads '
         "nothing on finite steps and every gradient for |g| max, clipping or the names of "
         "non-finite parameters.",
         "",
         "Python per `update()` with nnabla's work stubbed out (solver and loss calls, and the "
-        "device graph's forward, replaced by no-ops; the gradient views, nnabla's `data_ptr` "
-        "included, still count), same 16-16-16-10 MLP, best and median of interleaved rounds:",
+        "concatenating graphs' forward, replaced by no-ops; nnabla's per-array calls still "
+        "count), on 16-wide MLPs with "
+        f"{res['python']['arrays']} and {res['python_deep']['arrays']} parameter arrays, best "
+        "and median of interleaved rounds, and the best without nnabla's per-array calls "
+        '(timed alone in the same rounds: `data_ptr` per array on the array-by-array "numpy" '
+        "layout, `p.grad` and `hash` per array for the concatenation):",
         "",
-        "| configuration | best us | median us | best us without nnabla's gradient calls |",
-        "|---|---|---|---|",
+        "| configuration | "
+        + " | ".join(
+            f"{r['arrays']} arrays: best / median / without nnabla's calls, us"
+            for r in (res["python"], res["python_deep"])
+        )
+        + " |",
+        "|---|---|---|",
     ]
-    python = dict(res["python"])
-    views = python.pop("views")
     own = {}
-    for name, (best, median) in python.items():
-        own[name] = best - views[0] if name.startswith('"numpy"') else best
-        lines.append(f"| {name} | {best:.1f} | {median:.1f} | {own[name]:.1f} |")
+    cells = {}
+    for r in (res["python"], res["python_deep"]):
+        times = dict(r["times"])
+        views = times.pop("views")[0]
+        for name, (best, median) in times.items():
+            numpy_row = name.startswith('"numpy"')
+            calls = numpy_row or (name.startswith('"solver"') and not r["by_array"])
+            mine = best - views if calls else best
+            own[(name, r["arrays"])] = mine
+            cells.setdefault(name, []).append(f"{best:.1f} / {median:.1f} / {mine:.1f}")
+    for name, row in cells.items():
+        lines.append(f"| {name} | {' | '.join(row)} |")
     slowest = max(own, key=own.get)
     lines += [
         "",
-        'The last column takes off the "numpy" rows the nnabla calls that path makes on the six '
-        "gradients per `update()` (`p.grad`, `zeroing`, `size`, `dtype`, `data_ptr`), timed "
-        f"alone in the same rounds: {views[0]:.1f} us best ({views[1]:.1f} median). Goal: "
-        f"under {GOAL_PYTHON_US:.0f} us without nnabla's calls; the slowest configuration "
-        f"({slowest}) takes {own[slowest]:.1f} us "
+        f"Goal: under {GOAL_PYTHON_US:.0f} us without nnabla's calls at any number of arrays; the "
+        f"slowest configuration ({slowest[0]}, {slowest[1]} arrays) takes {own[slowest]:.1f} us "
         f"({'met' if own[slowest] < GOAL_PYTHON_US else 'not met'}).",
         "",
         "| updater | passes per overflow event | batches per overflow event |"

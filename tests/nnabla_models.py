@@ -39,6 +39,8 @@ class TinyClassifier:
         lr (float): learning rate.
         batchnorm (bool): BatchNormalization after fc1 (``bn1``), and the solver set over
             every parameter, running statistics included (``grad_only=False``).
+        depth (int): hidden ``hidden``-wide tanh layers between fc1 and fc2 (``deep0``, ...),
+            two more parameter arrays each.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class TinyClassifier:
         solver: str = "momentum",
         lr: float = 0.05,
         batchnorm: bool = False,
+        depth: int = 0,
     ):
         self.scope = scope
         self.batch, self.in_dim, self.classes = batch, in_dim, classes
@@ -68,6 +71,8 @@ class TinyClassifier:
             h = PF.affine(self.x, hidden, w_init=w1, name="fc1")
             if batchnorm:
                 h = PF.batch_normalization(h, batch_stat=True, name="bn1")
+            for i in range(depth):
+                h = PF.affine(F.tanh(h), hidden, w_init=w1, name=f"deep{i}")
             y = PF.affine(F.tanh(h), classes, w_init=w2, name="fc2")
             self.loss = F.mean(F.softmax_cross_entropy(y, self.t)) * self.weight
             self.params = nn.get_parameters(grad_only=not batchnorm)

@@ -132,9 +132,10 @@ def _check_array(a: np.ndarray, need_absmax: bool):
 
     float16: the bit patterns with the sign cleared, whose integer order is the order of
     |value| (patterns >= 0x7C00 are inf/NaN); no float16 arithmetic, so no false overflow.
-    float32/float64: one BLAS dot product when |value| max is not needed (inf and NaN propagate
-    into the sum of squares, so a finite sum proves every value finite), else, or when the sum
-    is not finite (huge finite squares can overflow it), ``max(abs(a))``, which propagates NaN.
+    float32/float64: the smallest and the largest value (two passes without a temporary;
+    NumPy's min and max propagate NaN, so both are finite exactly when every value is), whose
+    larger magnitude is the largest |value|. (Not a dot product: the squares of small gradients
+    are subnormal, which makes it some 30 times slower on x86.)
     """
     a = a.ravel()
     if a.itemsize == 2:  # float16
@@ -142,12 +143,10 @@ def _check_array(a: np.ndarray, need_absmax: bool):
         if top >= 0x7C00:
             return False, math.inf
         return True, (float(np.array(top, np.uint16).view(np.float16)) if need_absmax else None)
-    if not need_absmax and math.isfinite(float(np.dot(a, a))):
-        return True, None
-    top = float(np.abs(a).max())
-    if not top < math.inf:
+    low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
+    if not (math.isfinite(low) and math.isfinite(high)):
         return False, math.inf
-    return True, (top if need_absmax else None)
+    return True, (max(-low, high) if need_absmax else None)
 
 
 def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
@@ -247,7 +246,7 @@ def unscale_grad(grad, factor: float, check=True, need_absmax=False, need_sumsq=
             sumsq = square_sum(a)
         return finite, absmax, sumsq
     before = need_absmax or (check and factor > 1)  # check the values as given
-    after = (check and not before) or need_sumsq  # sum the squares of the results
+    after = check and not before  # check the results
     scale = a.dtype.type(factor)
     absmax = 0.0 if need_absmax else None
     total = 0.0
@@ -257,11 +256,13 @@ def unscale_grad(grad, factor: float, check=True, need_absmax=False, need_sumsq=
             finite = finite and ok
             absmax = max(absmax, top) if need_absmax else None
         np.multiply(piece, scale, out=piece)
-        if after:
+        if need_sumsq:  # inf and NaN propagate into the sum: a finite sum is a finite piece
             total += float(np.dot(piece, piece))
-    if after:
+        elif after:
+            finite = finite and _check_array(piece, False)[0]
+    if need_sumsq:
         sumsq = total if math.isfinite(total) else _exact_square_sum(a, total)
-        finite = finite if before else math.isfinite(sumsq)
+        finite = finite if not after else math.isfinite(sumsq)
     return finite, absmax, (sumsq if need_sumsq and finite else None)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Sequence
 
 import nnabla as nn
 import numpy as np
@@ -38,7 +38,7 @@ class _Pending:
     absmax: float | None
     loss_finite: bool | None
     attempts: int
-    bad: List[str]
+    bad: Sequence[str]  # names of the parameters with non-finite gradients
     new_state: ScaleState
     unscaled: bool = False
     sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass

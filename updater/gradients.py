@@ -2,51 +2,89 @@
 and the names of non-finite parameters), unscaling, and clip -> weight decay ->
 ``solver.update()``.
 
-Three paths, same decisions. "numpy" (CPU): host views of the gradients, one pass per array
-(:func:`updater.arrays.unscale_grad`). "solver" (any device, the default off the CPU): one
-nnabla graph over all gradients on their device (:class:`DeviceStats`) and one host read of its
-small result per check; gradients never travel to the host and are scaled with
-``solver.scale_grad``. "nnabla": ``solver.check_inf_or_nan_grad()`` and ``solver.scale_grad``,
-two C++ calls, the cheapest on the CPU for small models that need only the finite flag.
+Three paths, same decisions:
+
+- "numpy" (CPU): host views. With few or large arrays (:func:`per_array`), one fused pass per
+  array that checks and unscales it (:func:`updater.arrays.unscale_grad`); with many small
+  ones, one NumPy check of the concatenated gradients (:mod:`updater.flat`: one nnabla function)
+  and ``solver.scale_grad`` to unscale.
+- "solver" (any device, the default off the CPU): one nnabla graph over the concatenated
+  gradients on their device (:class:`updater.flat.DeviceStats`, a fixed number of functions) and
+  one host read of its small result per check; gradients never travel to the host and are
+  unscaled with ``solver.scale_grad``.
+- "nnabla": ``solver.check_inf_or_nan_grad()`` and ``solver.scale_grad``, two C++ loops.
+
+The names of the parameters whose gradients are not finite are read from the gradients when
+first asked (:class:`NonFiniteNames`), on the two concatenating layouts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Dict, List, NamedTuple, Sequence
+import operator
+from collections.abc import Sequence as SequenceABC
+from typing import Callable, Dict, List, NamedTuple, Sequence
 
 import nnabla as nn
 import numpy as np
 
 from .arrays import array_dtype, grad_stats, host_view, on_cpu, square_sum, unscale_grad
+from .flat import DeviceStats, FlatGraphs
 
-TINY = 2.0**-126
-"""Floor of the divisor in the device path's sum of squares (float32's smallest normal)."""
+_GRAD = operator.attrgetter("grad")
 SMALL_MODEL_VALUES = 2**15
 """``finite_check="auto"`` on a CPU: "nnabla" below this many gradient values (flag only)."""
+FEW_ARRAYS = 8
+PER_ARRAY_VALUES = 2**15
+"""The "numpy" path works array by array with at most :data:`FEW_ARRAYS` arrays or at least
+this many values per array on average, else on the concatenated gradients."""
 
 
-def choose_check(requested: str, flag_only: bool, n_values: int) -> str:
+def per_array(n_arrays: int, n_values: int) -> bool:
+    """Whether the "numpy" path works array by array: its Python and NumPy calls, about 10 us
+    per array, are worth saving the copy of the concatenation only for few or large arrays."""
+    return n_arrays <= FEW_ARRAYS or n_values >= PER_ARRAY_VALUES * n_arrays
+
+
+def choose_check(requested: str, flag_only: bool, n_values: int, n_arrays: int) -> str:
     """Resolve ``finite_check``: as given unless "auto". "auto" is "solver" off the CPU
-    (gradients stay on the device); on the CPU "nnabla" for models under
-    :data:`SMALL_MODEL_VALUES` gradient values whose steps need only the finite flag
-    (``flag_only``: no |g| max, clipping or recorder), else "numpy".
+    (gradients stay on the device; a fixed number of nnabla functions and one host read per
+    check, where ``check_inf_or_nan_grad`` waits for the device once per array). On the CPU, when
+    steps need only the finite flag (``flag_only``: no |g| max, clipping or recorder), "numpy"
+    for models of at least :data:`SMALL_MODEL_VALUES` values that it works array by array
+    (:func:`per_array`), whose fused pass saves nnabla's second pass over large arrays, else
+    "nnabla"; when steps read the gradients, "numpy".
 
-    Measured in training loops on this project's 2-core machine (nnabla 1.39): right after
-    nnabla's forward/backward every Python-level call is slow, so on small models two C++ calls
-    beat a NumPy pass per array (a 64-64-10 MLP in cpu:half: 0.985x the bare loop against
-    1.025x); from a few ten thousand values on the NumPy pass wins: in cpu:float it costs
-    about what ``check_inf_or_nan_grad`` plus ``scale_grad`` cost (less at 2.8 million
-    values) and much less than the device graph run on the CPU; in cpu:half its float32
-    look-up replaces nnabla's slow float16 -> float32 conversion (a 128-512-10 MLP: 0.94x the
-    bare loop, the graph 0.98x, nnabla's updater 1.00x).
+    Measured in training loops on this project's 2-core machine (nnabla 1.39,
+    ``reports/benchmarks.md``): on small models and on many arrays two C++ loops beat anything
+    Python runs per array or the copy of a concatenation (a 64-64-10 MLP in cpu:half: 0.985x
+    the bare loop against 1.025x); on a few large arrays the fused NumPy pass costs about what
+    ``check_inf_or_nan_grad`` plus ``scale_grad`` cost, or less.
     """
     if requested != "auto":
         return requested
     if not on_cpu():
         return "solver"
-    return "nnabla" if flag_only and n_values < SMALL_MODEL_VALUES else "numpy"
+    fused = per_array(n_arrays, n_values) and n_values >= SMALL_MODEL_VALUES
+    return "nnabla" if flag_only and not fused else "numpy"
+
+
+def check_layout(finite_check: str, sizes: List[int], loss):
+    """``(by_array, graphs)``: whether the "numpy" path works array by array (:func:`per_array`
+    for arrays of ``sizes`` values), and the concatenating graphs of the path, on the device of
+    ``loss``'s last function: a :class:`DeviceStats` for "solver", a :class:`FlatGraphs` for
+    "numpy" not working array by array, else None."""
+    by_array = per_array(len(sizes), sum(sizes))
+    where = loss.parent.context if loss.parent is not None else nn.get_current_context()
+    if finite_check == "solver":
+        return by_array, DeviceStats(where)
+    return by_array, (FlatGraphs(where) if finite_check == "numpy" and not by_array else None)
+
+
+def _grads(params: Dict[str, nn.Variable]) -> List[nn.NdArray]:
+    """The gradient arrays of ``params``, in order (one C-level loop)."""
+    return list(map(_GRAD, params.values()))
 
 
 def host_grads(params: Dict[str, nn.Variable]) -> list:
@@ -60,16 +98,44 @@ def _zeros(array) -> np.ndarray:
     return np.zeros(array.size, array_dtype(array))
 
 
+class NonFiniteNames(SequenceABC):
+    """The names of the parameters in ``params`` whose gradients hold inf/NaN, read from the
+    gradients (a host view of each) when first asked: valid while the gradients are the ones
+    checked (the updater asks only before the next attempt)."""
+
+    def __init__(self, params: Dict[str, nn.Variable]):
+        self._params = params
+        self._names: List[str] | None = None
+
+    def _found(self) -> List[str]:
+        if self._names is None:
+            flags = grad_stats(host_grads(self._params), False)[0]
+            self._names = [name for name, ok in zip(self._params, flags) if not ok]
+        return self._names
+
+    def __getitem__(self, index):
+        return self._found()[index]
+
+    def __len__(self) -> int:
+        return len(self._found())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SequenceABC) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._found())
+
+
 class Inspection(NamedTuple):
     """What :func:`inspect_gradients` found.
 
     Attributes:
         arrays (list of numpy arrays or None): host views of the (scaled) gradients, when the
-            "numpy" path read them without unscaling; else None.
+            "numpy" path read them array by array without unscaling; else None.
         finite (bool): no gradient holds inf/NaN.
         absmax (float or None): largest |gradient| before unscaling (inf when not finite);
             None when not asked.
-        bad (list of str): names of the parameters whose gradients hold inf/NaN.
+        bad (sequence of str): names of the parameters whose gradients hold inf/NaN.
         sumsq (float or None): sum of squares of the unscaled gradients, when asked and finite.
         loss_finite (bool or None): whether the loss is finite ("solver" path with a loss).
         unscaled (bool): the gradients were unscaled by the same pass.
@@ -78,7 +144,7 @@ class Inspection(NamedTuple):
     arrays: list | None
     finite: bool
     absmax: float | None
-    bad: List[str]
+    bad: Sequence[str]
     sumsq: float | None
     loss_finite: bool | None
     unscaled: bool
@@ -87,79 +153,108 @@ class Inspection(NamedTuple):
 def inspect_gradients(
     finite_check: str,
     solver,
-    params: Dict[str, nn.Variable],
+    params: Dict[str, nn.Variable] | Callable[[], Dict[str, nn.Variable]],
     need_absmax: bool,
     absmax_over: Sequence[nn.NdArray] | None = None,
     unscale_by: float | None = None,
     need_sumsq: bool = False,
-    device: DeviceStats | None = None,
+    flat: FlatGraphs | None = None,
     loss: nn.Variable | None = None,
 ) -> Inspection:
-    """Check the gradients of ``params`` (the solver's) for inf/NaN.
+    """Check the gradients of the solver's parameters for inf/NaN.
 
     Args:
         finite_check (str): "numpy", "solver" or "nnabla" (see :func:`choose_check`).
         solver: the nnabla solver (its ``check_inf_or_nan_grad`` for "nnabla").
-        params (dict name -> Variable): the solver's current parameters.
+        params (dict name -> Variable, or a callable returning it): the solver's current
+            parameters; "nnabla" calls the callable only when it reads gradients.
         need_absmax (bool): measure the largest |gradient|.
         absmax_over (list of NdArray or None, default None): measure it over these instead
             (the all-reduced gradients when only some are reduced).
-        unscale_by (float or None, default None): "numpy": also multiply every gradient by it
-            in the same pass; "solver": the factor :func:`unscale_grads` will use (for
-            ``sumsq``); "nnabla": unused.
+        unscale_by (float or None, default None): "numpy" array by array: also multiply every
+            gradient by it in the same pass; else the factor :func:`unscale_grads` will use
+            (for ``sumsq``); "nnabla": unused.
         need_sumsq (bool, default False): the sum of squares of the gradients times
             ``unscale_by`` (needs ``unscale_by``; "nnabla" leaves it to the step).
-        device (DeviceStats or None, default None): the graph of the "solver" path.
+        flat (FlatGraphs or None, default None): the concatenating graphs: a
+            :class:`DeviceStats` on "solver", a :class:`FlatGraphs` on "numpy" when it does not
+            work array by array.
         loss (nnabla.Variable or None, default None): "solver": also check this loss.
     """
-    loss_finite, sumsq, arrays = None, None, None
+    loss_finite, sumsq, arrays, bad = None, None, None, []
+    read_params = params if callable(params) else lambda: params
     if finite_check == "nnabla":
-        finite = not solver.check_inf_or_nan_grad()
-        flags, absmax = [True] * len(params), None
+        finite, absmax = not solver.check_inf_or_nan_grad(), None
         if need_absmax or not finite:  # |g| max or the names: read the gradients
+            params = read_params()
             arrays = host_grads(params)
             flags, absmax = grad_stats(arrays, need_absmax)
+            bad = [name for name, ok in zip(params, flags) if not ok]
     elif finite_check == "numpy":
+        params = read_params()
         top = None
         if need_absmax and absmax_over:
             top = grad_stats([host_view(g) for g in absmax_over])[1]
         own_absmax = need_absmax and top is None  # else |g| max is over absmax_over only
-        if unscale_by is None:
+        if flat is not None:
+            finite, absmax, sumsq = _check_concatenated(
+                flat, params, own_absmax, unscale_by if need_sumsq else None
+            )
+            bad = [] if finite else NonFiniteNames(params)
+        elif unscale_by is None:
             arrays = host_grads(params)
             flags, absmax = grad_stats(arrays, own_absmax)
+            bad = [name for name, ok in zip(params, flags) if not ok]
         else:
             with _overflow_quiet(unscale_by):
                 found = [
                     unscale_grad(p.grad, unscale_by, True, own_absmax, need_sumsq)
                     for p in params.values()
                 ]
-            flags = [f[0] for f in found]
+            bad = [name for name, f in zip(params, found) if not f[0]]
             absmax = max((f[1] for f in found), default=0.0) if own_absmax else None
-            if need_sumsq and all(flags):
+            if need_sumsq and not bad:
                 sumsq = sum(f[2] for f in found)
+        finite = not bad if flat is None else finite
         absmax = absmax if top is None else top
     else:
-        grads = [p.grad for p in params.values()]
+        params = read_params()
         over = absmax_over if need_absmax and absmax_over else []
-        stats = device.read(grads, over, need_absmax, need_sumsq, loss, unscale_by)
-        flags = [count == 0 for count in stats.bad_counts]
-        absmax, sumsq = stats.absmax, stats.sumsq
+        stats = flat.read(_grads(params), over, need_absmax, need_sumsq, loss, unscale_by)
+        finite, absmax, sumsq = stats.finite, stats.absmax, stats.sumsq
+        bad = [] if finite else NonFiniteNames(params)
         if loss is not None:
             loss_finite = not stats.loss_bad
-    finite = all(flags)
     absmax = (absmax if finite else math.inf) if need_absmax else None
-    bad = [name for name, ok in zip(params, flags) if not ok]
-    unscaled = finite_check == "numpy" and unscale_by is not None
+    unscaled = finite_check == "numpy" and flat is None and unscale_by is not None
     sumsq = sumsq if finite else None
     return Inspection(arrays, finite, absmax, bad, sumsq, loss_finite, unscaled)
 
 
-def unscale_grads(finite_check: str, solver, params: Dict[str, nn.Variable], factor: float):
-    """Multiply every gradient by ``factor``: NumPy on host views ("numpy", float32 like
-    ``solver.scale_grad`` and equal to it bit for bit) or ``solver.scale_grad`` (the others)."""
-    if finite_check == "numpy":
+def _check_concatenated(flat: FlatGraphs, params, need_absmax: bool, factor: float | None):
+    """``(finite, absmax or None, sumsq or None)`` of the gradients of ``params`` from one host
+    view of their concatenation: the exact check of :func:`updater.arrays.grad_stats`, and the
+    sum of squares of ``g * factor`` in float32 (the values ``solver.scale_grad`` leaves)."""
+    concatenated = flat.concatenated(_grads(params))
+    if concatenated is None:  # no values
+        return True, (0.0 if need_absmax else None), (0.0 if factor is not None else None)
+    values = host_view(concatenated)
+    flags, absmax = grad_stats([values], need_absmax)
+    finite = flags[0]
+    sumsq = None
+    if factor is not None and finite:
         with _overflow_quiet(factor):
-            for p in params.values():
+            sumsq = square_sum(values * np.float32(factor))
+    return finite, absmax, sumsq
+
+
+def unscale_grads(finite_check: str, solver, params, factor: float, by_array: bool):
+    """Multiply every gradient by ``factor``: NumPy on host views ("numpy" array by array,
+    ``by_array``; float32 like ``solver.scale_grad`` and equal to it bit for bit) or
+    ``solver.scale_grad`` (the others). ``params``: callable returning the parameters."""
+    if finite_check == "numpy" and by_array:
+        with _overflow_quiet(factor):
+            for p in params().values():
                 unscale_grad(p.grad, factor, check=False)
     else:
         solver.scale_grad(factor)
@@ -171,11 +266,13 @@ def _overflow_quiet(factor: float):
     return np.errstate(over="ignore") if factor > 1 else contextlib.nullcontext()
 
 
-def grad_sumsq(finite_check: str, params: Dict[str, nn.Variable], device: DeviceStats) -> float:
-    """The sum of squares of the gradients as they are now (one host read on "solver")."""
-    if finite_check != "solver":
-        return sum(square_sum(a) for a in host_grads(params) if a.size)
-    return device.read([p.grad for p in params.values()], [], False, True, None, 1.0).sumsq
+def grad_sumsq(finite_check: str, params: Dict[str, nn.Variable], flat: FlatGraphs | None):
+    """The sum of squares of the gradients as they are now (one host read with ``flat``)."""
+    if finite_check == "solver":
+        return flat.read(_grads(params), [], False, True, None, 1.0).sumsq
+    if flat is not None:
+        return _check_concatenated(flat, params, False, 1.0)[2]
+    return sum(square_sum(a) for a in host_grads(params) if a.size)
 
 
 def apply_update(solver, sumsq, clip_grad_norm, weight_decay) -> None:
@@ -189,100 +286,3 @@ def apply_update(solver, sumsq, clip_grad_norm, weight_decay) -> None:
     if weight_decay is not None:
         solver.weight_decay(weight_decay)
     solver.update()
-
-
-# ---------------------------------------------------------------- the device path
-
-
-class DeviceReading(NamedTuple):
-    """One :meth:`DeviceStats.read`: per gradient the count of inf/NaN values; the largest
-    |value| over the gradients (or over ``absmax_over`` when given; None when not asked); the
-    sum of squares of the gradients times ``factor`` (None when not asked); whether the loss is
-    inf/NaN (False without a loss)."""
-
-    bad_counts: List[float]
-    absmax: float | None
-    sumsq: float | None
-    loss_bad: bool
-
-
-class DeviceStats:
-    """One small nnabla graph over all gradients, on their own device, and one host read of its
-    result (a vector of a few numbers per gradient) per :meth:`read`.
-
-    Per gradient it computes the count of inf/NaN values (``F.isinf``, ``F.isnan``: exact,
-    nnabla's ``F.max`` skips NaN) and, as asked, the largest |value| and the sum of squares of
-    ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
-    ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
-    overflows. It runs in float32 (the "float" type config of ``context``'s backend), whatever
-    the gradients' dtype. One graph is built per set of shapes and quantities asked,
-    on first use; each read points its inputs at the current arrays.
-
-    Args:
-        context (nnabla Context): where the gradients live (e.g. the loss function's).
-    """
-
-    def __init__(self, context):
-        from nnabla.ext_utils import get_extension_context
-
-        self.context = get_extension_context(
-            context.backend[0].split(":")[0], device_id=context.device_id, type_config="float"
-        )
-        self._graphs: dict = {}  # key -> (input Variables, output Variable)
-
-    def read(self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0) -> DeviceReading:
-        """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
-        empty), ``loss`` (Variable or None) and ``factor`` (float, for the sum of squares); one
-        host read."""
-        full = [g for g in grads if g.size]
-        arrays = [*full, *absmax_over] + ([] if loss is None else [loss.data])
-        own_top = need_absmax and not absmax_over
-        shapes = tuple(tuple(a.shape) for a in arrays)
-        key = (shapes, len(full), own_top, need_sumsq, loss is not None)
-        if key not in self._graphs:
-            self._graphs[key] = self._build(*key)
-        inputs, output = self._graphs[key]
-        for var, array in zip(inputs, arrays):
-            var.data = array
-        if need_sumsq:
-            inputs[-1].d = factor
-        output.forward(clear_buffer=True)
-        values = iter(host_view(output.data).tolist())
-        counts, tops, sumsq = [], [], 0.0
-        for g in grads:
-            counts.append(next(values) if g.size else 0.0)
-            tops.append(next(values) if g.size and own_top else 0.0)
-            if g.size and need_sumsq:
-                sumsq += max(next(values), TINY) ** 2 * next(values)
-        tops += [next(values) for _ in absmax_over]
-        loss_bad = loss is not None and next(values) > 0
-        absmax = max(tops[len(grads) :] if absmax_over else tops, default=0.0)
-        return DeviceReading(
-            counts, absmax if need_absmax else None, sumsq if need_sumsq else None, loss_bad
-        )
-
-    def _build(self, shapes, n_grads, own_top, need_sumsq, with_loss):
-        import nnabla.functions as F
-
-        def bad_count(v):
-            return F.sum(F.isinf(v) + F.isnan(v))
-
-        parts = []
-        with nn.context_scope(self.context):
-            inputs = [nn.Variable(shape) for shape in shapes] + [nn.Variable((1,))]
-            factor = inputs[-1]
-            n_extra = len(shapes) - n_grads - with_loss
-            for v in inputs[:n_grads]:
-                parts.append(bad_count(v))
-                if own_top:
-                    parts.append(F.max(F.abs(v)))
-                if need_sumsq:
-                    ones = (1,) * len(v.shape)
-                    u = F.mul2(v, F.reshape(factor, ones))
-                    top = F.max(F.abs(u))
-                    floor = F.reshape(F.maximum_scalar(top, TINY), ones)
-                    parts += [top, F.sum(F.pow_scalar(F.div2(u, floor), 2.0))]
-            parts += [F.max(F.abs(v)) for v in inputs[n_grads : n_grads + n_extra]]
-            if with_loss:
-                parts.append(bad_count(inputs[-2]))
-            return inputs, F.concatenate(*[F.reshape(p, (1,)) for p in parts], axis=0)

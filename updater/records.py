@@ -41,6 +41,7 @@ class NonFiniteGradientsError(FloatingPointError):
     def after(cls, record, bad, consecutive: int, limit: int) -> NonFiniteGradientsError:
         """The error for ``consecutive`` failing calls, the last described by ``record``
         (a :class:`StepRecord`) with non-finite gradients in parameters ``bad``."""
+        bad = list(bad)
         shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
         if record.loss_finite is False:
             cause = (

@@ -48,11 +48,11 @@ class GradientWork:
         return inspect_gradients(
             self.finite_check,
             self.solver,
-            self._params(),
+            self._params,
             self.policy.needs_grad_absmax,
             absmax_over,
             unscale_by=None if seed is None else 1.0 / seed,
             need_sumsq=seed is not None and self.clip_grad_norm is not None,
-            device=self._device,
+            flat=self._flat,
             loss=self.loss,
         )

@@ -30,7 +30,7 @@ from .arguments import (
 from .arrays import seed_dtype
 from .attempts import Attempts, _Pending
 from .checks import check_bool, check_choice, check_int, check_number, check_positive
-from .gradients import DeviceStats, apply_update, choose_check, grad_sumsq, unscale_grads
+from .gradients import apply_update, check_layout, choose_check, grad_sumsq, unscale_grads
 from .policy import ScaleState
 from .records import COUNTERS, NonFiniteGradientsError, StepRecord
 from .step_work import GradientWork
@@ -53,8 +53,8 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
     gradients are float32, also in half mode (as ``solver.scale_grad`` leaves them, and nnabla's
     solvers read them so), so true gradients below float16's range are kept.
 
-    Cost per ``update()``: see ``finite_check`` below and :mod:`updater.gradients`; a
-    ``recorder`` reads every gradient to the host on the steps it records.
+    Cost per ``update()``: ``finite_check`` below; a ``recorder`` reads every gradient to the
+    host on the steps it records.
 
     The policy: ``policy=`` if given. Else, with none of ``scale``, ``scaling_factor``, ``N``
     given, the recommended ``DynamicScale()`` (bounded by ``min_scale``/``max_scale``). Else
@@ -64,9 +64,10 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
     the scale grows on the ``N``-th consecutive finite step (nnabla's grew after N+2, then
     every N+1) and is divided by ``scaling_factor`` on every overflow.
 
-    The solver's parameters are read again at every step that needs them (all-reduce with
-    ``grads`` empty, the NumPy finite check, clipping, |g| max, the recorder, error messages),
-    so parameters added with ``solver.set_parameters(..., reset=False)`` are followed.
+    The solver's parameters are read again (``get_parameters``) at every step that needs them
+    (the "numpy" and "solver" checks, all-reduce with ``grads`` empty, |g| max, clipping, the
+    recorder, error messages), so parameters added with ``solver.set_parameters(...,
+    reset=False)`` are followed; "nnabla"'s C++ loops follow them by themselves.
 
     ``on_overflow="retry"`` recomputes the same batch(es) at the lowered scale, moving
     BatchNormalization's running statistics once per batch (:mod:`updater.attempts`).
@@ -113,16 +114,18 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         monitor (nnabla.monitor.Monitor or None, default None): writes the ``loss_scale`` used
             and the ``skipped_steps`` so far, each step.
         recorder (GradientRecorder or None, default None): records gradient histograms.
-        finite_check (str, default "auto"): "numpy" (host views: per gradient array an exact
-            check (a BLAS dot product, or the bit patterns when |g| max is needed or the dot
-            overflows) fused with the unscaling multiply), "solver" (one nnabla graph over all
-            gradients on their device: ``F.isinf``/``F.isnan`` counts, |g| max, sum of
-            squares, read back in one host read), "nnabla" (``check_inf_or_nan_grad()`` and
-            ``scale_grad``; the gradients are read to the host only for |g| max, clipping or
-            the names of non-finite parameters), or "auto" (off the CPU "solver"; on CPU
-            contexts "nnabla" for models under 2**15 gradient values when neither |g| max,
-            clipping nor a recorder is used, else "numpy"). All decide exactly as
-            ``solver.check_inf_or_nan_grad()``.
+        finite_check (str, default "auto"): "numpy" (host views: with at most 8 arrays or
+            2**15 values per array on average, an exact check of each array fused with its
+            unscaling multiply; else one exact check of all gradients concatenated by one
+            nnabla function, then ``scale_grad``), "solver" (one nnabla graph over all
+            gradients concatenated on their device, a fixed number of functions whatever the
+            number of arrays, read back in one host read), "nnabla"
+            (``check_inf_or_nan_grad()`` and ``scale_grad``; the gradients are read to the
+            host only for |g| max, clipping or the names of non-finite parameters), or "auto"
+            (off the CPU "solver"; on CPU contexts, when neither |g| max, clipping nor a
+            recorder is used, "numpy" for models of at least 2**15 values in few or large
+            arrays and "nnabla" otherwise, else "numpy": :func:`updater.gradients.choose_check`).
+            All decide exactly as ``solver.check_inf_or_nan_grad()``.
         enabled (bool, default True): False turns loss scaling off (as PyTorch's
             ``GradScaler(enabled=False)``): the backward pass is seeded with 1, no finite
             check runs, every step is applied and the policy never moves; for float32 runs of
@@ -219,12 +222,9 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             )
         self._step_params = None  # the solver's parameters, read once per step when needed
         reads = policy.needs_grad_absmax or clip_grad_norm is not None or recorder is not None
-        n_values = sum(p.size for p in self._params().values())
-        self.finite_check = choose_check(finite_check, not reads, n_values)
-        self._device = None
-        if self.finite_check == "solver":
-            where = loss.parent.context if loss.parent is not None else nn.get_current_context()
-            self._device = DeviceStats(where)
+        sizes = [p.size for p in self._params().values()]
+        self.finite_check = choose_check(finite_check, not reads, sum(sizes), len(sizes))
+        self._by_array, self._flat = check_layout(self.finite_check, sizes, loss)
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
         self._written = None  # inputs the forward pass writes, found on first use
@@ -345,7 +345,8 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         """
         pending = self._require_backward("unscale()")
         if not pending.unscaled and pending.finite:
-            unscale_grads(self.finite_check, self.solver, self._params(), 1.0 / pending.seed)
+            factor = 1.0 / pending.seed
+            unscale_grads(self.finite_check, self.solver, self._params, factor, self._by_array)
         pending.unscaled = True
 
     def step(self) -> StepRecord:
@@ -368,7 +369,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         if finite:
             sumsq = pending.sumsq
             if self.clip_grad_norm is not None and sumsq is None:
-                sumsq = grad_sumsq(self.finite_check, self._params(), self._device)
+                sumsq = grad_sumsq(self.finite_check, self._params(), self._flat)
             apply_update(self.solver, sumsq, self.clip_grad_norm, self.weight_decay)
         self._state = pending.new_state
         self._pending = None

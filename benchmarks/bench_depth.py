@@ -1,0 +1,233 @@
+"""Updater cost at real depth: how it grows with the number of parameter arrays.
+
+A 64-wide MLP (batch 16, Momentum, cpu:float) with 22 to 302 parameter arrays, and a
+convolutional net with BatchNormalization. Each variant trains its own copy of the model on the
+same kind of data; the timed loop alternates the variants iteration by iteration (rotating the
+order), and each cell is a median over interleaved iterations, minus the bare loop's. The
+slope per parameter array is a least-squares line through the four MLP depths. Also: the nnabla
+functions the device path runs per update (:func:`updater.flat.device_functions`) at each depth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+DEPTHS = (22, 102, 202, 302)
+"""Parameter arrays of the MLPs: ``n / 2 - 1`` hidden 64-wide layers and the output layer."""
+PATHS = ("auto", "numpy", "solver", "nnabla")
+"""Our ``finite_check`` settings measured."""
+VARIANTS = ("bare", "nnabla's", *PATHS)
+_SCOPES = itertools.count()
+
+
+def _mlp(arrays, rng):
+    """(solver, loss, feed) of a 64-wide MLP with ``arrays`` parameter arrays."""
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.parametric_functions as PF
+    import nnabla.solvers as S
+
+    x, t = nn.Variable((16, 64)), nn.Variable((16, 1))
+    h = x
+    init = nn.initializer.NormalInitializer(0.1, np.random.RandomState(0))
+    with nn.parameter_scope(f"depth{next(_SCOPES)}"):
+        for i in range(arrays // 2 - 1):
+            h = F.relu(PF.affine(h, 64, w_init=init, name=f"fc{i}"))
+        y = PF.affine(h, 10, w_init=init, name="out")
+        params = nn.get_parameters()
+    loss = F.mean(F.softmax_cross_entropy(y, t))
+    solver = S.Momentum(0.01, 0.9)
+    solver.set_parameters(params)
+
+    def feed():
+        x.d = rng.standard_normal(x.shape)
+        t.d = rng.integers(0, 10, t.shape)
+
+    return solver, loss, feed
+
+
+def _conv_bn(blocks, rng):
+    """(solver, loss, feed) of a convolutional net: ``blocks`` times 3x3 convolution (16
+    channels, no bias), BatchNormalization and ReLU on 8x8 images, then an affine layer; three
+    parameter arrays per block, two more for the affine layer."""
+    import nnabla as nn
+    import nnabla.functions as F
+    import nnabla.parametric_functions as PF
+    import nnabla.solvers as S
+
+    x, t = nn.Variable((16, 3, 8, 8)), nn.Variable((16, 1))
+    h = x
+    init = nn.initializer.NormalInitializer(0.1, np.random.RandomState(0))
+    with nn.parameter_scope(f"convbn{next(_SCOPES)}"):
+        for i in range(blocks):
+            h = PF.convolution(h, 16, (3, 3), pad=(1, 1), with_bias=False, w_init=init,
+                               name=f"conv{i}")  # fmt: skip
+            h = F.relu(PF.batch_normalization(h, name=f"bn{i}"))
+        y = PF.affine(h, 10, w_init=init, name="out")
+        params = nn.get_parameters(grad_only=True)
+    loss = F.mean(F.softmax_cross_entropy(y, t))
+    solver = S.Momentum(0.01, 0.9)
+    solver.set_parameters(params)
+
+    def feed():
+        x.d = rng.standard_normal(x.shape)
+        t.d = rng.integers(0, 10, t.shape)
+
+    return solver, loss, feed
+
+
+def _steps(build):
+    """One training step per variant, each on its own copy of the model."""
+    from nnabla.experimental.mixed_precision_training import (
+        DynamicLossScalingUpdater as NnablaUpdater,
+    )
+
+    from updater import DynamicLossScalingUpdater
+
+    solver, loss, feed = build()
+
+    def bare():
+        solver.zero_grad()
+        feed()
+        loss.forward(clear_no_need_grad=True)
+        loss.backward(clear_buffer=True)
+        solver.update()
+
+    steps = {"bare": bare, "nnabla's": NnablaUpdater(*build(), scale=8.0).update}
+    ours = {}
+    for path in PATHS:
+        ours[path] = DynamicLossScalingUpdater(*build(), scale=8.0, finite_check=path)
+        steps[path] = ours[path].update
+    return steps, ours
+
+
+def interleaved(steps, iters, blocks, warmup=3):
+    """Median seconds per step of each variant: per block the median of ``iters`` interleaved
+    iterations (rotating order), then the median over blocks."""
+    names = list(steps)
+    for _ in range(warmup):
+        for n in names:
+            steps[n]()
+    medians = []
+    for _ in range(blocks):
+        times = {n: [] for n in names}
+        for i in range(iters):
+            k = i % len(names)
+            for n in names[k:] + names[:k]:
+                t0 = time.perf_counter()
+                steps[n]()
+                times[n].append(time.perf_counter() - t0)
+        medians.append({n: float(np.median(v)) for n, v in times.items()})
+    return {n: float(np.median([m[n] for m in medians])) for n in names}
+
+
+def depth_costs(iters=30, blocks=3, depths=DEPTHS, seed=0):
+    """Per depth: seconds per step of each variant, what "auto" chose, and the nnabla functions
+    and host reads of the device path per update."""
+    import nnabla as nn
+    from nnabla.ext_utils import get_extension_context
+
+    from updater.arrays import host_reads
+    from updater.flat import device_functions
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    rng = np.random.default_rng(seed)
+    out = {}
+    for arrays in depths:
+        nn.clear_parameters()
+        steps, ours = _steps(lambda arrays=arrays: _mlp(arrays, rng))
+        seconds = interleaved(steps, iters, blocks)
+        functions, reads = device_functions(), host_reads()
+        for _ in range(5):
+            ours["solver"].update()
+        out[arrays] = {
+            "seconds": seconds,
+            "auto": ours["auto"].finite_check,
+            "functions": (device_functions() - functions) / 5,
+            "reads": (host_reads() - reads) / 5,
+        }
+    return out
+
+
+def conv_costs(blocks=12, iters=20, rounds=3, seed=0):
+    """Seconds per step of each variant on the convolutional net with BatchNormalization."""
+    import nnabla as nn
+    from nnabla.ext_utils import get_extension_context
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    nn.clear_parameters()
+    rng = np.random.default_rng(seed)
+    steps, ours = _steps(lambda: _conv_bn(blocks, rng))
+    n_arrays = len(ours["auto"].param_names)
+    return {"arrays": n_arrays, "seconds": interleaved(steps, iters, rounds),
+            "auto": ours["auto"].finite_check}  # fmt: skip
+
+
+def overheads(seconds):
+    """Microseconds per step over the bare loop, per variant."""
+    return {n: 1e6 * (s - seconds["bare"]) for n, s in seconds.items() if n != "bare"}
+
+
+def slopes(depth):
+    """Microseconds per parameter array of each variant's overhead (least squares)."""
+    xs = np.array(sorted(depth), float)
+    return {
+        n: float(np.polyfit(xs, [overheads(depth[a]["seconds"])[n] for a in sorted(depth)], 1)[0])
+        for n in VARIANTS[1:]
+    }
+
+
+def run(quick=False):
+    if quick:
+        return {"depth": depth_costs(4, 1, (22, 42)), "conv": conv_costs(2, 4, 1)}
+    return {"depth": depth_costs(), "conv": conv_costs()}
+
+
+def markdown(res):
+    depth, conv = res["depth"], res["conv"]
+    head = " | ".join(["nnabla's updater", *(f'ours "{p}"' for p in PATHS)])
+    lines = [
+        "Cost per update over a bare `zero_grad/forward/backward/update` loop, in microseconds "
+        "(64-wide MLP, batch 16, Momentum, cpu:float; medians of interleaved iterations):",
+        "",
+        f'| parameter arrays | bare step | {head} | "auto" chose | device path: nnabla '
+        "functions / host reads per update |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arrays in sorted(depth):
+        r = depth[arrays]
+        cost = overheads(r["seconds"])
+        cells = " | ".join(f"{cost[n]:+.0f}" for n in VARIANTS[1:])
+        lines.append(
+            f"| {arrays} | {1e3 * r['seconds']['bare']:.2f} ms | {cells} | {r['auto']} | "
+            f"{r['functions']:g} / {r['reads']:g} |"
+        )
+    slope = slopes(depth)
+    lines += [
+        "",
+        "Slope per parameter array (least squares over the depths above), microseconds:",
+        "",
+        "| " + " | ".join(["nnabla's updater", *(f'ours "{p}"' for p in PATHS)]) + " |",
+        "|" + "---|" * len(slope),
+        "| " + " | ".join(f"{slope[n]:.2f}" for n in VARIANTS[1:]) + " |",
+        "",
+    ]
+    cost = overheads(conv["seconds"])
+    lines += [
+        f"Convolutional net with BatchNormalization ({conv['arrays']} parameter arrays, 8x8x16, "
+        f"batch 16): bare step {1e3 * conv['seconds']['bare']:.2f} ms; over it: "
+        + ", ".join(f"{n} {cost[n]:+.0f} us" for n in VARIANTS[1:])
+        + f' ("auto" chose "{conv["auto"]}").',
+    ]
+    return "\n".join(lines)
+
+
+def main():
+    print(markdown(run()))
+
+
+if __name__ == "__main__":
+    main()

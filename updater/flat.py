@@ -1,0 +1,183 @@
+"""All gradient arrays seen as one flat float32 vector on their own device: one
+``F.concatenate`` over flat views of them (``NdArray.view``: same memory, no copy until the
+function runs). The device path (:class:`DeviceStats`) and the "numpy" path's many-array layout
+check this one vector, so their nnabla work per update is a fixed number of functions whatever
+the number of arrays; :func:`device_functions` counts the functions run.
+
+A graph is built once per set of arrays (compared by ``hash``, nnabla's pointer to the array, so
+a parameter added to the solver or a gradient array replaced makes a new one) and per set of
+quantities asked. Reading a gradient through a function leaves one that is still lazily zero
+since ``solver.zero_grad()`` lazily zero, so nnabla's solvers still skip its parameter.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import List, NamedTuple
+
+import nnabla as nn
+
+from .arrays import host_view
+
+TINY = 2.0**-126
+"""Floor of the divisor in the sum of squares (float32's smallest normal)."""
+
+_FUNCTIONS = 0
+
+
+def device_functions() -> int:
+    """How many nnabla functions the flat graphs have run in this process (a counter for tests
+    and benchmarks, as :func:`updater.arrays.host_reads`: take the difference around the code
+    measured)."""
+    return _FUNCTIONS
+
+
+def float_context(context):
+    """The "float" type config of ``context``'s backend and device (the graphs run in float32
+    whatever the gradients' dtype)."""
+    from nnabla.ext_utils import get_extension_context
+
+    return get_extension_context(
+        context.backend[0].split(":")[0], device_id=context.device_id, type_config="float"
+    )
+
+
+class _Graph(NamedTuple):
+    arrays: tuple  # hashes of the arrays the inputs view, and the group sizes
+    present: tuple  # per group of arrays: whether any is non-empty
+    inputs: List[nn.Variable]  # the extra inputs ``build`` made
+    output: nn.Variable
+    functions: int
+
+
+def _flat(views: List[nn.Variable]):
+    import nnabla.functions as F
+
+    return F.concatenate(*views, axis=0) if len(views) > 1 else F.identity(views[0])
+
+
+class FlatGraphs:
+    """Graphs over flat views of arrays, one per kind, rebuilt when the arrays change.
+
+    Args:
+        context (nnabla Context): where the arrays live (e.g. the loss function's).
+    """
+
+    def __init__(self, context):
+        self.context = float_context(context)
+        self._graphs: dict = {}
+
+    def graph(self, kind, groups, build) -> _Graph:
+        """Graph ``kind`` over ``groups`` of arrays (lists of NdArray): the one built before if
+        the arrays are the same, else ``build(views) -> (extra inputs, output)`` with ``views``
+        the flat views of each group's non-empty arrays (a list per group)."""
+        key = (tuple(map(hash, itertools.chain(*groups))), tuple(map(len, groups)))
+        graph = self._graphs.get(kind)
+        if graph is None or graph.arrays != key:
+            with nn.context_scope(self.context):
+                views = [[_view(a) for a in group if a.size] for group in groups]
+                extra, output = build(views)
+            count = [0]
+            if output is not None:
+                output.visit(lambda f: count.__setitem__(0, count[0] + 1))
+            present = tuple(bool(v) for v in views)
+            graph = self._graphs[kind] = _Graph(key, present, extra, output, count[0])
+        return graph
+
+    @staticmethod
+    def forward(graph: _Graph) -> nn.NdArray:
+        """Run ``graph`` (counted by :func:`device_functions`); its output's array."""
+        global _FUNCTIONS
+        _FUNCTIONS += graph.functions
+        graph.output.forward(clear_buffer=True)
+        return graph.output.data
+
+    def concatenated(self, arrays) -> nn.NdArray | None:
+        """The values of the non-empty ``arrays`` one after the other, as float32, in one
+        array on their device (a host array for the "numpy" path); None if all are empty."""
+
+        def build(views):
+            return [], (_flat(views[0]) if views[0] else None)
+
+        graph = self.graph("flat", [arrays], build)
+        return self.forward(graph) if graph.present[0] else None
+
+
+def _view(array) -> nn.Variable:
+    """A Variable whose data is a flat view of ``array`` (same memory)."""
+    v = nn.Variable((array.size,))
+    v.data = array.view((array.size,))
+    return v
+
+
+class DeviceReading(NamedTuple):
+    """One :meth:`DeviceStats.read`: whether every gradient is finite; the largest |value| over
+    the gradients (or over ``absmax_over`` when given; None when not asked); the sum of squares
+    of the gradients times ``factor`` (None when not asked); whether the loss is inf/NaN (False
+    without a loss)."""
+
+    finite: bool
+    absmax: float | None
+    sumsq: float | None
+    loss_bad: bool
+
+
+class DeviceStats(FlatGraphs):
+    """The device path's check: one graph over the flat gradients and one host read of its
+    small result per :meth:`read`.
+
+    It computes ``sum(g * 0)`` over the flat vector (0 when every value is finite, NaN
+    otherwise: exact), and as asked the largest |value| and the sum of squares of
+    ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
+    ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
+    overflows; and ``loss * 0`` (NaN for an inf/NaN loss).
+    """
+
+    def read(self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0) -> DeviceReading:
+        """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
+        empty), ``loss`` (Variable or None) and ``factor`` (float, for the sum of squares); one
+        host read."""
+        import nnabla.functions as F
+
+        own_top = need_absmax and not absmax_over
+
+        def build(views):
+            grad_views, over_views, loss_views = views
+            factor_var = nn.Variable((1,))
+            factor_var.d = 1.0
+            parts = []
+            if grad_views:
+                g = _flat(grad_views)
+                parts.append(F.sum(F.mul_scalar(g, 0.0)))
+                if own_top:
+                    parts.append(F.max(F.abs(g)))
+                if need_sumsq:
+                    u = F.mul2(g, factor_var)
+                    top = F.reshape(F.max(F.abs(u)), (1,))
+                    floor = F.maximum_scalar(top, TINY)
+                    parts += [top, F.sum(F.pow_scalar(F.div2(u, floor), 2.0))]
+            if over_views:
+                parts.append(F.max(F.abs(_flat(over_views))))
+            if loss_views:  # 0 for a finite loss, NaN for inf/NaN
+                parts.append(F.mul_scalar(loss_views[0], 0.0))
+            parts.append(F.mul_scalar(factor_var, 0.0))  # so that no graph is empty
+            return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
+
+        kind = ("stats", own_top, need_sumsq, loss is not None)
+        groups = (grads, absmax_over, [] if loss is None else [loss.data])
+        graph = self.graph(kind, groups, build)
+        if need_sumsq:
+            graph.inputs[0].d = factor
+        values = iter(host_view(self.forward(graph)).tolist())
+        finite, absmax, sumsq = True, 0.0, 0.0
+        if graph.present[0]:
+            finite = next(values) == 0.0
+            absmax = next(values) if own_top else absmax
+            if need_sumsq:
+                sumsq = max(next(values), TINY) ** 2 * next(values)
+        if graph.present[1]:
+            absmax = next(values)
+        loss_bad = graph.present[2] and next(values) != 0.0
+        return DeviceReading(
+            finite, absmax if need_absmax else None, sumsq if need_sumsq else None, loss_bad
+        )
