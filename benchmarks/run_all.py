@@ -13,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from benchmarks import bench_comm, bench_fp16, bench_sim, bench_updater
+from benchmarks import bench_comm, bench_depth, bench_fp16, bench_sim, bench_updater
 from sim.report.provenance import current_commit
 from updater.files import atomic_write_text
 
@@ -54,6 +54,11 @@ def main(argv=None) -> None:
             "Updater cost per iteration and per overflow",
             lambda: bench_updater.run(args.quick),
             bench_updater.markdown,
+        ),
+        (
+            "Updater cost at depth",
+            lambda: bench_depth.run(args.quick),
+            bench_depth.markdown,
         ),
         (
             "float16 sweep against per-scale casting",

@@ -300,10 +300,3 @@ def forward_written(loss) -> List[nn.Variable]:
 
     loss.visit(visit)
     return list(found.values())
-
-
-def copy_forward_state(loss) -> List[tuple]:
-    """``(variable, copy)`` of every input the forward pass of ``loss``'s graph writes
-    (:func:`forward_written`: running statistics, registered or made by hand); frozen weights,
-    which no forward pass writes, are not copied."""
-    return [(v, copy_array(v.data)) for v in forward_written(loss)]

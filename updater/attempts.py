@@ -24,6 +24,7 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import copy_array, forward_written, host_view, input_leaves, restore_array
+from .flat import FlatGraphs, SavedData, loss_context
 from .gradients import Inspection
 from .policy import ScaleState
 from .probes import FLUSH_OFFSETS, probe_step
@@ -105,14 +106,15 @@ class Attempts:
             self._state = new_state
             overflow_scale = seed
             if before is not None:  # the retry starts from the statistics before the batch
-                _restore(before)
+                before.restore()
             elif moved is None:
                 moved = self._copy_written()
         if self.recorder is not None and self.recorder.wants(self.steps):
             self._record(arrays, seed, finite, loss_finite, overflow_scale)
         if before is not None and not finite:  # a skipped step leaves the model as it was
-            _restore(before)
-        _restore(moved or ())
+            before.restore()
+        if moved is not None:
+            moved.restore()
         self._pending = _Pending(
             seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
         )
@@ -178,11 +180,11 @@ class Attempts:
             )
         return seed
 
-    def _copy_written(self) -> List[tuple]:
-        """``(variable, copy)`` of the inputs the forward pass writes (found once)."""
+    def _copy_written(self) -> SavedData:
+        """A copy of the inputs the forward pass writes (found once; one concatenation)."""
         if self._written is None:
-            self._written = forward_written(self.loss)
-        return [(v, copy_array(v.data)) for v in self._written]
+            self._written = (forward_written(self.loss), FlatGraphs(loss_context(self.loss)))
+        return self._written[1].save(self._written[0])
 
     def _input_leaves(self) -> List[nn.Variable]:
         if self._inputs is None:
@@ -226,9 +228,3 @@ class Attempts:
         if found is not None and found.loss_finite is not None:
             return found.loss_finite
         return bool(np.isfinite(host_view(self.loss.data)).all())
-
-
-def _restore(saved) -> None:
-    """Write back ``(variable, copy)`` pairs (``_copy_written``, ``copy_forward_state``)."""
-    for var, data in saved:
-        restore_array(var, data)

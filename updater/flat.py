@@ -17,7 +17,7 @@ from typing import List, NamedTuple
 
 import nnabla as nn
 
-from .arrays import host_view
+from .arrays import copy_array, host_view
 
 TINY = 2.0**-126
 """Floor of the divisor in the sum of squares (float32's smallest normal)."""
@@ -101,6 +101,33 @@ class FlatGraphs:
 
         graph = self.graph("flat", [arrays], build)
         return self.forward(graph) if graph.present[0] else None
+
+    def save(self, variables) -> SavedData:
+        """A copy of the data of ``variables`` (list of Variable): one concatenation and one
+        copy of it, on their device, in float32 (exact for float16 data)."""
+        concatenated = self.concatenated([v.data for v in variables])
+        return SavedData(variables, None if concatenated is None else copy_array(concatenated))
+
+
+class SavedData(NamedTuple):
+    """What :meth:`FlatGraphs.save` copied: the variables, and their data one after the other."""
+
+    variables: list
+    copy: nn.NdArray | None
+
+    def restore(self) -> None:
+        """Write the data back (as float32; the values are the saved ones)."""
+        offset = 0
+        for v in self.variables:
+            if v.size:
+                piece = self.copy.narrow(0, offset, v.size).view(v.shape)
+                v.data.copy_from(piece, use_current_context=False)
+                offset += v.size
+
+
+def loss_context(loss):
+    """The context of the function that computes ``loss`` (the current one for a leaf)."""
+    return loss.parent.context if loss.parent is not None else nn.get_current_context()
 
 
 def _view(array) -> nn.Variable:

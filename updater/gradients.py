@@ -30,7 +30,7 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import array_dtype, grad_stats, host_view, on_cpu, square_sum, unscale_grad
-from .flat import DeviceStats, FlatGraphs
+from .flat import DeviceStats, FlatGraphs, loss_context
 
 _GRAD = operator.attrgetter("grad")
 SMALL_MODEL_VALUES = 2**15
@@ -76,7 +76,7 @@ def check_layout(finite_check: str, sizes: List[int], loss):
     ``loss``'s last function: a :class:`DeviceStats` for "solver", a :class:`FlatGraphs` for
     "numpy" not working array by array, else None."""
     by_array = per_array(len(sizes), sum(sizes))
-    where = loss.parent.context if loss.parent is not None else nn.get_current_context()
+    where = loss_context(loss)
     if finite_check == "solver":
         return by_array, DeviceStats(where)
     return by_array, (FlatGraphs(where) if finite_check == "numpy" and not by_array else None)

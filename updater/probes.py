@@ -37,7 +37,7 @@ from typing import List, NamedTuple
 
 import numpy as np
 
-from .arrays import copy_array, restore_array
+from .arrays import copy_array
 from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
 
 FLUSH_OFFSETS = (-12, -8, -4, 0)
@@ -149,6 +149,5 @@ def probe_step(
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
-        for var, saved in moved:
-            restore_array(var, saved)
+        moved.restore()
     return ProbeResult(threshold, passes, finite_seed, finite_grads, shares)

@@ -227,7 +227,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         self._by_array, self._flat = check_layout(self.finite_check, sizes, loss)
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
-        self._written = None  # inputs the forward pass writes, found on first use
+        self._written = None  # (inputs the forward pass writes, their FlatGraphs), on first use
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
         self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
         self._pending: _Pending | None = None  # set by backward(), cleared by step()

@@ -40,7 +40,8 @@ def measure_run(
     import nnabla as nn
 
     from updater import DynamicLossScalingUpdater, get_context
-    from updater.arrays import copy_forward_state, restore_array
+    from updater.arrays import forward_written
+    from updater.flat import FlatGraphs, loss_context
 
     check_policy(policy)
     scale = np.empty(steps)
@@ -55,6 +56,7 @@ def measure_run(
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
         params = list(solver.get_parameters().values())
+        written, copier = forward_written(shadow), FlatGraphs(loss_context(shadow))
         # the batch is fed once per step, before the shadow pass; the updater's forward reads it
         updater = DynamicLossScalingUpdater(
             solver, model["loss"], None, policy=policy, recorder=recorder
@@ -62,12 +64,11 @@ def measure_run(
         start = time.perf_counter()
         for i in range(steps):
             feed()
-            moved = copy_forward_state(shadow)
+            moved = copier.save(written)
             solver.zero_grad()
             shadow.forward(clear_no_need_grad=True)
             shadow.backward(clear_buffer=True)
-            for var, saved in moved:
-                restore_array(var, saved)
+            moved.restore()
             true = _host_copies(params)
             absmax[i] = max(float(np.abs(g).max()) for g in true)
             finite = updater.backward()

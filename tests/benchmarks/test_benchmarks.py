@@ -22,7 +22,8 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
-    for title in ("Updater cost", "float16 sweep", "Simulator", "Distributed step"):
+    titles = ("Updater cost", "Updater cost at depth", "float16 sweep", "Simulator", "Distributed")
+    for title in titles:
         assert f"## {title}" in text
     assert "retry / skip =" in text and "parameter arrays" in text
     # issue 13: the larger model, host reads per update() on both paths, Python per update()
@@ -30,3 +31,6 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     assert "points below nnabla's updater" in text
     assert "| finite steps | 6 | 1 | 0 |" in text  # six views / one graph read / C++ only
     assert "Python per `update()`" in text and '| "numpy", HeadroomScale |' in text
+    # issue 22: cost per update at several depths, slopes, the device path's function count
+    assert "| 22 | " in text and "Slope per parameter array" in text
+    assert "Convolutional net with BatchNormalization" in text
