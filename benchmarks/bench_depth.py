@@ -32,7 +32,9 @@ def _mlp(arrays, rng):
 
     x, t = nn.Variable((16, 64)), nn.Variable((16, 1))
     h = x
-    init = nn.initializer.NormalInitializer(0.1, np.random.RandomState(0))
+    # He initialisation keeps activations and gradients of order one at any depth (smaller
+    # weights make them subnormal after a hundred layers, and every step then much slower)
+    init = nn.initializer.NormalInitializer((2 / 64) ** 0.5, np.random.RandomState(0))
     with nn.parameter_scope(f"depth{next(_SCOPES)}"):
         for i in range(arrays // 2 - 1):
             h = F.relu(PF.affine(h, 64, w_init=init, name=f"fc{i}"))
@@ -60,7 +62,7 @@ def _conv_bn(blocks, rng):
 
     x, t = nn.Variable((16, 3, 8, 8)), nn.Variable((16, 1))
     h = x
-    init = nn.initializer.NormalInitializer(0.1, np.random.RandomState(0))
+    init = nn.initializer.NormalInitializer((2 / 144) ** 0.5, np.random.RandomState(0))
     with nn.parameter_scope(f"convbn{next(_SCOPES)}"):
         for i in range(blocks):
             h = PF.convolution(h, 16, (3, 3), pad=(1, 1), with_bias=False, w_init=init,
@@ -124,7 +126,7 @@ def interleaved(steps, iters, blocks, warmup=3):
     return {n: float(np.median([m[n] for m in medians])) for n in names}
 
 
-def depth_costs(iters=30, blocks=3, depths=DEPTHS, seed=0):
+def depth_costs(iters=40, blocks=5, depths=DEPTHS, seed=0):
     """Per depth: seconds per step of each variant, what "auto" chose, and the nnabla functions
     and host reads of the device path per update."""
     import nnabla as nn
@@ -152,7 +154,7 @@ def depth_costs(iters=30, blocks=3, depths=DEPTHS, seed=0):
     return out
 
 
-def conv_costs(blocks=12, iters=20, rounds=3, seed=0):
+def conv_costs(blocks=12, iters=20, rounds=5, seed=0):
     """Seconds per step of each variant on the convolutional net with BatchNormalization."""
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context

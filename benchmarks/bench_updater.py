@@ -512,9 +512,11 @@ def markdown(res):
         '"numpy" views each gradient array once (on the CPU a view is no copy) plus, on a '
         "skipped step, the loss (with more than 8 small arrays it views one concatenation of "
         'them instead); "solver" brings one small vector back from its graph (whether every '
-        'gradient and the loss are finite, |g| max, the sum of squares); "nnabla" reads '
-        "nothing on finite steps and every gradient for |g| max, clipping or the names of "
-        "non-finite parameters.",
+        "gradient, the loss and the inputs are finite, |g| max, the sum of squares); "
+        '"nnabla" reads no gradient on finite steps and every gradient for |g| max, clipping or '
+        "the names of non-finite parameters. The host paths also view each float input of the "
+        "graph once per round (the bad-batch check; this model has one, `x`: its labels are "
+        "integers).",
         "",
         "Python per `update()` with nnabla's work stubbed out (solver and loss calls, and the "
         "concatenating graphs' forward, replaced by no-ops; nnabla's per-array calls still "

@@ -169,6 +169,17 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
     return flags, absmax
 
 
+def nonfinite_indices(arrays) -> List[int]:
+    """Indices of the float arrays among ``arrays`` (NdArrays) that hold inf/NaN: one host view
+    and one exact check each (:func:`_check_array`); arrays of other dtypes cannot."""
+    found = []
+    for i, array in enumerate(arrays):
+        if array.size and array_dtype(array).kind == "f":
+            if not _check_array(host_view(array), False)[0]:
+                found.append(i)
+    return found
+
+
 CHUNK = 2**16
 """Values per piece of a large gradient array in :func:`unscale_grad` and :func:`square_sum`
 (256 KiB of float32, so that a piece stays in the L2 cache from its check or multiply to its
@@ -272,6 +283,21 @@ def input_leaves(loss, params: Dict[str, nn.Variable]) -> List[nn.Variable]:
     known = registered_parameters()
     known.update((hash(v), v) for v in params.values())
     return [v for v in graph_leaves(loss) if hash(v) not in known]
+
+
+def describe_inputs(loss, inputs: List[nn.Variable]) -> List[str]:
+    """Names for leaves of the graph of ``loss``: the first function each feeds (type and
+    name), which input of it, and the shape."""
+    wanted = {hash(v): v for v in inputs}
+    found: Dict[int, str] = {}
+
+    def visit(func):
+        for i, v in enumerate(func.inputs):
+            if hash(v) in wanted and hash(v) not in found:
+                found[hash(v)] = f"input {i} of {func.info.type_name} '{func.name}'"
+
+    loss.visit(visit)
+    return [f"{found.get(hash(v), 'an input')} {tuple(v.shape)}" for v in inputs]
 
 
 WRITTEN_INPUTS = {

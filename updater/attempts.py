@@ -10,8 +10,12 @@ graph) move exactly once per batch, retried or not: copied before the batch and 
 each retry and after a skipped step (``restore_on_skip``, the default), or, with
 ``restore_on_skip=False`` (nnabla's behaviour: a skipped batch moves them), copied after the
 first attempt and restored after the last. A retry happens only when the policy lowered the
-seed and the loss was finite on every worker (a non-finite loss is bad data, which no scale
-fixes); otherwise the step is skipped.
+seed and the batch was not bad on any worker; otherwise the step is skipped.
+
+A bad batch is bad data, which no scale fixes: an inf/NaN loss, or an inf/NaN in an input of
+the graph (its leaves that are not parameters, checked each round on the host, or by the
+device check with the gradients). It is skipped, never retried, and the policy takes it as its
+third outcome (``bad_batch=True``: the scale does not move).
 """
 
 from __future__ import annotations
@@ -23,7 +27,15 @@ from typing import List, Sequence
 import nnabla as nn
 import numpy as np
 
-from .arrays import copy_array, forward_written, host_view, input_leaves, restore_array
+from .arrays import (
+    copy_array,
+    describe_inputs,
+    forward_written,
+    host_view,
+    input_leaves,
+    nonfinite_indices,
+    restore_array,
+)
 from .flat import FlatGraphs, SavedData, loss_context
 from .gradients import Inspection
 from .policy import ScaleState
@@ -43,10 +55,13 @@ class _Pending:
     new_state: ScaleState
     unscaled: bool = False
     sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
+    bad_batch: bool = False  # an inf/NaN loss or input on some worker
 
 
 class Attempts:
     """The attempts of one iteration (module doc); state and settings are the updater's."""
+
+    _bad_inputs = frozenset()  # indices of the inputs found inf/NaN this step (host check)
 
     def _require_backward(self, what: str) -> _Pending:
         if self._pending is None:
@@ -81,22 +96,28 @@ class Attempts:
                 self._all_reduce()
             found = self._inspect(seed if fuse else None)
             arrays, finite, absmax, bad = found[:4]
+            inputs_ok = found.inputs_finite
+            inputs_ok = not self._bad_inputs if inputs_ok is None else inputs_ok
             if not finite and loss_finite is None:
                 loss_finite = self._loss_finite(found)
+            bad_batch = loss_finite is False or not inputs_ok
             if self.comm is not None:
-                finite, bad_loss_anywhere = self._agree(finite, loss_finite is False)
+                finite, bad_loss_anywhere, bad_batch = self._agree(
+                    finite, loss_finite is False, bad_batch
+                )
                 loss_finite = False if bad_loss_anywhere else loss_finite
                 if not finite and loss_finite is None:
                     loss_finite = self._loss_finite(found)
             if not finite and absmax is not None:
                 absmax = math.inf
             new_state = self.policy.update(
-                self._state, finite, absmax if self.policy.needs_grad_absmax else None
+                self._state, finite, absmax if self.policy.needs_grad_absmax else None, bad_batch
             )
+            applied = finite and not bad_batch
             retry = (
-                not finite
+                not applied
+                and not bad_batch
                 and self.on_overflow == "retry"
-                and loss_finite is not False
                 and attempts <= self.max_retries
                 and self._seed(new_state.scale) < seed
             )
@@ -110,15 +131,17 @@ class Attempts:
             elif moved is None:
                 moved = self._copy_written()
         if self.recorder is not None and self.recorder.wants(self.steps):
-            self._record(arrays, seed, finite, loss_finite, overflow_scale)
-        if before is not None and not finite:  # a skipped step leaves the model as it was
+            seen = False if bad_batch else loss_finite
+            self._record(arrays, seed, finite, seen, overflow_scale)
+        if before is not None and not applied:  # a skipped step leaves the model as it was
             before.restore()
         if moved is not None:
             moved.restore()
         self._pending = _Pending(
-            seed, finite, absmax, loss_finite, attempts, bad, new_state, found.unscaled, found.sumsq
-        )
-        return finite
+            seed, applied, absmax, loss_finite, attempts, bad, new_state, found.unscaled,
+            found.sumsq, bad_batch,
+        )  # fmt: skip
+        return applied
 
     def _record(self, arrays, seed, finite, loss_finite, overflow_scale) -> None:
         """Hand the recorded attempt to the recorder, probing its overflow threshold first when
@@ -166,7 +189,7 @@ class Attempts:
             self._all_reduce()
         finite = self._inspect().finite
         if self.comm is not None:
-            finite = self._agree(finite, False)[0]
+            finite = self._agree(finite, False, False)[0]
         return finite
 
     def _seed(self, scale) -> float:
@@ -205,6 +228,9 @@ class Attempts:
             self._round_inputs = []
         read_loss = self.enabled and self.accum_grad > 1
         loss_finite = True if read_loss else None
+        check_inputs = count and not replay and self.enabled and self._inputs_on_host()
+        if check_inputs:
+            self._bad_inputs = set()
         self.solver.zero_grad()
         for r in range(self.accum_grad):
             if not replay:
@@ -213,6 +239,9 @@ class Attempts:
                     self.batches += 1
                 if keep:
                     self._round_inputs.append([copy_array(v.data) for v in self._input_leaves()])
+                if check_inputs:
+                    leaves = self._input_leaves()
+                    self._bad_inputs.update(nonfinite_indices([v.data for v in leaves]))
             elif keep:
                 for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
                     restore_array(v, saved)
@@ -222,6 +251,20 @@ class Attempts:
             loss.backward(seed, clear_buffer=self.clear_buffer)
             self.passes += count
         return loss_finite
+
+    def _inputs_on_host(self) -> bool:
+        """Whether the batch's inputs are checked on the host, each round (one pass over
+        them); else the device check reads them with the gradients (one round, "solver")."""
+        return self.finite_check != "solver" or self.accum_grad > 1
+
+    def _input_names(self) -> List[str]:
+        """The inputs that held inf/NaN, named by the function they feed and their shape."""
+        leaves = self._input_leaves()
+        if self._inputs_on_host():
+            bad = [v for i, v in enumerate(leaves) if i in self._bad_inputs]
+        else:  # the device check saw them: read them now (still the step's)
+            bad = [leaves[i] for i in nonfinite_indices([v.data for v in leaves])]
+        return describe_inputs(self.loss, bad)
 
     def _loss_finite(self, found: Inspection | None = None) -> bool:
         """Whether the loss is finite: as ``found`` by the device check, else read now."""

@@ -8,6 +8,15 @@ A graph is built once per set of arrays (compared by ``hash``, nnabla's pointer 
 a parameter added to the solver or a gradient array replaced makes a new one) and per set of
 quantities asked. Reading a gradient through a function leaves one that is still lazily zero
 since ``solver.zero_grad()`` lazily zero, so nnabla's solvers still skip its parameter.
+
+Why this on a GPU (from nnabla-ext-cuda's source; no GPU ran here): ``check_inf_or_nan_grad``
+runs a ``thrust::transform_reduce`` per parameter array and returns its result to the host,
+so one kernel and one device-to-host synchronisation per array (about 200 for a BERT-base);
+``scale_grad`` launches one kernel per array without waiting. ``F.concatenate`` launches one
+copy kernel per input without waiting, and the checks of the flat vector are a fixed handful of
+kernels and one host read: one synchronisation per update instead of one per array. The price
+is memory: the concatenation holds a float32 copy of every gradient while the check runs (100
+MB for 25 million parameters). On a CPU the copy is the cost (see ``reports/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -141,12 +150,13 @@ class DeviceReading(NamedTuple):
     """One :meth:`DeviceStats.read`: whether every gradient is finite; the largest |value| over
     the gradients (or over ``absmax_over`` when given; None when not asked); the sum of squares
     of the gradients times ``factor`` (None when not asked); whether the loss is inf/NaN (False
-    without a loss)."""
+    without a loss); whether an input holds inf/NaN (False without inputs)."""
 
     finite: bool
     absmax: float | None
     sumsq: float | None
     loss_bad: bool
+    inputs_bad: bool = False
 
 
 class DeviceStats(FlatGraphs):
@@ -157,19 +167,22 @@ class DeviceStats(FlatGraphs):
     otherwise: exact), and as asked the largest |value| and the sum of squares of
     ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
     ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
-    overflows; and ``loss * 0`` (NaN for an inf/NaN loss).
+    overflows; ``loss * 0`` (NaN for an inf/NaN loss); and ``sum(x * 0)`` over the graph's
+    inputs (the data of the batch).
     """
 
-    def read(self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0) -> DeviceReading:
+    def read(
+        self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0, inputs=()
+    ) -> DeviceReading:
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
-        empty), ``loss`` (Variable or None) and ``factor`` (float, for the sum of squares); one
-        host read."""
+        empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares) and
+        ``inputs`` (list of NdArray); one host read."""
         import nnabla.functions as F
 
         own_top = need_absmax and not absmax_over
 
         def build(views):
-            grad_views, over_views, loss_views = views
+            grad_views, over_views, loss_views, input_views = views
             factor_var = nn.Variable((1,))
             factor_var.d = 1.0
             parts = []
@@ -187,11 +200,14 @@ class DeviceStats(FlatGraphs):
                 parts.append(F.max(F.abs(_flat(over_views))))
             if loss_views:  # 0 for a finite loss, NaN for inf/NaN
                 parts.append(F.mul_scalar(loss_views[0], 0.0))
-            parts.append(F.mul_scalar(factor_var, 0.0))  # so that no graph is empty
+            if input_views:
+                parts.append(F.sum(F.mul_scalar(_flat(input_views), 0.0)))
+            if not parts:  # nothing to check: a graph still needs an output
+                parts.append(F.mul_scalar(factor_var, 0.0))
             return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
 
         kind = ("stats", own_top, need_sumsq, loss is not None)
-        groups = (grads, absmax_over, [] if loss is None else [loss.data])
+        groups = (grads, absmax_over, [] if loss is None else [loss.data], inputs)
         graph = self.graph(kind, groups, build)
         if need_sumsq:
             graph.inputs[0].d = factor
@@ -205,6 +221,6 @@ class DeviceStats(FlatGraphs):
         if graph.present[1]:
             absmax = next(values)
         loss_bad = graph.present[2] and next(values) != 0.0
-        return DeviceReading(
-            finite, absmax if need_absmax else None, sumsq if need_sumsq else None, loss_bad
-        )
+        inputs_bad = graph.present[3] and next(values) != 0.0
+        absmax = absmax if need_absmax else None
+        return DeviceReading(finite, absmax, sumsq if need_sumsq else None, loss_bad, inputs_bad)

@@ -139,6 +139,8 @@ class Inspection(NamedTuple):
         sumsq (float or None): sum of squares of the unscaled gradients, when asked and finite.
         loss_finite (bool or None): whether the loss is finite ("solver" path with a loss).
         unscaled (bool): the gradients were unscaled by the same pass.
+        inputs_finite (bool or None): whether the ``inputs`` given hold no inf/NaN ("solver"
+            path with inputs).
     """
 
     arrays: list | None
@@ -148,6 +150,7 @@ class Inspection(NamedTuple):
     sumsq: float | None
     loss_finite: bool | None
     unscaled: bool
+    inputs_finite: bool | None = None
 
 
 def inspect_gradients(
@@ -160,6 +163,7 @@ def inspect_gradients(
     need_sumsq: bool = False,
     flat: FlatGraphs | None = None,
     loss: nn.Variable | None = None,
+    inputs: Sequence[nn.NdArray] = (),
 ) -> Inspection:
     """Check the gradients of the solver's parameters for inf/NaN.
 
@@ -180,8 +184,9 @@ def inspect_gradients(
             :class:`DeviceStats` on "solver", a :class:`FlatGraphs` on "numpy" when it does not
             work array by array.
         loss (nnabla.Variable or None, default None): "solver": also check this loss.
+        inputs (list of NdArray, default ()): "solver": also check these (the batch's data).
     """
-    loss_finite, sumsq, arrays, bad = None, None, None, []
+    loss_finite, sumsq, arrays, bad, inputs_finite = None, None, None, [], None
     read_params = params if callable(params) else lambda: params
     if finite_check == "nnabla":
         finite, absmax = not solver.check_inf_or_nan_grad(), None
@@ -220,15 +225,17 @@ def inspect_gradients(
     else:
         params = read_params()
         over = absmax_over if need_absmax and absmax_over else []
-        stats = flat.read(_grads(params), over, need_absmax, need_sumsq, loss, unscale_by)
+        stats = flat.read(_grads(params), over, need_absmax, need_sumsq, loss, unscale_by, inputs)
         finite, absmax, sumsq = stats.finite, stats.absmax, stats.sumsq
         bad = [] if finite else NonFiniteNames(params)
         if loss is not None:
             loss_finite = not stats.loss_bad
+        if inputs:
+            inputs_finite = not stats.inputs_bad
     absmax = (absmax if finite else math.inf) if need_absmax else None
     unscaled = finite_check == "numpy" and flat is None and unscale_by is not None
     sumsq = sumsq if finite else None
-    return Inspection(arrays, finite, absmax, bad, sumsq, loss_finite, unscaled)
+    return Inspection(arrays, finite, absmax, bad, sumsq, loss_finite, unscaled, inputs_finite)
 
 
 def _check_concatenated(flat: FlatGraphs, params, need_absmax: bool, factor: float | None):

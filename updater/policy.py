@@ -7,7 +7,9 @@ The policy contract, which every policy here keeps and a new one must keep:
   value ``ValueError``, see :mod:`updater.checks`); a policy built with array-valued settings
   (many settings at once, :func:`sim.replay.run.stack_policies`) is validated element by element.
 - ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
-- ``update(state, grads_finite, grad_absmax=None)`` returns the next state. Its rules are
+- ``update(state, grads_finite, grad_absmax=None, bad_batch=False)`` returns the next state.
+  ``bad_batch`` marks a step whose data was bad (an inf/NaN loss or input): the third outcome,
+  next to finite and overflow; each policy's rules say what it does. Its rules are
   written once, with no ``if`` on values, over a small namespace of elementwise operations
   (:func:`updater.policy_state.ops_for`): Python-number operations for one run (scalar state,
   flag and settings: a few microseconds), NumPy operations otherwise, so the same code advances
@@ -116,13 +118,23 @@ class _Policy:
     def init(self, shape=()) -> ScaleState:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
         raise NotImplementedError  # pragma: no cover - overridden
+
+
+def _unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
+    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
+    the literal False, the default, costs nothing)."""
+    if bad_batch is False:
+        return new
+    bad = x.flag(bad_batch)
+    return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))
 
 
 @dataclass(frozen=True)
 class StaticScale(_Policy):
-    """A fixed loss scale: every step uses ``scale``; overflows only skip the step.
+    """A fixed loss scale: every step uses ``scale``; overflows only skip the step, and a bad
+    batch leaves ``good_steps`` as it was.
 
     Args:
         scale (float, default 1.0): the loss scale, finite and > 0.
@@ -137,12 +149,13 @@ class StaticScale(_Policy):
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
         return make_state(np.full(shape, self.scale), np.zeros(shape), np.ones(shape))
 
-    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
         """Return the next state: the scale never changes; ``good_steps`` counts finite steps
-        since the last overflow."""
-        x = ops_for(self, state, grads_finite)
+        since the last overflow; a bad batch leaves it as it was."""
+        x = ops_for(self, state, grads_finite, bad_batch)
         good = x.where(x.flag(grads_finite), state.good_steps + 1, 0)
-        return x.state(x.like(state.scale, good), good, state.hysteresis_left)
+        new = x.state(x.like(state.scale, good), good, state.hysteresis_left)
+        return _unless_bad(x, bad_batch, state, new)
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,8 @@ class DynamicScale(_Policy):
       and every later overflow back the scale off by ``backoff_factor`` (floored at
       ``min_scale``), and only growth refills the units (with ``consecutive_hysteresis=True``,
       every finite step refills them too).
+    - A bad batch (inf/NaN loss or input) changes nothing: scale, ``good_steps`` and
+      hysteresis stay as they were, as if the step had not happened.
 
     The hysteresis rule is Megatron-LM's DynamicGradScaler and DeepSpeed's DynamicLossScaler
     (``consecutive_hysteresis`` is DeepSpeed's option of that name and apex's
@@ -224,9 +239,10 @@ class DynamicScale(_Policy):
             np.full(shape, self.init_scale), np.zeros(shape), np.full(shape, self.hysteresis)
         )
 
-    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
-        """Return the state after one step whose gradients were finite or not."""
-        x = ops_for(self, state, grads_finite)
+    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
+        """Return the state after one step whose gradients were finite or not, or whose
+        batch was bad."""
+        x = ops_for(self, state, grads_finite, bad_batch)
         finite = x.flag(grads_finite)
         scale, good, hyst = state
         good_next = good + 1
@@ -238,7 +254,7 @@ class DynamicScale(_Policy):
         new_good = x.where(x.both(finite, x.negate(grow)), good_next, 0)
         refill = x.either(grow, x.both(finite, self.consecutive_hysteresis))
         new_hyst = x.where(refill, self.hysteresis, x.where(finite, hyst, x.maximum(hyst - 1, 1)))
-        return x.state(new_scale, new_good, new_hyst)
+        return _unless_bad(x, bad_batch, state, x.state(new_scale, new_good, new_hyst))
 
 
 @dataclass(frozen=True)
@@ -247,7 +263,8 @@ class NnablaLegacy(_Policy):
 
     The first growth comes after ``N + 2`` finite steps and then every ``N + 1`` (the old code
     grows when its counter exceeds ``N`` and increments it after the check); each overflow
-    divides the scale by ``scaling_factor`` and restarts the count. No floor and no cap, as in
+    divides the scale by ``scaling_factor`` and restarts the count. A bad batch counts as an
+    overflow, as in the original, which cannot tell them apart. No floor and no cap, as in
     the original: repeated overflows drive the scale to 0.0.
 
     Args:
@@ -269,10 +286,10 @@ class NnablaLegacy(_Policy):
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
         return make_state(np.full(shape, self.scale), np.zeros(shape), np.ones(shape))
 
-    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
         """Return the state after one step, exactly as the old updater changes it."""
-        x = ops_for(self, state, grads_finite)
-        finite = x.flag(grads_finite)
+        x = ops_for(self, state, grads_finite, bad_batch)
+        finite = x.both(x.flag(grads_finite), x.negate(x.flag(bad_batch)))
         scale, counter, hyst = state
         grow = x.both(finite, counter > self.N)
         new_scale = x.where(
@@ -290,7 +307,8 @@ class HeadroomScale(_Policy):
     next scale is the largest power of two ``t`` with ``t * (a / s) * margin <= 65504``, clipped
     to ``[min_scale, max_scale]``; on a finite step with ``a == 0`` (no signal) the scale grows by
     ``growth_factor`` (capped); on overflow the scale is multiplied by ``backoff_factor``
-    (floored). ``good_steps`` counts finite steps since the last overflow.
+    (floored). ``good_steps`` counts finite steps since the last overflow. A bad batch (inf/NaN
+    loss or input) changes nothing.
 
     Args:
         init_scale (float, default 2**10): starting scale, in [min_scale, max_scale].
@@ -325,14 +343,14 @@ class HeadroomScale(_Policy):
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
         return make_state(np.full(shape, self.init_scale), np.zeros(shape), np.ones(shape))
 
-    def update(self, state: ScaleState, grads_finite, grad_absmax=None) -> ScaleState:
+    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
         """Return the state after one step; ``grad_absmax`` is the largest |scaled gradient|."""
         if grad_absmax is None:
             raise ValueError(
                 "HeadroomScale.update needs grad_absmax (the largest absolute scaled gradient "
                 "of the step), got None"
             )
-        x = ops_for(self, state, grads_finite, grad_absmax)
+        x = ops_for(self, state, grads_finite, grad_absmax, bad_batch)
         finite = x.flag(grads_finite)
         scale, good, hyst = state
         absmax = x.value(grad_absmax)
@@ -343,7 +361,8 @@ class HeadroomScale(_Policy):
         shrunk = scale * self.backoff_factor
         new_scale = x.clip(x.where(finite, moved, shrunk), self.min_scale, self.max_scale)
         new_good = x.where(finite, good + 1, 0)
-        return x.state(new_scale, new_good, x.like(hyst, new_good))
+        new = x.state(new_scale, new_good, x.like(hyst, new_good))
+        return _unless_bad(x, bad_batch, state, new)
 
 
 POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}

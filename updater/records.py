@@ -28,22 +28,36 @@ class NonFiniteGradientsError(FloatingPointError):
             (False means the data or the model produce inf/NaN, not loss-scale overflow).
         param_names (list of str): parameters whose gradients held inf/NaN on the last step.
         scale (float): the loss scale used by the last failing step.
+        input_names (list of str): the graph's inputs that held inf/NaN on the last step (bad
+            data), found on this worker.
     """
 
-    def __init__(self, message, *, consecutive, loss_finite, param_names, scale):
+    def __init__(self, message, *, consecutive, loss_finite, param_names, scale, input_names=()):
         super().__init__(message)
         self.consecutive = consecutive
         self.loss_finite = loss_finite
         self.param_names = list(param_names)
         self.scale = scale
+        self.input_names = list(input_names)
 
     @classmethod
-    def after(cls, record, bad, consecutive: int, limit: int) -> NonFiniteGradientsError:
+    def after(cls, record, bad, consecutive: int, limit: int, inputs=()) -> NonFiniteGradientsError:
         """The error for ``consecutive`` failing calls, the last described by ``record``
-        (a :class:`StepRecord`) with non-finite gradients in parameters ``bad``."""
-        bad = list(bad)
+        (a :class:`StepRecord`) with non-finite gradients in parameters ``bad`` and inf/NaN in
+        the inputs named ``inputs``."""
+        bad, inputs = list(bad), list(inputs)
         shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
-        if record.loss_finite is False:
+        if inputs:
+            cause = (
+                f"inputs of the graph held inf/NaN ({'; '.join(inputs)}), so this is bad data, "
+                "which no loss scale fixes (the scale was left as it was)"
+            )
+        elif record.bad_batch:
+            cause = (
+                "the batch was bad data (inf/NaN loss or inputs, on this or another worker), "
+                "which no loss scale fixes (the scale was left as it was)"
+            )
+        elif record.loss_finite is False:
             cause = (
                 "the loss itself was non-finite, so this is a data or model problem "
                 "(inf/NaN inputs, log(0), division by zero), not loss-scale overflow"
@@ -64,6 +78,7 @@ class NonFiniteGradientsError(FloatingPointError):
             loss_finite=record.loss_finite,
             param_names=bad,
             scale=record.scale,
+            input_names=inputs,
         )
 
 
@@ -86,6 +101,9 @@ class StepRecord:
             every round when ``accum_grad > 1`` and otherwise only when gradients are
             non-finite, so a finite step with ``accum_grad == 1`` leaves it None.
         attempts (int): forward/backward attempts (1 unless ``on_overflow="retry"`` retried).
+        bad_batch (bool): the batch was bad data on some worker: an inf/NaN loss or an inf/NaN
+            input of the graph. Such a step is skipped, never retried, and the policy takes it
+            as its third outcome (the scale does not move).
     """
 
     step: int
@@ -95,3 +113,4 @@ class StepRecord:
     grad_absmax: float | None
     loss_finite: bool | None
     attempts: int
+    bad_batch: bool = False

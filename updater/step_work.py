@@ -28,15 +28,17 @@ class GradientWork:
     def _all_reduce(self) -> None:
         self.comm.all_reduce(self._reduced_grads(), division=self.average_grads, inplace=False)
 
-    def _agree(self, local_finite: bool, local_bad_loss: bool):
-        """Sum a two-element flag over workers: (this worker saw inf/NaN gradients, this
-        worker's loss was inf/NaN). Returns (finite everywhere, a loss was bad somewhere)."""
+    def _agree(self, local_finite: bool, local_bad_loss: bool, local_bad_batch: bool):
+        """Sum a three-element flag over workers: (this worker saw inf/NaN gradients, its loss
+        was inf/NaN, its batch was bad). Returns (finite everywhere, a loss was bad somewhere,
+        a batch was bad somewhere)."""
         if self._flag is None:
-            self._flag = nn.NdArray.from_numpy_array(np.zeros(2, np.float32))
-        self._flag.cast(np.float32)[...] = (0.0 if local_finite else 1.0, float(local_bad_loss))
+            self._flag = nn.NdArray.from_numpy_array(np.zeros(3, np.float32))
+        flags = (0.0 if local_finite else 1.0, float(local_bad_loss), float(local_bad_batch))
+        self._flag.cast(np.float32)[...] = flags
         self.comm.all_reduce(self._flag, division=False, inplace=True)
         total = host_view(self._flag)
-        return bool(total[0] <= 0), bool(total[1] > 0)
+        return bool(total[0] <= 0), bool(total[1] > 0), bool(total[2] > 0)
 
     def _host_grads(self) -> List[np.ndarray]:
         return host_grads(self._params())
@@ -55,4 +57,5 @@ class GradientWork:
             need_sumsq=seed is not None and self.clip_grad_norm is not None,
             flat=self._flat,
             loss=self.loss,
+            inputs=() if self._inputs_on_host() else [v.data for v in self._input_leaves()],
         )

@@ -382,6 +382,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             grad_absmax=pending.absmax,
             loss_finite=pending.loss_finite,
             attempts=pending.attempts,
+            bad_batch=pending.bad_batch,
         )
         self.steps += 1
         self.updates_applied += finite
@@ -393,6 +394,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
             self._monitor_series[1].add(step, self.skips)
         if self.consecutive_nonfinite >= self.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
-                record, pending.bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite
-            )
+                record, pending.bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite,
+                self._input_names() if pending.bad_batch else (),
+            )  # fmt: skip
         return record

@@ -9,9 +9,11 @@ where ``f`` is the run's jitter factor (below). The step overflows iff ``a >= 65
 float16 cast rounds 65520 and above to inf) or ``s >= overflow_scale[t] / f[t, r]`` (the trace
 recorded the step overflowing at ``overflow_scale[t]``; with a power-of-two scale, scaling is
 exact, so a step that overflows at one scale overflows at every larger one). It is skipped iff
-it overflows or the trace marks it non-finite (a bad batch: a non-finite loss, whatever the
-scale). The policy is then advanced with ``grads_finite = not skipped`` and ``grad_absmax = a``
-(the largest scaled gradient, as the updater measures it before unscaling). :func:`simulate`,
+it overflows or the trace marks it non-finite (a bad batch: a non-finite loss or input,
+whatever the scale). The policy is then advanced with ``grads_finite = not skipped`` and
+``grad_absmax = a`` (the largest scaled gradient, as the updater measures it before
+unscaling), and with ``bad_batch=True`` on a bad batch (the policy's third outcome, which the
+updater gives it too). :func:`simulate`,
 :func:`simulate_many` and :func:`simulate_scalar` all apply this rule through one function.
 
 Recorded overflows. A trace recorded from a real run (the updater's ``GradientRecorder``)
@@ -22,7 +24,7 @@ no stored gradient shows; above the probed range the gradient-size rule decides.
 it is only the scale at which the run saw the step overflow, so below it the step replays as
 finite unless its ``absmax`` says otherwise (an intermediate backward value may overflow
 first), and an overflowed attempt's histogram and ``absmax`` are stand-ins (its finite values,
-``absmax`` at least ``65520 / s_o``). A bad batch (non-finite loss) is skipped at every scale.
+``absmax`` at least ``65520 / s_o``). A bad batch is skipped at every scale.
 Jitter multiplies the recorded threshold's effect like every gradient: the test is on
 ``s * f[t, r]``.
 
@@ -196,7 +198,10 @@ def _advance(policy, trace, absmax, limits, runs, progress, desc):
         scale[t] = s
         a = absmax[t] * s
         _, finite = _step_outcome(a, s, limits[t], bad[t], out=overflow[t])
-        state = update(state, finite, a) if needs_absmax else update(state, finite)
+        if bad[t]:  # the policy's third outcome
+            state = update(state, finite, a if needs_absmax else None, True)
+        else:
+            state = update(state, finite, a) if needs_absmax else update(state, finite)
     scale[steps] = state.scale
     return scale, overflow
 
@@ -317,7 +322,8 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
             limit = None if limits[t] is None else float(limits[t][r])
             ovf, finite = _step_outcome(a, s, limit, bool(trace.nonfinite[t]))
             overflow[t, r] = ovf
-            state = policy.update(state, bool(finite), a if policy.needs_grad_absmax else None)
+            absmax_t = a if policy.needs_grad_absmax else None
+            state = policy.update(state, bool(finite), absmax_t, bool(trace.nonfinite[t]))
         scale[trace.steps, r] = float(state.scale)
     return scale, overflow
 

@@ -166,13 +166,17 @@ every ~2000 steps), our current `dynamic` default {pct(ssd["dynamic"]["signal_lo
 starts at {format_value(PRESETS["dynamic"].init_scale, name="init_scale")} and needs \
 {format_value(ssd["dynamic"]["steps_to_safe"], name="steps_to_safe")} steps to come within 2x \
 of the safe scale), `headroom` {pct(ssd["headroom"]["signal_lost"])}.
-- On **nan** (bad batches), every backoff without a floor compounds: the legacy policy ends at \
-a median scale of {format_value(nan["nnabla-legacy"]["final_scale"], name="final_scale")} and \
-PyTorch-style at {format_value(nan["pytorch"]["final_scale"], name="final_scale")}; `dynamic` \
-ends at {ends(nan["dynamic"], "dynamic")}, DeepSpeed-style (hysteresis 2) at \
-{ends(nan["deepspeed"], "deepspeed")}, `headroom` at \
-{format_value(nan["headroom"]["final_scale"], name="final_scale")} (it jumps back on the next \
-finite step).
+- On **nan** (bad batches: 0.2% of steps have an inf/NaN loss), the updater tells a bad batch \
+apart from an overflow and every policy of this package keeps its scale on it (the policy's third \
+outcome): `dynamic` ends at {ends(nan["dynamic"], "dynamic")}, DeepSpeed-style (hysteresis 2) at \
+{ends(nan["deepspeed"], "deepspeed")}, PyTorch-style at \
+{format_value(nan["pytorch"]["final_scale"], name="final_scale")}, `headroom` at \
+{format_value(nan["headroom"]["final_scale"], name="final_scale")}. nnabla's legacy policy takes \
+each bad batch for an overflow, as nnabla's updater does, and without a floor the backoffs \
+compound: it ends at a median scale of \
+{format_value(nan["nnabla-legacy"]["final_scale"], name="final_scale")}. (PyTorch, DeepSpeed and \
+Megatron-LM see only gradients and back off on bad batches too; the presets named after them \
+are their settings under this updater's rule.)
 - On **stationary**, growth-based policies pay for probing: skipped steps per run are \
 {skipped(st["pytorch"])} (pytorch), {skipped(st["deepspeed"])} (deepspeed: window 1000 probes \
 twice as often, and with hysteresis 2 a probe costs two overflows, the first absorbed, the \

@@ -29,7 +29,8 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     # issue 13: the larger model, host reads per update() on both paths, Python per update()
     assert "| cpu:float | 784-1536-1024-10 |" in text and "| cpu:half |" in text
     assert "points below nnabla's updater" in text
-    assert "| finite steps | 6 | 1 | 0 |" in text  # six views / one graph read / C++ only
+    # six gradient views / one graph read / C++ only; the host paths also view the float input
+    assert "| finite steps | 7 | 1 | 1 |" in text
     assert "Python per `update()`" in text and '| "numpy", HeadroomScale |' in text
     # issue 22: cost per update at several depths, slopes, the device path's function count
     assert "| 22 | " in text and "Slope per parameter array" in text

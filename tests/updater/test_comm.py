@@ -244,9 +244,10 @@ def test_abort_on_exception_rejects_bad_exit_codes():
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_overflow_on_one_rank_skips_everywhere_and_ranks_stay_identical(tmp_path, ranks):
-    """300 steps on cpu:half, grads=None. An inf in one rank's input, or a 1e4 loss weight on
-    one rank, makes every rank skip that step and halve the scale; after 300 steps all ranks
-    hold bit-identical parameters and the identical scale trajectory."""
+    """300 steps on cpu:half, grads=None. A 1e4 loss weight on one rank makes every rank skip
+    that step and halve the scale; an inf in one rank's input (bad data, issue 21) makes every
+    rank skip it and keep the scale; after 300 steps all ranks hold bit-identical parameters
+    and the identical scale trajectory."""
     steps = 300
     run_ok("updater_agree.py", ranks, tmp_path, "all", steps)
     results = load_ranks(tmp_path, ranks)
@@ -259,10 +260,15 @@ def test_overflow_on_one_rank_skips_everywhere_and_ranks_stay_identical(tmp_path
     injected = np.any([res["injected"] for res in results], axis=0)
     assert injected.sum() == 14
     assert all(res["injected"].sum() < injected.sum() for res in results)  # one rank at a time
+    bad = np.any([res["bad_data"] for res in results], axis=0)
+    spike = injected & ~bad
+    assert bad.sum() == 8 and spike.sum() == 6
     scale, attempts, applied, new_scale = records[:, 1], records[:, 2], records[:, 3], records[:, 4]
     assert (attempts == 1).all() and not applied[injected].any()
-    np.testing.assert_array_equal(new_scale[injected], scale[injected] / 2)
-    assert (new_scale > scale).sum() >= 10  # the scale also grew, so the trajectory is busy
+    np.testing.assert_array_equal(new_scale[spike], scale[spike] / 2)
+    np.testing.assert_array_equal(new_scale[bad], scale[bad])  # bad data: the scale stays
+    np.testing.assert_array_equal(records[:, 5], bad)  # every rank reports the bad batch
+    assert (new_scale > scale).sum() >= 8  # the scale also grew, so the trajectory is busy
     assert set(np.flatnonzero(applied == 0)) >= set(np.flatnonzero(injected))
     for key in (k for k in results[0] if k.startswith("param/")):
         assert np.isfinite(results[0][key]).all(), key
@@ -272,8 +278,9 @@ def test_overflow_on_one_rank_skips_everywhere_and_ranks_stay_identical(tmp_path
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_inf_in_an_unreduced_gradient_still_skips_on_every_rank(tmp_path, ranks):
     """grads covers only fc2; the inf in one rank's input lands in fc1/W's gradient, which is
-    not all-reduced. The other ranks' gradients are all finite, yet every rank skips and
-    backs off identically, so the reduced (fc2) parameters stay bit-identical."""
+    not all-reduced. The other ranks' gradients are all finite, yet every rank skips the bad
+    batch and keeps its scale identically, so the reduced (fc2) parameters stay
+    bit-identical."""
     run_ok("updater_agree.py", ranks, tmp_path, "partial", 80)
     results = load_ranks(tmp_path, ranks)
     records = results[0]["records"]
@@ -287,7 +294,7 @@ def test_inf_in_an_unreduced_gradient_still_skips_on_every_rank(tmp_path, ranks)
         for r, res in enumerate(results):
             assert res["local_finite"][k] == (r != bad_rank[0]), (k, r)  # only one rank saw it
         assert records[k, 2] == 1 and records[k, 3] == 0  # ...and every rank skipped once
-        assert records[k, 4] == records[k, 1] / 2
+        assert records[k, 4] == records[k, 1] and records[k, 5] == 1  # bad data: scale stays
     assert records[:, 3].sum() == 80 - 3
     for key in ("param/fc2/affine/W", "param/fc2/affine/b"):
         for res in results[1:]:

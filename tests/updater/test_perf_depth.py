@@ -13,7 +13,7 @@ import pytest
 import updater.gradients as gradients
 from tests.nnabla_models import TinyClassifier, assert_same_values, param_values
 from updater import DynamicLossScalingUpdater, DynamicScale, HeadroomScale, NonFiniteGradientsError
-from updater.arrays import _check_array, host_reads
+from updater.arrays import _check_array, array_dtype, host_reads
 from updater.flat import device_functions
 from updater.gradients import choose_check
 
@@ -56,7 +56,7 @@ def test_device_path_runs_the_same_functions_at_any_depth_in_one_host_read():
         assert len(u.param_names) == 2 * depth + 4
     assert counts[0] == counts[1]
     functions, reads = counts[0]
-    assert reads == 1 and 0 < functions <= 12
+    assert reads == 1 and 0 < functions <= 14  # with the checks of |g| max, loss and inputs
 
 
 def test_many_small_arrays_are_checked_in_one_concatenation_on_the_numpy_path():
@@ -65,7 +65,9 @@ def test_many_small_arrays_are_checked_in_one_concatenation_on_the_numpy_path():
     assert not u._by_array and len(u.param_names) == 24
     u.update()
     functions, reads = per_update(u)
-    assert functions == 1 and reads == 1  # one F.concatenate, one view of its result
+    inputs = sum(array_dtype(v.data).kind == "f" for v in (m.x, m.t, m.weight))
+    assert functions == 1  # one F.concatenate
+    assert reads == 1 + inputs  # one view of its result, one of each float input
 
 
 @pytest.mark.parametrize("check", ["numpy", "solver"])

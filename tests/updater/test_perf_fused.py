@@ -20,7 +20,7 @@ from tests.nnabla_models import (
     set_grads,
 )
 from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
-from updater.arrays import host_reads
+from updater.arrays import array_dtype, host_reads
 from updater.float16 import FP16_MAX
 from updater.policy import largest_safe_scale
 from updater.updater import DynamicLossScalingUpdater
@@ -104,7 +104,8 @@ def test_update_reads_each_gradient_once_and_calls_neither_nnabla_check_nor_scal
     before = host_reads()
     for _ in range(3):
         assert u.update().update_applied
-    assert host_reads() - before == 3 * len(m.params)
+    inputs = sum(array_dtype(v.data).kind == "f" for v in (m.x, m.t, m.weight))
+    assert host_reads() - before == 3 * (len(m.params) + inputs)  # and the bad-batch check
     assert solver.calls.count("update") == 3
     assert "scale_grad" not in solver.calls and "check_inf_or_nan_grad" not in solver.calls
 

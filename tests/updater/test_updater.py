@@ -141,7 +141,7 @@ def test_growth_happens_exactly_on_the_nth_consecutive_finite_step():
     """Rule: grow by scaling_factor on the N-th consecutive finite step; overflow halves and
     restarts the count."""
     m = make()
-    feed = m.feeder(nan_calls=[7])
+    feed = m.feeder(weights={7: 1e4})  # overflows at scale 16
     u = DynamicLossScalingUpdater(m.solver, m.loss, feed, scale=4.0, N=3, history=100)
     records = [u.update() for _ in range(13)]
     expected, s, good = [], 4.0, 0
@@ -183,24 +183,29 @@ def test_scale_respects_bounds_of_the_legacy_mapping():
 # ---------------------------------------------------------------- persistent non-finite
 
 
-def test_persistent_nan_in_data_raises_naming_loss_params_and_scale():
+def test_persistent_nan_in_data_raises_naming_inputs_params_and_scale():
+    """Issue 21: a NaN input is bad data: every step is skipped at the same scale (the old
+    updater halved it to its floor), and the error names the input."""
     m = make()
     feed = m.feeder(nan_calls=None)
     u = DynamicLossScalingUpdater(m.solver, m.loss, feed, scale=8.0, max_consecutive_nonfinite=5)
     params, states = param_values(m.params), solver_state_values(m.solver)
     for _ in range(4):
         rec = u.update()
-        assert not rec.update_applied and rec.loss_finite is False
+        assert not rec.update_applied and rec.loss_finite is False and rec.bad_batch
+        assert rec.new_scale == rec.scale == 8.0
     with pytest.raises(NonFiniteGradientsError) as info:
         u.update()
     err = info.value
     assert isinstance(err, FloatingPointError)
     text = str(err)
     assert "5 consecutive update() calls without an applied update" in text
-    assert "loss itself was non-finite" in text and "not loss-scale overflow" in text
+    assert "bad data, which no loss scale fixes" in text
+    assert err.input_names == ["input 0 of Affine 'Affine' (8, 4)"]
+    assert err.input_names[0] in text
     assert "fc1/affine/W" in text and "fc2/affine/b" in text
-    assert "loss scale 1" in text  # 8 -> 4 -> 2 -> 1 -> 1 (floored)
-    assert err.loss_finite is False and err.scale == 1.0 and err.consecutive == 5
+    assert "loss scale 8" in text
+    assert err.loss_finite is False and err.scale == 8.0 and err.consecutive == 5
     assert sorted(err.param_names) == sorted(m.params)
     assert 1.0 <= u.scale <= 2.0**15
     assert (feed.calls, u.passes) == (5, 5)  # one forward/backward per call, no recursion

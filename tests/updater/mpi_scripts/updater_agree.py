@@ -7,9 +7,10 @@ MODE "all": grads=None (every gradient is all-reduced). An inf goes into ONE ran
 MODE "partial": grads = the fc2 gradients only. The inf in the input makes only fc1/W's gradient
     non-finite (tanh saturates, so the loss stays finite), and fc1/W is not reduced: only the
     one-element agreement reduction tells the other ranks to skip.
-Writes OUTDIR/rank{R}.npz: records (steps x 5: step, scale, attempts, update_applied,
-new_scale), local_finite (steps: this rank's gradients all finite after update(), i.e. after
-the all-reduce of ``grads``), injected (steps: this rank's data was bad), and the parameters.
+Writes OUTDIR/rank{R}.npz: records (steps x 6: step, scale, attempts, update_applied,
+new_scale, bad_batch), local_finite (steps: this rank's gradients all finite after update(),
+i.e. after the all-reduce of ``grads``), injected (steps: this rank's data was bad or its loss
+weight 1e4), bad_data (steps: this rank's input held an inf), and the parameters.
 """
 
 import sys
@@ -44,6 +45,7 @@ def spike_rank(k):
 model = TinyClassifier(scope="dp", batch=8, in_dim=8, hidden=16, classes=4, seed=0, lr=0.05)
 nn.set_default_context(model.ctx)
 injected = np.zeros(steps, bool)
+bad_data = np.zeros(steps, bool)
 calls = [0]
 
 
@@ -57,6 +59,7 @@ def feed():
     model.t.d = rng.randint(0, model.classes, (model.batch, 1))
     model.weight.d = 1e4 if spike_rank(k) == rank else 1.0
     injected[k] = inf_rank(k) == rank or spike_rank(k) == rank
+    bad_data[k] = inf_rank(k) == rank
     calls[0] += 1
 
 
@@ -67,11 +70,11 @@ policy = DynamicScale(init_scale=2.0**12, growth_interval=8, max_scale=2.0**15, 
 updater = DynamicLossScalingUpdater(
     model.solver, model.loss, feed, comm=comm, grads=grads, policy=policy
 )
-records = np.zeros((steps, 5))
+records = np.zeros((steps, 6))
 local_finite = np.zeros(steps, bool)
 for k in range(steps):
     r = updater.update()
-    records[k] = (r.step, r.scale, r.attempts, r.update_applied, r.new_scale)
+    records[k] = (r.step, r.scale, r.attempts, r.update_applied, r.new_scale, r.bad_batch)
     local_finite[k] = all(np.isfinite(p.grad.get_data("r")).all() for p in model.params.values())
 params = {f"param/{k}": p.data.get_data("r").copy() for k, p in model.params.items()}
 np.savez(
@@ -79,5 +82,6 @@ np.savez(
     records=records,
     local_finite=local_finite,
     injected=injected,
+    bad_data=bad_data,
     **params,
 )

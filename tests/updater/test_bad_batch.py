@@ -1,0 +1,160 @@
+"""Issue 21, part 1: bad data is told apart from overflow. A step whose loss or whose input holds
+inf/NaN is a bad batch: skipped, never retried, and the scale does not move (the policy's third
+outcome); persistent bad data still raises, naming the inputs."""
+
+import itertools
+import math
+
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.initializer as I
+import nnabla.parametric_functions as PF
+import nnabla.solvers as S
+import numpy as np
+import pytest
+
+from tests.nnabla_models import TinyClassifier, cpu_context, param_values
+from updater import (
+    DynamicLossScalingUpdater,
+    DynamicScale,
+    HeadroomScale,
+    NnablaLegacy,
+    NonFiniteGradientsError,
+    StaticScale,
+)
+from updater.arrays import host_reads
+
+_SCOPES = itertools.count()
+
+
+class ReluNet:
+    """affine -> ReLU -> affine in cpu:half: nnabla's ReLU maps a NaN input to 0, so the loss
+    stays finite while the first layer's weight gradient is NaN at every scale."""
+
+    def __init__(self, batchnorm=False):
+        self.scope = f"relu{next(_SCOPES)}"
+        with nn.context_scope(cpu_context("half")), nn.parameter_scope(self.scope):
+            self.x, self.t = nn.Variable((8, 4)), nn.Variable((8, 1))
+            rng = np.random.RandomState(0)
+            h = PF.affine(self.x, 8, w_init=I.NormalInitializer(0.5, rng), name="fc1")
+            if batchnorm:
+                h = PF.batch_normalization(h, batch_stat=True, name="bn")
+            y = PF.affine(F.relu(h), 3, w_init=I.NormalInitializer(0.5, rng), name="fc2")
+            self.loss = F.mean(F.softmax_cross_entropy(y, self.t))
+            self.params = nn.get_parameters(grad_only=True)
+            self.stats = {k: v for k, v in nn.get_parameters(grad_only=False).items()
+                          if k not in self.params}  # fmt: skip
+        self.solver = S.Adam(0.01)
+        self.solver.set_parameters(self.params)
+        self.calls = 0
+        self.nan_calls = set()
+
+    def feed(self):
+        rng = np.random.RandomState(self.calls)
+        x = rng.randn(8, 4)
+        if self.calls in self.nan_calls:
+            x[3, 2] = np.nan
+        self.x.d, self.t.d = x, rng.randint(0, 3, (8, 1))
+        self.calls += 1
+
+
+@pytest.mark.nnabla
+@pytest.mark.parametrize("check", ["numpy", "solver", "nnabla"])
+@pytest.mark.parametrize("on_overflow", ["skip", "retry"])
+def test_a_nan_input_costs_one_step_never_the_scale(check, on_overflow):
+    """The measured case: one NaN in one input, loss finite (1.38), fc1's weight gradient NaN.
+    The old updater retried 8 times (9 attempts, 18 passes with accum_grad=2) and ended 256
+    times lower; skip mode halved the scale."""
+    net = ReluNet()
+    net.nan_calls = {2}  # the first round of the second update
+    u = DynamicLossScalingUpdater(
+        net.solver, net.loss, net.feed, accum_grad=2, on_overflow=on_overflow,
+        finite_check=check, policy=DynamicScale(init_scale=2.0**15),
+    )  # fmt: skip
+    assert u.update().update_applied
+    before = param_values(net.params)
+    rec = u.update()
+    assert rec.bad_batch and not rec.update_applied and rec.loss_finite is True
+    assert rec.attempts == 1 and u.passes == 4  # no retry
+    assert rec.scale == rec.new_scale == u.scale == 2.0**15
+    for name, value in param_values(net.params).items():
+        np.testing.assert_array_equal(value, before[name])
+    rec = u.update()
+    assert rec.update_applied and not rec.bad_batch and rec.scale == 2.0**15
+
+
+@pytest.mark.nnabla
+@pytest.mark.parametrize("check", ["numpy", "solver"])
+def test_a_bad_batch_with_batchnorm_leaves_scale_and_statistics(check):
+    net = ReluNet(batchnorm=True)
+    net.nan_calls = {1}
+    u = DynamicLossScalingUpdater(net.solver, net.loss, net.feed, finite_check=check)
+    u.update()
+    stats = {k: np.array(v.d) for k, v in net.stats.items()}
+    scale = u.scale
+    rec = u.update()
+    assert rec.bad_batch and not rec.update_applied and u.scale == scale
+    for k, v in net.stats.items():
+        np.testing.assert_array_equal(v.d, stats[k])  # the NaN batch left no trace
+
+
+@pytest.mark.nnabla
+def test_device_path_checks_the_inputs_in_its_one_host_read():
+    net = ReluNet()
+    net.nan_calls = {1}
+    u = DynamicLossScalingUpdater(net.solver, net.loss, net.feed, finite_check="solver")
+    u.update()
+    reads = host_reads()
+    rec = u.update()
+    assert rec.bad_batch and host_reads() - reads == 1
+    reads = host_reads()
+    assert not u.update().bad_batch and host_reads() - reads == 1
+
+
+@pytest.mark.nnabla
+def test_an_inf_loss_from_finite_inputs_is_a_bad_batch_too():
+    m = TinyClassifier(f"tiny{next(_SCOPES)}")
+    u = DynamicLossScalingUpdater(
+        m.solver, m.loss, m.feeder(), on_overflow="retry", policy=DynamicScale(2.0**10)
+    )
+    u.update()
+    m.weight.d = math.inf  # an input: the loss weight
+    u.data_feeder = lambda: None
+    rec = u.update()
+    assert rec.bad_batch and rec.attempts == 1 and rec.new_scale == 2.0**10
+
+
+@pytest.mark.nnabla
+def test_persistent_bad_data_raises_and_names_the_inputs():
+    net = ReluNet()
+    net.nan_calls = set(range(100))
+    u = DynamicLossScalingUpdater(net.solver, net.loss, net.feed, max_consecutive_nonfinite=3)
+    with pytest.raises(NonFiniteGradientsError) as info:
+        for _ in range(3):
+            u.update()
+    assert info.value.input_names == ["input 0 of Affine 'Affine' (8, 4)"]
+    assert "bad data, which no loss scale fixes" in str(info.value)
+    assert u.scale == 2.0**15
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [StaticScale(8.0), DynamicScale(64.0, growth_interval=3, hysteresis=2), HeadroomScale(64.0)],
+)
+def test_a_bad_batch_changes_no_counter(policy):
+    state = policy.update(policy.init(), True, 1.0)
+    assert policy.update(state, False, math.nan, bad_batch=True) == state
+    assert policy.update(state, True, 1.0, bad_batch=True) == state
+    many = policy.init((3,))
+    many = policy.update(many, np.array([True, True, True]), np.full(3, 1.0))
+    after = policy.update(many, np.array([True, False, False]), np.array([1.0, 1e9, 1e9]),
+                          bad_batch=np.array([False, True, False]))  # fmt: skip
+    one = [policy.update(state, True, 1.0), state, policy.update(state, False, 1e9)]
+    for i, expected in enumerate(one):
+        assert [float(v[i]) for v in after] == [float(v) for v in expected]
+
+
+def test_nnabla_legacy_takes_a_bad_batch_for_an_overflow_as_nnabla_did():
+    p = NnablaLegacy(scale=8.0)
+    state = p.init()
+    assert p.update(state, True, bad_batch=True) == p.update(state, False)
