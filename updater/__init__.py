@@ -26,6 +26,7 @@ except PackageNotFoundError:  # imported from a checkout that was never installe
 _LAZY = {
     "DynamicLossScalingUpdater": "updater.updater",
     "NonFiniteGradientsError": "updater.records",
+    "NonFiniteStatisticsError": "updater.statistics",
     "StepRecord": "updater.records",
     "PRESETS": "updater.presets",
     "make_policy": "updater.presets",

@@ -21,7 +21,7 @@ third outcome (``bad_batch=True``: the scale does not move).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Sequence
 
 import nnabla as nn
@@ -30,13 +30,12 @@ import numpy as np
 from .arrays import (
     copy_array,
     describe_inputs,
-    forward_written,
     host_view,
     input_leaves,
     nonfinite_indices,
     restore_array,
 )
-from .flat import FlatGraphs, SavedData, loss_context
+from .flat import SavedData
 from .gradients import Inspection
 from .policy import ScaleState
 from .probes import FLUSH_OFFSETS, probe_step
@@ -56,6 +55,7 @@ class _Pending:
     unscaled: bool = False
     sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
     bad_batch: bool = False  # an inf/NaN loss or input on some worker
+    statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
 
 
 class Attempts:
@@ -137,9 +137,10 @@ class Attempts:
             before.restore()
         if moved is not None:
             moved.restore()
+        stays = applied or before is None  # the statistics this step wrote stay
         self._pending = _Pending(
             seed, applied, absmax, loss_finite, attempts, bad, new_state, found.unscaled,
-            found.sumsq, bad_batch,
+            found.sumsq, bad_batch, self._new_nonfinite_statistics(found) if stays else [],
         )  # fmt: skip
         return applied
 
@@ -205,9 +206,8 @@ class Attempts:
 
     def _copy_written(self) -> SavedData:
         """A copy of the inputs the forward pass writes (found once; one concatenation)."""
-        if self._written is None:
-            self._written = (forward_written(self.loss), FlatGraphs(loss_context(self.loss)))
-        return self._written[1].save(self._written[0])
+        written, graphs = self._written_state()
+        return graphs.save(written)
 
     def _input_leaves(self) -> List[nn.Variable]:
         if self._inputs is None:

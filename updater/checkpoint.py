@@ -115,14 +115,30 @@ def save_checkpoint(
     Returns:
         Path: the path written.
 
+    A parameter holding inf/NaN (typically a running statistic a float16 batch overflowed) is
+    saved as it is, with a warning naming it: :func:`load_checkpoint` refuses such values
+    unless ``allow_nonfinite=True``.
+
     Raises:
         OSError: the write failed (e.g. a full disk); the message names ``path``, and a
             previous file at ``path`` is intact.
     """
     path = Path(path)
     arrays: Dict[str, np.ndarray] = {"format_version": np.array(FORMAT_VERSION)}
+    bad = []
     for name, var in checkpoint_parameters(updater, params).items():
         arrays[f"param/{name}"] = _values(var.data)
+        if what := _nonfinite(arrays[f"param/{name}"]):
+            bad.append(f"{name} ({what})")
+    if bad:
+        logger.warning(
+            "save_checkpoint(%s): %s hold inf/NaN; load_checkpoint refuses them unless "
+            "allow_nonfinite=True. A running statistic (BatchNormalization's mean or variance) "
+            "becomes inf when a float16 batch overflows it: updater.amp.rewrite computes "
+            "BatchNormalization in float32",
+            path,
+            _some(bad),
+        )
     for name, state in updater.solver.get_states().items():
         for key, var in state.pstate.items():
             arrays[f"solver/{name}/{key}"] = _values(var.data)

@@ -150,13 +150,15 @@ class DeviceReading(NamedTuple):
     """One :meth:`DeviceStats.read`: whether every gradient is finite; the largest |value| over
     the gradients (or over ``absmax_over`` when given; None when not asked); the sum of squares
     of the gradients times ``factor`` (None when not asked); whether the loss is inf/NaN (False
-    without a loss); whether an input holds inf/NaN (False without inputs)."""
+    without a loss); whether an input holds inf/NaN (False without inputs); whether a running
+    statistic does (False without statistics)."""
 
     finite: bool
     absmax: float | None
     sumsq: float | None
     loss_bad: bool
     inputs_bad: bool = False
+    statistics_bad: bool = False
 
 
 class DeviceStats(FlatGraphs):
@@ -168,21 +170,22 @@ class DeviceStats(FlatGraphs):
     ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
     ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
     overflows; ``loss * 0`` (NaN for an inf/NaN loss); and ``sum(x * 0)`` over the graph's
-    inputs (the data of the batch).
+    inputs (the data of the batch) and over the running statistics.
     """
 
     def read(
-        self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0, inputs=()
-    ) -> DeviceReading:
+        self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0, inputs=(),
+        statistics=(),
+    ) -> DeviceReading:  # fmt: skip
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
-        empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares) and
-        ``inputs`` (list of NdArray); one host read."""
+        empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
+        ``inputs`` and ``statistics`` (lists of NdArray); one host read."""
         import nnabla.functions as F
 
         own_top = need_absmax and not absmax_over
 
         def build(views):
-            grad_views, over_views, loss_views, input_views = views
+            grad_views, over_views, loss_views, input_views, statistic_views = views
             factor_var = nn.Variable((1,))
             factor_var.d = 1.0
             parts = []
@@ -200,14 +203,15 @@ class DeviceStats(FlatGraphs):
                 parts.append(F.max(F.abs(_flat(over_views))))
             if loss_views:  # 0 for a finite loss, NaN for inf/NaN
                 parts.append(F.mul_scalar(loss_views[0], 0.0))
-            if input_views:
-                parts.append(F.sum(F.mul_scalar(_flat(input_views), 0.0)))
+            for checked in (input_views, statistic_views):
+                if checked:
+                    parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
             if not parts:  # nothing to check: a graph still needs an output
                 parts.append(F.mul_scalar(factor_var, 0.0))
             return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
 
         kind = ("stats", own_top, need_sumsq, loss is not None)
-        groups = (grads, absmax_over, [] if loss is None else [loss.data], inputs)
+        groups = (grads, absmax_over, [] if loss is None else [loss.data], inputs, statistics)
         graph = self.graph(kind, groups, build)
         if need_sumsq:
             graph.inputs[0].d = factor
@@ -222,5 +226,6 @@ class DeviceStats(FlatGraphs):
             absmax = next(values)
         loss_bad = graph.present[2] and next(values) != 0.0
         inputs_bad = graph.present[3] and next(values) != 0.0
-        absmax = absmax if need_absmax else None
-        return DeviceReading(finite, absmax, sumsq if need_sumsq else None, loss_bad, inputs_bad)
+        statistics_bad = graph.present[4] and next(values) != 0.0
+        absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
+        return DeviceReading(finite, absmax, sumsq, loss_bad, inputs_bad, statistics_bad)

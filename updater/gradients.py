@@ -141,6 +141,7 @@ class Inspection(NamedTuple):
         unscaled (bool): the gradients were unscaled by the same pass.
         inputs_finite (bool or None): whether the ``inputs`` given hold no inf/NaN ("solver"
             path with inputs).
+        statistics_finite (bool or None): the same for the ``statistics`` given.
     """
 
     arrays: list | None
@@ -151,6 +152,7 @@ class Inspection(NamedTuple):
     loss_finite: bool | None
     unscaled: bool
     inputs_finite: bool | None = None
+    statistics_finite: bool | None = None
 
 
 def inspect_gradients(
@@ -164,6 +166,7 @@ def inspect_gradients(
     flat: FlatGraphs | None = None,
     loss: nn.Variable | None = None,
     inputs: Sequence[nn.NdArray] = (),
+    statistics: Sequence[nn.NdArray] = (),
 ) -> Inspection:
     """Check the gradients of the solver's parameters for inf/NaN.
 
@@ -185,8 +188,11 @@ def inspect_gradients(
             work array by array.
         loss (nnabla.Variable or None, default None): "solver": also check this loss.
         inputs (list of NdArray, default ()): "solver": also check these (the batch's data).
+        statistics (list of NdArray, default ()): "solver": also check these (the running
+            statistics the forward pass wrote).
     """
-    loss_finite, sumsq, arrays, bad, inputs_finite = None, None, None, [], None
+    loss_finite, sumsq, arrays, bad = None, None, None, []
+    inputs_finite = statistics_finite = None
     read_params = params if callable(params) else lambda: params
     if finite_check == "nnabla":
         finite, absmax = not solver.check_inf_or_nan_grad(), None
@@ -225,17 +231,23 @@ def inspect_gradients(
     else:
         params = read_params()
         over = absmax_over if need_absmax and absmax_over else []
-        stats = flat.read(_grads(params), over, need_absmax, need_sumsq, loss, unscale_by, inputs)
+        stats = flat.read(
+            _grads(params), over, need_absmax, need_sumsq, loss, unscale_by, inputs, statistics
+        )
         finite, absmax, sumsq = stats.finite, stats.absmax, stats.sumsq
         bad = [] if finite else NonFiniteNames(params)
         if loss is not None:
             loss_finite = not stats.loss_bad
         if inputs:
             inputs_finite = not stats.inputs_bad
+        if statistics:
+            statistics_finite = not stats.statistics_bad
     absmax = (absmax if finite else math.inf) if need_absmax else None
     unscaled = finite_check == "numpy" and flat is None and unscale_by is not None
     sumsq = sumsq if finite else None
-    return Inspection(arrays, finite, absmax, bad, sumsq, loss_finite, unscaled, inputs_finite)
+    return Inspection(
+        arrays, finite, absmax, bad, sumsq, loss_finite, unscaled, inputs_finite, statistics_finite
+    )
 
 
 def _check_concatenated(flat: FlatGraphs, params, need_absmax: bool, factor: float | None):

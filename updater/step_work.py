@@ -58,4 +58,5 @@ class GradientWork:
             flat=self._flat,
             loss=self.loss,
             inputs=() if self._inputs_on_host() else [v.data for v in self._input_leaves()],
+            statistics=self._statistics_on_device(),
         )

@@ -11,9 +11,8 @@ and copying arrays). The scale dynamics live in :mod:`updater.policy`, shared wi
 
 from __future__ import annotations
 
-import logging
 from collections import deque
-from typing import Any, Dict, List
+from typing import List
 
 import nnabla as nn
 import numpy as np
@@ -21,8 +20,6 @@ import numpy as np
 from .arguments import (
     check_driver_arguments,
     check_scale,
-    check_seed_holds,
-    checked_state,
     legacy_setting,
     policy_from_arguments,
     with_legacy_setting,
@@ -33,14 +30,12 @@ from .checks import check_bool, check_choice, check_int, check_number, check_pos
 from .gradients import apply_update, check_layout, choose_check, grad_sumsq, unscale_grads
 from .policy import ScaleState
 from .records import COUNTERS, NonFiniteGradientsError, StepRecord
+from .statistics import StatisticsCheck
 from .step_work import GradientWork
-
-logger = logging.getLogger(__name__)
-
-STATE_FORMAT_VERSION = 1
+from .updater_state import SavedState
 
 
-class DynamicLossScalingUpdater(Attempts, GradientWork):
+class DynamicLossScalingUpdater(Attempts, GradientWork, SavedState, StatisticsCheck):
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
     ``update()``: ``solver.zero_grad()``; ``accum_grad`` times ``data_feeder()``,
@@ -133,6 +128,10 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         restore_on_skip (bool, default True): a skipped step puts back what its forward pass
             wrote (running statistics: :func:`updater.arrays.forward_written`), copied before it;
             False keeps them moved by the skipped batch, as nnabla's updater does.
+        on_nonfinite_statistics (str, default "warn"): a running statistic that became inf/NaN
+            after a step is reported once: "warn" logs a warning naming it and the step,
+            "raise" raises :class:`updater.statistics.NonFiniteStatisticsError` from ``step()``
+            (the step applied); both count it in ``nonfinite_statistics``.
 
     Attributes:
         scale (float): the scale the next step starts from; assigning it (as nnabla scripts do
@@ -147,6 +146,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         consecutive_nonfinite (int): ``update()`` calls since the last applied update.
         batches, passes (int): ``data_feeder`` calls and forward/backward rounds run.
         history (collections.deque of StepRecord): the last ``history`` records.
+        nonfinite_statistics (int): running statistics found inf/NaN after a step, each once.
 
     Raises:
         TypeError / ValueError: for any bad argument, naming it and the accepted range.
@@ -180,6 +180,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         finite_check="auto",
         enabled=True,
         restore_on_skip=True,
+        on_nonfinite_statistics="warn",
     ):
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         self._seed_type = seed_dtype(loss)
@@ -188,6 +189,8 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         )
         check_choice("on_overflow", on_overflow, ("skip", "retry"))
         check_choice("finite_check", finite_check, ("auto", "numpy", "solver", "nnabla"))
+        check_choice("on_nonfinite_statistics", on_nonfinite_statistics, ("warn", "raise"))
+        self.on_nonfinite_statistics = on_nonfinite_statistics
 
         self.solver = solver
         self.loss = loss
@@ -227,7 +230,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         self._by_array, self._flat = check_layout(self.finite_check, sizes, loss)
         self._flag = None  # two-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
-        self._written = None  # (inputs the forward pass writes, their FlatGraphs), on first use
+        self._written = None  # (inputs the forward pass writes, their FlatGraphs): on first use
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
         self._round_inputs: List[List[nn.NdArray]] = []  # per round, for "retry"
         self._pending: _Pending | None = None  # set by backward(), cleared by step()
@@ -271,38 +274,6 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
     def scale_state(self) -> ScaleState:
         """The policy state (scale, good_steps, hysteresis_left)."""
         return self._state
-
-    def state_dict(self) -> Dict[str, Any]:
-        """Return the updater's state as plain Python data (JSON-serialisable).
-
-        Keys: ``"format_version"`` (int), ``"policy"`` (``policy.state_dict()``: name and
-        settings), ``"scale_state"`` (``ScaleState.to_dict()``: scale, good_steps,
-        hysteresis_left), ``"counters"`` (steps, updates_applied, overflows, skips,
-        consecutive_nonfinite, batches, passes). The history is not saved.
-        """
-        return {
-            "format_version": STATE_FORMAT_VERSION,
-            "policy": self.policy.state_dict(),
-            "scale_state": self._state.to_dict(),
-            "counters": {name: int(getattr(self, name)) for name in COUNTERS},
-        }
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore policy, scale state and counters from :meth:`state_dict` output.
-
-        Everything is checked before anything changes: a missing key raises ``KeyError``; a
-        scale that is not finite, below 2**-24 or outside the policy's bounds, or a negative
-        or non-integer counter, raises ``ValueError`` naming it. The saved policy replaces the
-        current one (a warning is logged when they differ).
-        """
-        policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
-        check_seed_holds(policy, self._seed_type)
-        if policy != self.policy:
-            logger.warning("loaded policy %r replaces %r", policy, self.policy)
-        self.policy = policy
-        self._state = scale_state
-        for name in COUNTERS:
-            setattr(self, name, int(state["counters"][name]))
 
     # ------------------------------------------------------------ the iteration
 
@@ -392,6 +363,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork):
         if self._monitor_series is not None:
             self._monitor_series[0].add(step, record.scale)
             self._monitor_series[1].add(step, self.skips)
+        self._report_statistics(pending.statistics, step)
         if self.consecutive_nonfinite >= self.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
                 record, pending.bad, self.consecutive_nonfinite, self.max_consecutive_nonfinite,

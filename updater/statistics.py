@@ -1,0 +1,94 @@
+"""Running statistics that became inf/NaN (mixed into
+:class:`updater.DynamicLossScalingUpdater`).
+
+After every step whose statistics stay (an applied step, and any step with
+``restore_on_skip=False``), the inputs its forward pass wrote (BatchNormalization's running mean
+and variance, ...: :func:`updater.arrays.forward_written`) are checked for inf/NaN: on the host
+(one pass over them), or inside the device path's one graph and host read. Each statistic found
+inf/NaN is reported once, by :meth:`step`: a warning naming it and the step, suggesting
+``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
+``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them
+in ``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the
+forward pass even when the step's gradients are finite, and the inference graph then divides by
+inf: the layer outputs its bias alone, silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import List
+
+import nnabla as nn
+
+from .arrays import describe_inputs, forward_written, nonfinite_indices
+from .flat import FlatGraphs, loss_context
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteStatisticsError(FloatingPointError):
+    """Raised by ``step()`` with ``on_nonfinite_statistics="raise"`` when a running statistic
+    became inf/NaN; the step itself was applied.
+
+    Attributes:
+        names (list of str): the statistics found inf/NaN.
+        step (int): the step after which they were.
+    """
+
+    def __init__(self, message, *, names, step):
+        super().__init__(message)
+        self.names = list(names)
+        self.step = step
+
+
+def statistic_names(loss, variables: List[nn.Variable]) -> List[str]:
+    """Names of forward-written inputs: their name in nnabla's parameter registry, else the
+    function they feed (:func:`updater.arrays.describe_inputs`)."""
+    registry = {hash(v): k for k, v in nn.get_parameters(grad_only=False).items()}
+    described = describe_inputs(loss, variables)
+    return [registry.get(hash(v), text) for v, text in zip(variables, described)]
+
+
+class StatisticsCheck:
+    """The check of running statistics (module doc); state and settings are the updater's."""
+
+    nonfinite_statistics = 0  # statistics found inf/NaN so far, each counted once
+    _statistics_reported: frozenset = frozenset()  # hashes of those statistics
+
+    def _written_state(self):
+        """(the inputs the forward pass writes, their FlatGraphs), found on first use."""
+        if self._written is None:
+            self._written = (forward_written(self.loss), FlatGraphs(loss_context(self.loss)))
+        return self._written
+
+    def _statistics_on_device(self) -> List[nn.NdArray]:
+        """The statistics for the device path's graph to check (none on the host paths)."""
+        if self.finite_check != "solver":
+            return []
+        return [v.data for v in self._written_state()[0]]
+
+    def _new_nonfinite_statistics(self, found) -> List[nn.Variable]:
+        """The statistics inf/NaN now and not reported before (``found``: the step's
+        inspection, whose device check may have looked at them already)."""
+        written = self._written_state()[0]
+        if not written or found.statistics_finite:
+            return []
+        bad = [written[i] for i in nonfinite_indices([v.data for v in written])]
+        return [v for v in bad if hash(v) not in self._statistics_reported]
+
+    def _report_statistics(self, variables: List[nn.Variable], step: int) -> None:
+        """Warn about (or raise for) statistics that became inf/NaN after ``step``."""
+        if not variables:
+            return
+        self._statistics_reported = self._statistics_reported | {hash(v) for v in variables}
+        self.nonfinite_statistics += len(variables)
+        names = statistic_names(self.loss, variables)
+        message = (
+            f"running statistics became inf/NaN after step {step}: {', '.join(names)}. The "
+            "inference graph (batch_stat=False) divides by them; a float16 batch overflows "
+            "BatchNormalization's variance in the forward pass: updater.amp.rewrite(loss) "
+            "computes BatchNormalization in float32"
+        )
+        if self.on_nonfinite_statistics == "raise":
+            raise NonFiniteStatisticsError(message, names=names, step=step)
+        logger.warning(message)
