@@ -87,7 +87,7 @@ class Attempts:
             self._pending = _Pending(1.0, True, None, None, 1, [], self._state, unscaled=True)
             return True
         attempts, overflow_scale, moved = 0, None, None
-        before = self._copy_written() if self.restore_on_skip else None
+        before = self._copy_written("before") if self.restore_on_skip else None
         while True:
             attempts += 1
             seed = self._seed(self._state.scale)
@@ -129,7 +129,7 @@ class Attempts:
             if before is not None:  # the retry starts from the statistics before the batch
                 before.restore()
             elif moved is None:
-                moved = self._copy_written()
+                moved = self._copy_written("moved")
         if self.recorder is not None and self.recorder.wants(self.steps):
             seen = False if bad_batch else loss_finite
             self._record(arrays, seed, finite, seen, overflow_scale)
@@ -204,10 +204,11 @@ class Attempts:
             )
         return seed
 
-    def _copy_written(self) -> SavedData:
-        """A copy of the inputs the forward pass writes (found once; one concatenation)."""
+    def _copy_written(self, slot: str) -> SavedData:
+        """A copy of the inputs the forward pass writes (found once; one concatenation), valid
+        until the next copy into the same ``slot``."""
         written, graphs = self._written_state()
-        return graphs.save(written)
+        return graphs.save(written, slot)
 
     def _input_leaves(self) -> List[nn.Variable]:
         if self._inputs is None:

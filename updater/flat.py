@@ -26,7 +26,7 @@ from typing import List, NamedTuple
 
 import nnabla as nn
 
-from .arrays import copy_array, host_view
+from .arrays import host_view
 
 TINY = 2.0**-126
 """Floor of the divisor in the sum of squares (float32's smallest normal)."""
@@ -101,21 +101,22 @@ class FlatGraphs:
         graph.output.forward(clear_buffer=True)
         return graph.output.data
 
-    def concatenated(self, arrays) -> nn.NdArray | None:
+    def concatenated(self, arrays, kind="flat") -> nn.NdArray | None:
         """The values of the non-empty ``arrays`` one after the other, as float32, in one
-        array on their device (a host array for the "numpy" path); None if all are empty."""
+        array on their device (a host array for the "numpy" path); None if all are empty. The
+        array is graph ``kind``'s output: overwritten by the next call with that ``kind``."""
 
         def build(views):
             return [], (_flat(views[0]) if views[0] else None)
 
-        graph = self.graph("flat", [arrays], build)
+        graph = self.graph(kind, [arrays], build)
         return self.forward(graph) if graph.present[0] else None
 
-    def save(self, variables) -> SavedData:
-        """A copy of the data of ``variables`` (list of Variable): one concatenation and one
-        copy of it, on their device, in float32 (exact for float16 data)."""
-        concatenated = self.concatenated([v.data for v in variables])
-        return SavedData(variables, None if concatenated is None else copy_array(concatenated))
+    def save(self, variables, slot="saved") -> SavedData:
+        """A copy of the data of ``variables`` (list of Variable) on their device, in float32
+        (exact for float16 data): one concatenation into ``slot``'s own array, which the next
+        save into the same ``slot`` overwrites."""
+        return SavedData(variables, self.concatenated([v.data for v in variables], slot))
 
 
 class SavedData(NamedTuple):

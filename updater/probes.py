@@ -112,7 +112,7 @@ def probe_step(
     params = updater._params()
     kept = [(p, copy_array(p.grad)) for p in params.values() if not p.grad.zeroing]
     used = [np.array(g) for g in updater._host_grads()] if flush else None
-    moved = updater._copy_written()
+    moved = updater._copy_written("probe")
     passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
     try:
         if flush:

@@ -4,9 +4,9 @@
 After every step whose statistics stay (an applied step, and any step with
 ``restore_on_skip=False``), the inputs its forward pass wrote (BatchNormalization's running mean
 and variance, ...: :func:`updater.arrays.forward_written`) are checked for inf/NaN: on the host
-(one pass over them), or inside the device path's one graph and host read. Each statistic found
-inf/NaN is reported once, by :meth:`step`: a warning naming it and the step, suggesting
-``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
+(one view of their concatenation), or inside the device path's one graph and host read. Each
+statistic found inf/NaN is reported once, by :meth:`step`: a warning naming it and the step,
+suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
 ``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them
 in ``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the
 forward pass even when the step's gradients are finite, and the inference graph then divides by
@@ -20,7 +20,7 @@ from typing import List
 
 import nnabla as nn
 
-from .arrays import describe_inputs, forward_written, nonfinite_indices
+from .arrays import describe_inputs, forward_written, grad_stats, host_view, nonfinite_indices
 from .flat import FlatGraphs, loss_context
 
 logger = logging.getLogger(__name__)
@@ -70,9 +70,13 @@ class StatisticsCheck:
     def _new_nonfinite_statistics(self, found) -> List[nn.Variable]:
         """The statistics inf/NaN now and not reported before (``found``: the step's
         inspection, whose device check may have looked at them already)."""
-        written = self._written_state()[0]
+        written, graphs = self._written_state()
         if not written or found.statistics_finite:
             return []
+        if found.statistics_finite is None:  # a host path: one view of their concatenation
+            values = graphs.concatenated([v.data for v in written])
+            if values is None or grad_stats([host_view(values)], False)[0][0]:
+                return []
         bad = [written[i] for i in nonfinite_indices([v.data for v in written])]
         return [v for v in bad if hash(v) not in self._statistics_reported]
 
