@@ -3,12 +3,13 @@
 For each rank count, ``run()`` launches ``mpiexec -n R python bench_comm.py --worker ...``. Every
 rank trains the same model with the real :class:`updater.DynamicLossScalingUpdater` on its own
 batches, alternating blocks of steps WITH the communicator (gradient all-reduce, averaging, and
-the two-element overflow agreement) and WITHOUT it (a purely local step), so machine noise hits
-both alike. A thin wrapper around :class:`updater.comm.MPICommunicator` times the two kinds of
-``all_reduce`` call inside the real steps: the gradient list and the two-element flag. After
-training, micro-benchmarks time the flag call with and without the argument check
-(``check_arguments``) next to a bare mpi4py ``Allreduce`` of one float32 (the physical floor).
-Timings are averaged over ranks; the per-rank files are collected from a temporary folder.
+the three-element overflow and bad-batch agreement) and WITHOUT it (a purely local step), so
+machine noise hits both alike. A thin wrapper around :class:`updater.comm.MPICommunicator`
+times the two kinds of ``all_reduce`` call inside the real steps: the gradient list and the
+three-element flag. After training, micro-benchmarks time the flag call with and without the
+argument check (``check_arguments``) next to a bare mpi4py ``Allreduce`` of one float32 (the
+physical floor). Timings are averaged over ranks; the per-rank files are collected from a
+temporary folder.
 
 Note: this machine has 2 cores, so 4 ranks oversubscribe them (2 processes per core): that row
 shows what oversubscription costs, not how MPI scales.
@@ -55,7 +56,7 @@ class _TimedComm:
         self.calls = {"grads": 0, "flag": 0}
 
     def all_reduce(self, data, division=False, inplace=False):
-        kind = "grads" if isinstance(data, (list, tuple)) or data.size > 2 else "flag"
+        kind = "grads" if isinstance(data, (list, tuple)) or data.size > 3 else "flag"
         if kind == "grads":
             start = time.perf_counter()
             self.comm.barrier()
@@ -126,7 +127,7 @@ def _worker(out_dir, model_name, blocks):
             seconds[name] += time.perf_counter() - start
     steps = blocks * block_steps
 
-    flag = nn.NdArray.from_numpy_array(np.ones(2, np.float32))
+    flag = nn.NdArray.from_numpy_array(np.ones(3, np.float32))
     raw = np.ones(1, np.float32)
     micro = {}
     for check in (True, False):
@@ -274,8 +275,8 @@ def markdown(result: dict) -> str:
         "(per step, in ms). Before the gradient all-reduce the benchmark waits in a barrier, "
         "timed apart: 'wait for slowest rank' is load imbalance, not communication. "
         "'grad all-reduce' and 'agreement' are the time spent inside "
-        "`MPICommunicator.all_reduce` for the gradient list and for the two-element flag "
-        "(non-finite gradients, non-finite loss); "
+        "`MPICommunicator.all_reduce` for the gradient list and for the three-element flag "
+        "(non-finite gradients, non-finite loss, bad batch); "
         "shares are of the step with comm. The flag call columns time that call alone "
         "with the argument check on (the default: one extra two-word reduction) and off, next "
         "to a bare mpi4py `Allreduce` of one float32. With more ranks than cores, ranks "

@@ -228,7 +228,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork, SavedState, StatisticsCh
         sizes = [p.size for p in self._params().values()]
         self.finite_check = choose_check(finite_check, not reads, sum(sizes), len(sizes))
         self._by_array, self._flat = check_layout(self.finite_check, sizes, loss)
-        self._flag = None  # two-element agreement flag, made on first use
+        self._flag = None  # three-element agreement flag, made on first use
         self._inputs = None  # graph inputs (non-parameter leaves), found on first use
         self._written = None  # (inputs the forward pass writes, their FlatGraphs): on first use
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing

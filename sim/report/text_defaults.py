@@ -154,10 +154,12 @@ def _dynamic_why(rows, best, families) -> str:
         ]
         lines.append(
             f"- At growth_interval {best['growth_interval']}, hysteresis h costs h - 1 extra "
-            "overflows per probe (after each growth the first backoff needs h overflows) and "
-            "shields only against the first h - 1 bad batches after a growth (only growth "
-            "refills it, and a bad batch resets the growth count; `consecutive_hysteresis=True` "
-            "refills it on every finite step): " + "; ".join(parts) + "."
+            "overflows per probe (after each growth the first backoff needs h overflows), and "
+            "bad batches no longer need it: the updater tells them apart from overflows and "
+            "the policy keeps its state on them (only growth refills the hysteresis; "
+            "`consecutive_hysteresis=True` refills it on every finite step): "
+            + "; ".join(parts)
+            + "."
         )
     return "\n".join(lines)
 
