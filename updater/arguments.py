@@ -135,6 +135,13 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     return policy
 
 
+def check_variables(name: str, values) -> list:
+    """``values`` as a list, when it is a list or tuple of ``nnabla.Variable``; else TypeError."""
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, nn.Variable) for v in values):
+        raise TypeError(f"{name} must be a list of nnabla.Variable, got {values!r}")
+    return list(values)
+
+
 def check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder) -> None:
     """Type and value checks of the nnabla objects given to the updater."""
     check_solver("solver", solver)

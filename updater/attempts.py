@@ -241,7 +241,7 @@ class Attempts:
                 if keep:
                     self._round_inputs.append([copy_array(v.data) for v in self._input_leaves()])
                 if check_inputs:
-                    leaves = self._input_leaves()
+                    leaves = self._checked_inputs()
                     self._bad_inputs.update(nonfinite_indices([v.data for v in leaves]))
             elif keep:
                 for v, saved in zip(self._input_leaves(), self._round_inputs[r]):
@@ -253,6 +253,11 @@ class Attempts:
             self.passes += count
         return loss_finite
 
+    def _checked_inputs(self) -> List[nn.Variable]:
+        """The inputs checked for bad data: the graph's inputs but ``unchecked_inputs``."""
+        skip = {hash(v) for v in self.unchecked_inputs}
+        return [v for v in self._input_leaves() if hash(v) not in skip]
+
     def _inputs_on_host(self) -> bool:
         """Whether the batch's inputs are checked on the host, each round (one pass over
         them); else the device check reads them with the gradients (one round, "solver")."""
@@ -260,7 +265,7 @@ class Attempts:
 
     def _input_names(self) -> List[str]:
         """The inputs that held inf/NaN, named by the function they feed and their shape."""
-        leaves = self._input_leaves()
+        leaves = self._checked_inputs()
         if self._inputs_on_host():
             bad = [v for i, v in enumerate(leaves) if i in self._bad_inputs]
         else:  # the device check saw them: read them now (still the step's)

@@ -50,7 +50,8 @@ class NonFiniteGradientsError(FloatingPointError):
         if inputs:
             cause = (
                 f"inputs of the graph held inf/NaN ({'; '.join(inputs)}), so this is bad data, "
-                "which no loss scale fixes (the scale was left as it was)"
+                "which no loss scale fixes (the scale was left as it was; an input that holds "
+                "inf on purpose, such as a -inf attention mask, goes in unchecked_inputs)"
             )
         elif record.bad_batch:
             cause = (

@@ -57,6 +57,6 @@ class GradientWork:
             need_sumsq=seed is not None and self.clip_grad_norm is not None,
             flat=self._flat,
             loss=self.loss,
-            inputs=() if self._inputs_on_host() else [v.data for v in self._input_leaves()],
+            inputs=() if self._inputs_on_host() else [v.data for v in self._checked_inputs()],
             statistics=self._statistics_on_device(),
         )

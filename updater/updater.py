@@ -20,6 +20,7 @@ import numpy as np
 from .arguments import (
     check_driver_arguments,
     check_scale,
+    check_variables,
     legacy_setting,
     policy_from_arguments,
     with_legacy_setting,
@@ -128,6 +129,8 @@ class DynamicLossScalingUpdater(Attempts, GradientWork, SavedState, StatisticsCh
         restore_on_skip (bool, default True): a skipped step puts back what its forward pass
             wrote (running statistics: :func:`updater.arrays.forward_written`), copied before it;
             False keeps them moved by the skipped batch, as nnabla's updater does.
+        unchecked_inputs (list of nnabla.Variable, default ()): inputs of the graph that may
+            hold inf on purpose (e.g. a -inf attention mask) and are not checked for bad data.
         on_nonfinite_statistics (str, default "warn"): a running statistic that became inf/NaN
             after a step is reported once: "warn" logs a warning naming it and the step,
             "raise" raises :class:`updater.statistics.NonFiniteStatisticsError` from ``step()``
@@ -180,6 +183,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork, SavedState, StatisticsCh
         finite_check="auto",
         enabled=True,
         restore_on_skip=True,
+        unchecked_inputs=(),
         on_nonfinite_statistics="warn",
     ):
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
@@ -190,6 +194,7 @@ class DynamicLossScalingUpdater(Attempts, GradientWork, SavedState, StatisticsCh
         check_choice("on_overflow", on_overflow, ("skip", "retry"))
         check_choice("finite_check", finite_check, ("auto", "numpy", "solver", "nnabla"))
         check_choice("on_nonfinite_statistics", on_nonfinite_statistics, ("warn", "raise"))
+        self.unchecked_inputs = check_variables("unchecked_inputs", unchecked_inputs)
         self.on_nonfinite_statistics = on_nonfinite_statistics
 
         self.solver = solver

@@ -158,3 +158,29 @@ def test_nnabla_legacy_takes_a_bad_batch_for_an_overflow_as_nnabla_did():
     p = NnablaLegacy(scale=8.0)
     state = p.init()
     assert p.update(state, True, bad_batch=True) == p.update(state, False)
+
+
+@pytest.mark.nnabla
+@pytest.mark.parametrize("check", ["numpy", "solver"])
+def test_an_input_that_holds_inf_on_purpose_can_be_left_unchecked(check):
+    """A -inf additive mask is legitimate data: with it in ``unchecked_inputs`` the steps
+    apply; without, every step would be a bad batch."""
+    with nn.context_scope(cpu_context("float")), nn.parameter_scope(f"mask{next(_SCOPES)}"):
+        x, t = nn.Variable((4, 3)), nn.Variable((4, 1))
+        mask = nn.Variable((1, 3))
+        mask.d = np.array([[0.0, 0.0, -np.inf]])
+        y = PF.affine(x, 3, w_init=I.NormalInitializer(0.5, np.random.RandomState(0))) + mask
+        loss = F.mean(F.softmax_cross_entropy(y, t))
+        solver = S.Sgd(0.1)
+        solver.set_parameters(nn.get_parameters())
+
+    def feed():
+        x.d, t.d = np.random.RandomState(1).randn(4, 3), np.array([[0], [1], [0], [1]])
+
+    masked = DynamicLossScalingUpdater(solver, loss, feed, finite_check=check)
+    assert masked.update().bad_batch
+    u = DynamicLossScalingUpdater(solver, loss, feed, finite_check=check, unchecked_inputs=[mask])
+    rec = u.update()
+    assert rec.update_applied and not rec.bad_batch
+    with pytest.raises(TypeError, match="unchecked_inputs must be a list of nnabla.Variable"):
+        DynamicLossScalingUpdater(solver, loss, feed, unchecked_inputs=[mask.data])
