@@ -159,7 +159,7 @@ def depth_costs(iters=40, blocks=5, depths=DEPTHS, seed=0):
     return out
 
 
-def conv_costs(blocks=12, iters=20, rounds=5, seed=0):
+def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
     """Seconds per step of each variant on the convolutional net with BatchNormalization, and
     the host checks' own cost per update: the inputs (bad batches) and the running statistics,
     each one pass over them, timed alone."""
