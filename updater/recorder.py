@@ -44,8 +44,9 @@ class GradientRecorder:
 
     Overflow is told apart from bad data, so that a replay over other scales is right:
 
-    - a step whose **loss** was inf/NaN (``loss_finite=False``) and whose gradients were not all
-      finite is a bad batch: ``nonfinite`` True, skipped at every scale;
+    - a bad batch, whose **loss** or an input was inf/NaN (``loss_finite=False``), is
+      ``nonfinite``: skipped at every scale, as the updater skips it (its gradients may even be
+      finite, e.g. when ReLU masked a NaN input);
     - a step whose loss was finite but whose gradients held inf/NaN at the recorded scale ``s``
       overflowed: ``overflow_scale = s`` (or the smaller ``overflow_scale`` passed in), and the
       simulator replays it as an overflow at every scale ``>= overflow_scale`` and as a normal
@@ -170,10 +171,9 @@ class GradientRecorder:
             grads (list of arrays): the recorded attempt's gradients as scaled by ``scale``
                 (float16 or float32; may hold inf/NaN).
             scale (float, finite > 0): the loss scale of the recorded attempt.
-            loss_finite (bool or None, default True): False when the loss itself was inf/NaN
-                (bad data: the step is bad at every scale, unless every gradient was finite, in
-                which case the update was applied and the step is recorded as a normal one);
-                None (not checked) counts as True.
+            loss_finite (bool or None, default True): False when the step was a bad batch
+                (an inf/NaN loss or input: bad data, skipped at every scale, whatever its
+                gradients); None (not checked) counts as True.
             overflow_scale (float or None, default None): the smallest scale at which another
                 attempt of the same step overflowed with a finite loss (an earlier attempt of
                 ``on_overflow="retry"``, or this attempt when the caller knows it overflowed
@@ -212,7 +212,7 @@ class GradientRecorder:
         layer_absmax = np.array([r[2] for r in rows], np.float64)
         layer_finite = np.array([r[3] for r in rows], bool)
         grads_finite = bool(layer_finite.all())
-        bad = loss_finite is not None and not loss_finite and not grads_finite
+        bad = loss_finite is not None and not loss_finite
         if not grads_finite and not bad:  # overflowed at this scale
             over = min(over, scale)
             bound = FP16_OVERFLOW / scale

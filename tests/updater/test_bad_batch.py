@@ -184,3 +184,40 @@ def test_an_input_that_holds_inf_on_purpose_can_be_left_unchecked(check):
     assert rec.update_applied and not rec.bad_batch
     with pytest.raises(TypeError, match="unchecked_inputs must be a list of nnabla.Variable"):
         DynamicLossScalingUpdater(solver, loss, feed, unchecked_inputs=[mask.data])
+
+
+@pytest.mark.nnabla
+def test_a_bad_batch_with_finite_gradients_is_recorded_and_replayed_as_skipped(tmp_path):
+    """ReLU first: a NaN input becomes 0 forward and its gradient 0 backward, so loss and
+    gradients are finite; the updater skips the bad batch, the trace marks it, and the replay
+    skips it too (the recorder used to record it as a normal step)."""
+    from sim.replay.run import simulate
+    from updater import GradientRecorder, Trace
+
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(f"rec{next(_SCOPES)}"):
+        x, t = nn.Variable((8, 4)), nn.Variable((8, 1))
+        y = PF.affine(F.relu(x), 3, w_init=I.NormalInitializer(0.5, np.random.RandomState(0)))
+        loss = F.mean(F.softmax_cross_entropy(y, t))
+        solver = S.Sgd(0.01)
+        solver.set_parameters(nn.get_parameters())
+    calls = [0]
+
+    def feed():
+        rng = np.random.RandomState(calls[0])
+        xs = rng.randn(8, 4)
+        if calls[0] == 2:
+            xs[0, 0] = np.nan
+        x.d, t.d = xs, rng.randint(0, 3, (8, 1))
+        calls[0] += 1
+
+    policy = DynamicScale(init_scale=2.0**10, growth_interval=2)
+    with GradientRecorder(tmp_path / "bad.npz") as rec:
+        u = DynamicLossScalingUpdater(solver, loss, feed, policy=policy, recorder=rec)
+        records = [u.update() for _ in range(5)]
+    assert records[2].bad_batch and records[2].loss_finite is not False
+    assert [r.update_applied for r in records] == [True, True, False, True, True]
+    trace = Trace.load(tmp_path / "bad.npz")
+    assert trace.nonfinite.tolist() == [False, False, True, False, False]
+    replay = simulate(policy, trace, runs=1, jitter=0.0)
+    assert replay.scale[:, 0].tolist() == [r.scale for r in records]
+    assert replay.metrics["final_scale"][0] == records[-1].new_scale
