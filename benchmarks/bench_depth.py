@@ -16,6 +16,8 @@ import types
 
 import numpy as np
 
+from benchmarks.bench_updater import interleaved_blocks
+
 DEPTHS = (22, 102, 202, 302)
 """Parameter arrays of the MLPs: ``n / 2 - 1`` hidden 64-wide layers and the output layer."""
 PATHS = ("auto", "numpy", "solver", "nnabla")
@@ -24,12 +26,28 @@ VARIANTS = ("bare", "nnabla's", *PATHS)
 _SCOPES = itertools.count()
 
 
+def _classifier(x, t, y, params, rng):
+    """(solver, loss, feed) of a 10-class output ``y``: softmax cross-entropy, Momentum over
+    ``params``, and a feeder of random ``x`` and labels ``t``."""
+    import nnabla.functions as F
+    import nnabla.solvers as S
+
+    loss = F.mean(F.softmax_cross_entropy(y, t))
+    solver = S.Momentum(0.01, 0.9)
+    solver.set_parameters(params)
+
+    def feed():
+        x.d = rng.standard_normal(x.shape)
+        t.d = rng.integers(0, 10, t.shape)
+
+    return solver, loss, feed
+
+
 def _mlp(arrays, rng):
     """(solver, loss, feed) of a 64-wide MLP with ``arrays`` parameter arrays."""
     import nnabla as nn
     import nnabla.functions as F
     import nnabla.parametric_functions as PF
-    import nnabla.solvers as S
 
     x, t = nn.Variable((16, 64)), nn.Variable((16, 1))
     h = x
@@ -41,15 +59,7 @@ def _mlp(arrays, rng):
             h = F.relu(PF.affine(h, 64, w_init=init, name=f"fc{i}"))
         y = PF.affine(h, 10, w_init=init, name="out")
         params = nn.get_parameters()
-    loss = F.mean(F.softmax_cross_entropy(y, t))
-    solver = S.Momentum(0.01, 0.9)
-    solver.set_parameters(params)
-
-    def feed():
-        x.d = rng.standard_normal(x.shape)
-        t.d = rng.integers(0, 10, t.shape)
-
-    return solver, loss, feed
+    return _classifier(x, t, y, params, rng)
 
 
 def _conv_bn(blocks, rng):
@@ -59,7 +69,6 @@ def _conv_bn(blocks, rng):
     import nnabla as nn
     import nnabla.functions as F
     import nnabla.parametric_functions as PF
-    import nnabla.solvers as S
 
     x, t = nn.Variable((16, 3, 8, 8)), nn.Variable((16, 1))
     h = x
@@ -71,15 +80,7 @@ def _conv_bn(blocks, rng):
             h = F.relu(PF.batch_normalization(h, name=f"bn{i}"))
         y = PF.affine(h, 10, w_init=init, name="out")
         params = nn.get_parameters(grad_only=True)
-    loss = F.mean(F.softmax_cross_entropy(y, t))
-    solver = S.Momentum(0.01, 0.9)
-    solver.set_parameters(params)
-
-    def feed():
-        x.d = rng.standard_normal(x.shape)
-        t.d = rng.integers(0, 10, t.shape)
-
-    return solver, loss, feed
+    return _classifier(x, t, y, params, rng)
 
 
 def _steps(build, keep_skipped=False):
@@ -112,23 +113,10 @@ def _steps(build, keep_skipped=False):
 
 
 def interleaved(steps, iters, blocks, warmup=3):
-    """Median seconds per step of each variant: per block the median of ``iters`` interleaved
-    iterations (rotating order), then the median over blocks."""
-    names = list(steps)
-    for _ in range(warmup):
-        for n in names:
-            steps[n]()
-    medians = []
-    for _ in range(blocks):
-        times = {n: [] for n in names}
-        for i in range(iters):
-            k = i % len(names)
-            for n in names[k:] + names[:k]:
-                t0 = time.perf_counter()
-                steps[n]()
-                times[n].append(time.perf_counter() - t0)
-        medians.append({n: float(np.median(v)) for n, v in times.items()})
-    return {n: float(np.median([m[n] for m in medians])) for n in names}
+    """Median seconds per step of each variant: the median over blocks of
+    :func:`benchmarks.bench_updater.interleaved_blocks`."""
+    medians = interleaved_blocks(steps, iters, blocks, warmup)
+    return {n: float(np.median([m[n] for m in medians])) for n in steps}
 
 
 def depth_costs(iters=40, blocks=5, depths=DEPTHS, seed=0):

@@ -72,6 +72,27 @@ class _Model:
         self.solver.update()
 
 
+def interleaved_blocks(steps, iters, blocks, warmup):
+    """Per block, the median seconds per call of each of ``steps`` (name -> callable): after
+    ``warmup`` rounds, ``iters`` rounds calling every variant once, the order rotating each
+    round so that the machine's load hits all alike."""
+    names = list(steps)
+    for _ in range(warmup):
+        for n in names:
+            steps[n]()
+    medians = []
+    for _ in range(blocks):
+        times = {n: [] for n in names}
+        for i in range(iters):
+            k = i % len(names)
+            for n in names[k:] + names[:k]:
+                t0 = time.perf_counter()
+                steps[n]()
+                times[n].append(time.perf_counter() - t0)
+        medians.append({n: float(np.median(v)) for n, v in times.items()})
+    return medians
+
+
 def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, blocks=1, seed=0):
     """Seconds per iteration for bare / nnabla's updater / ours, interleaved.
 
@@ -100,19 +121,7 @@ def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, blocks=1, seed=0):
     )
     steps = {"bare": models["bare"].bare_step, "nnabla": theirs.update, "ours": ours.update}
     names = list(steps)
-    for _ in range(warmup):
-        for n in names:
-            steps[n]()
-    block_medians = []
-    for _ in range(blocks):
-        times = {n: [] for n in names}
-        for i in range(iters):
-            order = names[i % 3 :] + names[: i % 3]
-            for n in order:
-                t0 = time.perf_counter()
-                steps[n]()
-                times[n].append(time.perf_counter() - t0)
-        block_medians.append({n: float(np.median(v)) for n, v in times.items()})
+    block_medians = interleaved_blocks(steps, iters, blocks, warmup)
     ratios = {v: sorted(m[v] / m["bare"] for m in block_medians) for v in ("nnabla", "ours")}
     return {
         "context": ctx_name,
