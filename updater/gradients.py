@@ -94,6 +94,14 @@ def host_grads(params: Dict[str, nn.Variable]) -> list:
     return [_zeros(p.grad) if p.grad.zeroing else host_view(p.grad) for p in params.values()]
 
 
+def _read_and_check(params: Dict[str, nn.Variable], need_absmax: bool):
+    """``(host views, absmax or None, names of the non-finite)`` of the gradients of
+    ``params``: :func:`host_grads` and the exact check of :func:`updater.arrays.grad_stats`."""
+    arrays = host_grads(params)
+    flags, absmax = grad_stats(arrays, need_absmax)
+    return arrays, absmax, [name for name, ok in zip(params, flags) if not ok]
+
+
 def _zeros(array) -> np.ndarray:
     return np.zeros(array.size, array_dtype(array))
 
@@ -109,8 +117,7 @@ class NonFiniteNames(SequenceABC):
 
     def _found(self) -> List[str]:
         if self._names is None:
-            flags = grad_stats(host_grads(self._params), False)[0]
-            self._names = [name for name, ok in zip(self._params, flags) if not ok]
+            self._names = _read_and_check(self._params, False)[2]
         return self._names
 
     def __getitem__(self, index):
@@ -197,10 +204,7 @@ def inspect_gradients(
     if finite_check == "nnabla":
         finite, absmax = not solver.check_inf_or_nan_grad(), None
         if need_absmax or not finite:  # |g| max or the names: read the gradients
-            params = read_params()
-            arrays = host_grads(params)
-            flags, absmax = grad_stats(arrays, need_absmax)
-            bad = [name for name, ok in zip(params, flags) if not ok]
+            arrays, absmax, bad = _read_and_check(read_params(), need_absmax)
     elif finite_check == "numpy":
         params = read_params()
         top = None
@@ -213,9 +217,7 @@ def inspect_gradients(
             )
             bad = [] if finite else NonFiniteNames(params)
         elif unscale_by is None:
-            arrays = host_grads(params)
-            flags, absmax = grad_stats(arrays, own_absmax)
-            bad = [name for name, ok in zip(params, flags) if not ok]
+            arrays, absmax, bad = _read_and_check(params, own_absmax)
         else:
             with _overflow_quiet(unscale_by):
                 found = [
