@@ -4,7 +4,7 @@ For each rank count, ``run()`` launches ``mpiexec -n R python bench_comm.py --wo
 rank trains the same model with the real :class:`updater.DynamicLossScalingUpdater` on its own
 batches, alternating blocks of steps WITH the communicator (gradient all-reduce, averaging, and
 the three-element overflow and bad-batch agreement) and WITHOUT it (a purely local step), so
-machine noise hits both alike. A thin wrapper around :class:`updater.comm.MPICommunicator`
+machine noise hits both alike. A thin wrapper around :class:`updater.runtime.comm.MPICommunicator`
 times the two kinds of ``all_reduce`` call inside the real steps: the gradient list and the
 three-element flag. After training, micro-benchmarks time the flag call with and without the
 argument check (``check_arguments``) next to a bare mpi4py ``Allreduce`` of one float32 (the
@@ -83,7 +83,7 @@ def _worker(out_dir, model_name, blocks):
     from nnabla.ext_utils import get_extension_context
 
     from updater import DynamicLossScalingUpdater, DynamicScale
-    from updater.comm import MPICommunicator, abort_on_exception
+    from updater.runtime.comm import MPICommunicator, abort_on_exception
 
     abort_on_exception()
     context, in_dim, sizes, batch, block_steps = MODELS[model_name]

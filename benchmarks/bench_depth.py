@@ -5,7 +5,8 @@ convolutional net with BatchNormalization. Each variant trains its own copy of t
 same kind of data; the timed loop alternates the variants iteration by iteration (rotating the
 order), and each cell is a median over interleaved iterations, minus the bare loop's. The
 slope per parameter array is a least-squares line through the four MLP depths. Also: the nnabla
-functions the device path runs per update (:func:`updater.flat.device_functions`) at each depth.
+functions the device path runs per update (:func:`updater.driver.flat.device_functions`) at each
+depth.
 """
 
 from __future__ import annotations
@@ -125,8 +126,8 @@ def depth_costs(iters=40, blocks=5, depths=DEPTHS, seed=0):
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
 
-    from updater.arrays import host_reads
-    from updater.flat import device_functions
+    from updater.driver.arrays import host_reads
+    from updater.driver.flat import device_functions
 
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     rng = np.random.default_rng(seed)
@@ -154,7 +155,7 @@ def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
 
-    from updater.arrays import nonfinite_indices
+    from updater.driver.arrays import nonfinite_indices
 
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     nn.clear_parameters()
@@ -162,13 +163,13 @@ def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
     steps, ours = _steps(lambda: _conv_bn(blocks, rng), keep_skipped=True)
     seconds = interleaved(steps, iters, rounds)
     u = ours["numpy"]
-    inputs = [v.data for v in u._input_leaves()]
+    inputs = [v.data for v in u._rounds.inputs()]
     found = types.SimpleNamespace(statistics_finite=None)
     checks = {}
     for name, check, arrays in (
         ("inputs", lambda: nonfinite_indices(inputs), inputs),
-        ("statistics", lambda: u._new_nonfinite_statistics(found), u._written_state()[0]),
-        ("copy", lambda: u._copy_written("before"), u._written_state()[0]),
+        ("statistics", lambda: u._forward_state.new_nonfinite(found), u._forward_state.written),
+        ("copy", lambda: u._forward_state.save("before"), u._forward_state.written),
     ):
         t0 = time.perf_counter()
         for _ in range(1000):

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sim.fp16.scales import sweep
-from updater.float16 import FP16_SMALLEST_NORMAL
+from updater.common.float16 import FP16_SMALLEST_NORMAL
 
 GOAL_RATIO = 20.0
 """Required speed-up of the sweep over casting once per scale."""

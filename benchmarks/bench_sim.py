@@ -31,7 +31,7 @@ from sim.replay.run import (
     simulate_scalar,
 )
 from sim.traces.families import make_trace
-from updater.presets import PRESETS
+from updater.policy.presets import PRESETS
 
 GOAL_RATE = 1e7
 """Policy-steps per second wanted with 1000 runs advancing together."""

@@ -166,8 +166,7 @@ def overflow_cost(seed=0):
         # persistent NaN: every batch holds a NaN; call update() until it raises (at most 50)
         m.poison = float("nan")
         m.batches = 0
-        if name == "ours":
-            upd.passes = 0
+        before = upd.passes if name == "ours" else 0
         calls, raised = 0, "no"
         while calls < 50:
             calls += 1
@@ -178,9 +177,20 @@ def overflow_cost(seed=0):
                 break
             if name == "nnabla":
                 break  # one call already shows its cost; later calls would divide by zero
-        nan = {"calls": calls, "passes": _passes(upd, m), "batches": m.batches, "raised": raised}
+        passes = _passes(upd, m) - before
+        nan = {"calls": calls, "passes": passes, "batches": m.batches, "raised": raised}
         out[name] = {"overflow": event, "nan": nan}
     return out
+
+
+def _without_nnabla_calls(u, solver, loss) -> None:
+    """Give the updater's collaborators stand-ins that call no nnabla function (and the
+    concatenating graphs a forward that runs nothing), so only its Python remains."""
+    check = u._work.check
+    u._work.solver = check.solver = u._rounds.solver = solver
+    u._rounds.loss = loss
+    if getattr(check, "flat", None) is not None:
+        check.flat.forward = lambda graph: graph.output.data
 
 
 def _passes(upd, model):
@@ -262,14 +272,14 @@ def retry_cost(iters, accum=4, width=2048, batch=16, seed=0):
 
 
 def host_reads_per_update(steps=10, seed=0):
-    """Host reads per ``update()`` (:func:`updater.arrays.host_reads`) on each check path, on a
-    16-16-16-10 MLP in cpu:float (six parameter arrays, as 784-512-512-10): finite steps with
-    the default policy, with HeadroomScale and clipping, and steps whose input is inf."""
+    """Host reads per ``update()`` (:func:`updater.driver.arrays.host_reads`) on each check path, on
+    a 16-16-16-10 MLP in cpu:float (six parameter arrays, as 784-512-512-10): finite steps with the
+    default policy, with HeadroomScale and clipping, and steps whose input is inf."""
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
 
     from updater import DynamicLossScalingUpdater, HeadroomScale
-    from updater.arrays import host_reads
+    from updater.driver.arrays import host_reads
 
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     configs = {
@@ -381,13 +391,11 @@ def python_cost(calls=2000, rounds=5, seed=0, layers=3):
     for name, kwargs in configs.items():
         u = DynamicLossScalingUpdater(m.solver, m.loss, **kwargs)
         u.update()  # builds the concatenating graphs
-        u.solver, u.loss = _NoSolver(m.solver.get_parameters()), _NoLoss(m.loss)
-        if u._flat is not None:
-            u._flat.forward = lambda graph: graph.output.data
+        _without_nnabla_calls(u, _NoSolver(m.solver.get_parameters()), _NoLoss(m.loss))
         for _ in range(100):
             u.update()
         updaters[name] = u
-    by_array = updaters['"numpy", DynamicScale']._by_array
+    by_array = updaters['"numpy", DynamicScale']._work.check.by_array
     params = m.solver.get_parameters()
     times = {name: [] for name in [*configs, "views"]}
     for _ in range(rounds):
@@ -407,7 +415,7 @@ def python_cost(calls=2000, rounds=5, seed=0, layers=3):
 def _gradient_calls(params, by_array):
     """The nnabla calls the "numpy" path makes on each gradient per ``update()``: array by
     array a host pointer each, else the arrays and their hashes for the concatenation."""
-    from updater.arrays import _host_context
+    from updater.driver.arrays import _host_context
 
     if not by_array:
         return tuple(map(hash, [p.grad for p in params.values()]))
@@ -505,9 +513,9 @@ def markdown(res):
         )
     lines += ["", goals_text(res), ""]
     lines += [
-        "Host reads per `update()` (`updater.arrays.host_reads`: every read of an nnabla array "
-        "into Python, a device-to-host copy on a GPU), counted over steps of a 16-16-16-10 MLP "
-        "in cpu:float (six parameter arrays, as 784-512-512-10):",
+        "Host reads per `update()` (`updater.driver.arrays.host_reads`: every read of an nnabla "
+        "array into Python, a device-to-host copy on a GPU), counted over steps of a 16-16-16-10 "
+        "MLP in cpu:float (six parameter arrays, as 784-512-512-10):",
         "",
         "| steps | " + " | ".join(f'finite_check="{path}"' for path in PATHS) + " |",
         "|---|" + "---|" * len(PATHS),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks import bench_comm, bench_depth, bench_fp16, bench_sim, bench_updater
 from sim.report.provenance import current_commit
-from updater.files import atomic_write_text
+from updater.common.files import atomic_write_text
 
 
 def machine() -> str:

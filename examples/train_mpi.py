@@ -50,7 +50,7 @@ def make_communicator(kind):
     from updater import get_context
 
     if kind.split(":")[0].split("-")[0] == "cpu":
-        from updater.comm import MPICommunicator, abort_on_exception
+        from updater.runtime.comm import MPICommunicator, abort_on_exception
 
         comm = MPICommunicator()
         abort_on_exception(comm)  # an exception on one rank ends the job instead of a hang

@@ -213,3 +213,13 @@ def iterate(updater, steps: int, staged: bool) -> list:
         else:
             records.append(updater.update())
     return records
+
+
+def inspect(updater, seed=None):
+    """The updater's finite check of the gradients as they are now, as a step runs it: with
+    ``seed``, fused with unscaling by ``1/seed`` (and the sum of squares when clipping)."""
+    work = updater._work
+    work.new_step()
+    factor = None if seed is None else 1.0 / seed
+    clip = seed is not None and updater.clip_grad_norm is not None
+    return work.inspect(updater.policy.needs_grad_absmax, factor, clip)

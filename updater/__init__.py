@@ -24,20 +24,20 @@ except PackageNotFoundError:  # imported from a checkout that was never installe
     __version__ = "0+unknown"
 
 _LAZY = {
-    "DynamicLossScalingUpdater": "updater.updater",
-    "NonFiniteGradientsError": "updater.records",
-    "NonFiniteStatisticsError": "updater.statistics",
-    "StepRecord": "updater.records",
-    "PRESETS": "updater.presets",
-    "make_policy": "updater.presets",
-    "GradientRecorder": "updater.recorder",
+    "DynamicLossScalingUpdater": "updater.driver.updater",
+    "NonFiniteGradientsError": "updater.driver.records",
+    "NonFiniteStatisticsError": "updater.driver.forward_state",
+    "StepRecord": "updater.driver.records",
+    "PRESETS": "updater.policy.presets",
+    "make_policy": "updater.policy.presets",
+    "GradientRecorder": "updater.trace.recorder",
     "Trace": "updater.trace",
-    "get_context": "updater.context",
-    "MPICommunicator": "updater.comm",
-    "save_checkpoint": "updater.checkpoint",
-    "load_checkpoint": "updater.checkpoint",
-    "LoadReport": "updater.checkpoint",
-    "SolverGroup": "updater.solver_group",
+    "get_context": "updater.runtime.context",
+    "MPICommunicator": "updater.runtime.comm",
+    "save_checkpoint": "updater.runtime.checkpoint",
+    "load_checkpoint": "updater.runtime.checkpoint",
+    "LoadReport": "updater.runtime.checkpoint",
+    "SolverGroup": "updater.driver.solver_group",
 }
 
 __all__ = [

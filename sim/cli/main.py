@@ -5,7 +5,7 @@ Thin: parses arguments, calls :mod:`sim.replay.run`, :mod:`sim.report.build`, :m
 before the work is checked first (:mod:`sim.cli.checks`: settings, trace files, output paths, the
 memory a simulation needs); a bad argument exits with status 2 and a one-line message, as
 argparse does. Policies and their settings come from :mod:`sim.cli.settings` (the ``--policy``
-help is generated from :mod:`updater.presets`), printed output from :mod:`sim.report.tables`.
+help is generated from :mod:`updater.policy.presets`), printed output from :mod:`sim.report.tables`.
 
 Progress goes to stderr (:class:`sim.cli.progress.StageProgress`): tqdm bars on a terminal, one
 status line per stage otherwise (a file or a pipe), so long commands are never silent.
@@ -40,7 +40,7 @@ from sim.report.provenance import current_commit
 from sim.report.tables import describe_policy, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.real import MODELS, SHIPPED
-from updater.files import atomic_write_text
+from updater.common.files import atomic_write_text
 
 # ---------------------------------------------------------------- subcommands
 
@@ -188,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"A run that would need more than {MEMORY_SHARE:.0%} of physical memory (estimated "
         "from the steps, runs and settings) is refused before it starts."
     )
-    policies = policy_list()  # generated from updater.presets: new presets show up by themselves
+    policies = (
+        policy_list()
+    )  # generated from updater.policy.presets: new presets show up by themselves
     p = sub.add_parser(
         "simulate",
         help="run one policy over one trace and print its metrics",

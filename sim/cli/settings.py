@@ -1,10 +1,11 @@
 """Policies from the ``dls`` command line: ``--policy``, ``--set`` and ``--grid``, and their help.
 
 The ``--policy`` help and the list of policies at the end of ``dls simulate --help`` and
-``dls sweep --help`` are generated from :mod:`updater.presets` (:func:`~updater.presets.names`,
-:data:`~updater.presets.PRESETS`, :func:`~updater.presets.make_policy`): a new preset or policy
-class shows up there without editing the command line. Bad settings are reported through
-``parser.error`` (exit status 2, one line naming the setting).
+``dls sweep --help`` are generated from :mod:`updater.policy.presets`
+(:func:`~updater.policy.presets.names`, :data:`~updater.policy.presets.PRESETS`,
+:func:`~updater.policy.presets.make_policy`): a new preset or policy class shows up there without
+editing the command line. Bad settings are reported through ``parser.error`` (exit status 2, one
+line naming the setting).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import textwrap
 from typing import Dict, List, Sequence
 
 from sim.report.tables import describe_policy
-from updater.presets import PRESETS, make_policy, names, setting_types
+from updater.policy.presets import PRESETS, make_policy, names, setting_types
 
 HELP_WIDTH = 88
 """Width of the generated policy list (the width ``dls`` fills its descriptions to)."""
@@ -140,7 +141,7 @@ def parse_grid(parser, policy: str, specs: Sequence[str]) -> Dict[str, List[obje
 
 
 def build_policy(parser, name: str, settings: Dict[str, object]):
-    """:func:`updater.presets.make_policy`, its errors reported through ``parser.error``."""
+    """:func:`updater.policy.presets.make_policy`, its errors reported through ``parser.error``."""
     try:
         return make_policy(name, **settings)
     except (ValueError, TypeError) as e:

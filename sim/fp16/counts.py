@@ -26,14 +26,14 @@ from typing import Tuple
 
 import numpy as np
 
-from updater.checks import check_positive
-from updater.float16 import (
+from updater.common.float16 import (
     FP16_FLUSH_EDGE,
     FP16_MAX,
     FP16_OVERFLOW,
     FP16_SMALLEST_NORMAL,
     FP16_SMALLEST_SUBNORMAL,
 )
+from updater.common.validation import check_positive
 
 
 @dataclass(frozen=True)

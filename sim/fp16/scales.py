@@ -20,7 +20,7 @@ from typing import NamedTuple, Tuple
 import numpy as np
 
 from sim.fp16.counts import Fp16Counts, _float_values
-from updater.float16 import FP16_FLUSH_BINADE
+from updater.common.float16 import FP16_FLUSH_BINADE
 
 # Fates of a scaled binade B (value in [2**B, 2**(B+1))), by mantissa class (see _Format):
 # FP16_FLUSH_BINADE (-25): class 0 (exact power of two) flushes, classes 1-3 become 2**-24

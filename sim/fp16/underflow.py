@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from updater.checks import check_instance
-from updater.float16 import FP16_FLUSH_BINADE
+from updater.common.float16 import FP16_FLUSH_BINADE
+from updater.common.validation import check_instance
 from updater.trace import EXP_MIN, NBINS, Trace
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from sim.cli.checks import nonnegative_int, positive_int
 from sim.nnabla_studies.demo import load_data
 from sim.report.provenance import current_commit
-from updater.files import atomic_write_text
+from updater.common.files import atomic_write_text
 
 INPUT_SCALES = (("0-16", 16.0), ("0-1", 1.0))
 VARIANTS = ("float32", "all-half", "rewrite")

@@ -32,8 +32,8 @@ from typing import Dict, List, Union
 
 import numpy as np
 
-from updater.checks import check_int, check_positive
-from updater.float16 import FP16_MAX
+from updater.common.float16 import FP16_MAX
+from updater.common.validation import check_int, check_positive
 
 LOSS_WEIGHT = 2.0**-19
 HIDDEN = 64

@@ -22,8 +22,8 @@ import numpy as np
 
 from sim.nnabla_studies.models import half_model
 from sim.replay.measured import MeasuredRun
+from updater.driver.probes import flushed_shares
 from updater.policy import check_policy
-from updater.probes import flushed_shares
 
 
 def _host_copies(params) -> list:
@@ -40,8 +40,8 @@ def measure_run(
     import nnabla as nn
 
     from updater import DynamicLossScalingUpdater, get_context
-    from updater.arrays import forward_written
-    from updater.flat import FlatGraphs, loss_context
+    from updater.driver.arrays import forward_written
+    from updater.driver.flat import FlatGraphs, loss_context
 
     check_policy(policy)
     scale = np.empty(steps)

@@ -29,7 +29,7 @@ from sim.plots.common import (
     pow2_label,
     scale_color,
 )
-from updater.float16 import FP16_OVERFLOW
+from updater.common.float16 import FP16_OVERFLOW
 from updater.trace import EXP_MIN, NBINS, Trace
 
 # ---------------------------------------------------------------- histograms by binade

@@ -31,8 +31,8 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from sim.fp16.underflow import pooled_flushed_share
-from updater.checks import check_instance, check_number
-from updater.float16 import FP16_FLUSH_BINADE
+from updater.common.float16 import FP16_FLUSH_BINADE
+from updater.common.validation import check_instance, check_number
 from updater.policy import largest_safe_scale
 from updater.trace import EXP_MAX, EXP_MIN, Trace
 

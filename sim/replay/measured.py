@@ -17,10 +17,10 @@ import numpy as np
 
 from sim.replay.metrics import run_metrics
 from sim.replay.result import safe_scales
-from updater.files import atomic_write, read_npz, write_npz
-from updater.float16 import FP16_OVERFLOW
+from updater.common.files import atomic_write, read_npz, write_npz
+from updater.common.float16 import FP16_OVERFLOW
 from updater.policy import DynamicScale, policy_from_dict
-from updater.presets import PRESETS
+from updater.policy.presets import PRESETS
 
 RECORDED = "recorded"
 """The label of the recording run (``DynamicScale()``, with the recorder) among measured runs."""

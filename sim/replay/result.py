@@ -13,7 +13,7 @@ import numpy as np
 from sim.fp16.underflow import replay_flushed_share
 from sim.replay.metrics import run_metrics, summarize
 from updater.policy import largest_safe_scale
-from updater.presets import PRESETS
+from updater.policy.presets import PRESETS
 
 
 @dataclass

@@ -45,8 +45,8 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from sim.replay.result import RunResult, policy_label, run_result
-from updater.checks import check_instance, check_int, check_number
-from updater.float16 import FP16_OVERFLOW
+from updater.common.float16 import FP16_OVERFLOW
+from updater.common.validation import check_instance, check_int, check_number
 from updater.policy import check_policy
 from updater.trace import Trace
 

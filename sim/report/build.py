@@ -31,7 +31,7 @@ from sim.report.experiments import (
 from sim.report.figures import write_figures
 from sim.report.provenance import current_commit
 from sim.report.text import render
-from updater.files import atomic_write_text
+from updater.common.files import atomic_write_text
 
 __all__ = ["QUICK", "ReportConfig", "build_report", "choose"]
 

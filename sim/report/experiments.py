@@ -31,7 +31,7 @@ from sim.traces.families import (
 )
 from sim.traces.real import MODEL_NOTES, MODELS, SHIPPED, traces_dir
 from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
-from updater.presets import PRESETS
+from updater.policy.presets import PRESETS
 from updater.trace import Trace
 
 COMPARED = ("nnabla-legacy", "pytorch", "deepspeed", "dynamic", "headroom")

@@ -110,7 +110,7 @@ def describe_policy(name: str, policy, swept: Sequence[str] = ()) -> str:
         policy: the policy (its ``settings()`` are listed).
         swept (sequence of str, default ()): settings shown as ``<grid>`` (a sweep's axes).
 
-    >>> from updater.presets import make_policy
+    >>> from updater.policy.presets import make_policy
     >>> describe_policy("static", make_policy("static", scale=2.0**10))
     'static = StaticScale(scale=2^10)'
     """

@@ -15,7 +15,7 @@ from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, markdown_table, share_table
 from sim.report.text_defaults import defaults_section
 from sim.report.text_real import layers_section, real_section
-from updater.presets import PRESETS
+from updater.policy.presets import PRESETS
 
 FAMILY_COLUMNS = {
     "family": "family",

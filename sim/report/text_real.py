@@ -90,8 +90,8 @@ two, up to 2^15, or down after an overflow: the smallest scale at which its real
 overflows, overflows born inside the backward kernels included) and **measured flushing** (the \
 share of the true nonzero gradient values, from a float32 copy of the graph, that float16 left at \
 zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is left exactly as without \
-the probes (`updater.probes`). The simulator replays those measurements. The same models were \
-then trained again for real, from the same weights and batches, under two other policies: \
+the probes (`updater.driver.probes`). The simulator replays those measurements. The same models \
+were then trained again for real, from the same weights and batches, under two other policies: \
 `nnabla-legacy` (scale 8, doubling every 2000 steps: underflow) and `dynamic-fast` \
 (`DynamicScale(growth_interval=50)`: it climbs back to 2^15 50 steps after each backoff, so it \
 overflows more often). At every step of every run a float32 copy of the training graph (same \

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from updater.checks import check_int, check_number
+from updater.common.validation import check_int, check_number
 from updater.trace import EXP_MAX, EXP_MIN, NBINS, Trace
 
 # ---------------------------------------------------------------- synthetic families

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from updater import DynamicLossScalingUpdater, amp
-from updater.context import get_context
+from updater.runtime.context import get_context
 
 pytestmark = pytest.mark.nnabla
 

@@ -22,7 +22,7 @@ from updater import (
     NonFiniteGradientsError,
     StaticScale,
 )
-from updater.arrays import host_reads
+from updater.driver.arrays import host_reads
 
 _SCOPES = itertools.count()
 

@@ -20,9 +20,10 @@ from tests.nnabla_models import (
     solver_state_values,
 )
 from tests.paths import ROOT
-from updater import DynamicScale, files
-from updater.checkpoint import load_checkpoint, save_checkpoint
-from updater.updater import DynamicLossScalingUpdater
+from updater import DynamicScale
+from updater.common import files
+from updater.driver.updater import DynamicLossScalingUpdater
+from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.nnabla
 
@@ -299,8 +300,8 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 import nnabla as nn
 from tests.nnabla_models import TinyClassifier
-from updater.checkpoint import save_checkpoint
-from updater.updater import DynamicLossScalingUpdater
+from updater.runtime.checkpoint import save_checkpoint
+from updater.driver.updater import DynamicLossScalingUpdater
 model = TinyClassifier("killed")
 upd = DynamicLossScalingUpdater(model.solver, model.loss, model.feeder())
 upd.update()

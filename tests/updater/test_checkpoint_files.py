@@ -16,7 +16,7 @@ import pytest
 from tests.broken_files import ARCHIVE_BREAKAGES, rewrite, set_array
 from tests.paths import ROOT
 from tests.updater.test_checkpoint import SCOPE, assert_unchanged, build, snapshot
-from updater.checkpoint import load_checkpoint, save_checkpoint
+from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.nnabla
 
@@ -189,8 +189,8 @@ FULL_DISK = """
 import hashlib, os, resource, signal, sys
 sys.path.insert(0, {root!r})
 from tests.nnabla_models import TinyClassifier
-from updater.checkpoint import save_checkpoint
-from updater.updater import DynamicLossScalingUpdater
+from updater.runtime.checkpoint import save_checkpoint
+from updater.driver.updater import DynamicLossScalingUpdater
 small = TinyClassifier("small", solver="adam")
 big = TinyClassifier("big", hidden=2000, solver="adam")  # about 190 KB of checkpoint
 updaters = [DynamicLossScalingUpdater(m.solver, m.loss, m.feeder()) for m in (small, big)]

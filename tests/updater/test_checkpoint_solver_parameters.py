@@ -11,13 +11,13 @@ import pytest
 
 from tests.nnabla_models import assert_same_values, cpu_context, param_values, solver_state_values
 from updater import DynamicScale
-from updater.checkpoint import (
+from updater.driver.updater import DynamicLossScalingUpdater
+from updater.runtime.checkpoint import (
     CheckpointMismatchError,
     checkpoint_parameters,
     load_checkpoint,
     save_checkpoint,
 )
-from updater.updater import DynamicLossScalingUpdater
 
 pytestmark = pytest.mark.nnabla
 

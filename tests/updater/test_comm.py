@@ -219,7 +219,7 @@ def test_a_failing_rank_ends_the_whole_job(tmp_path, ranks):
 def test_missing_mpi4py_gives_an_install_hint():
     code = (
         "import sys; sys.modules['mpi4py'] = None\n"
-        "from updater.comm import MPICommunicator\n"
+        "from updater.runtime.comm import MPICommunicator\n"
         "try:\n    MPICommunicator()\n"
         "except ImportError as exc:\n    print('ImportError:', exc)\n"
     )
@@ -231,7 +231,7 @@ def test_missing_mpi4py_gives_an_install_hint():
 
 
 def test_abort_on_exception_rejects_bad_exit_codes():
-    from updater.comm import abort_on_exception
+    from updater.runtime.comm import abort_on_exception
 
     for bad in (0, 256, 1.0, True):
         with pytest.raises(ValueError, match=r"exit_code must be an int in \[1, 255\], got"):

@@ -6,7 +6,7 @@ import nnabla as nn
 import numpy as np
 import pytest
 
-from updater.context import cuda_device_count, get_context
+from updater.runtime.context import cuda_device_count, get_context
 
 pytestmark = pytest.mark.nnabla
 
@@ -14,7 +14,7 @@ HAS_GPU = cuda_device_count() > 0
 
 
 def test_auto_picks_what_this_machine_has_and_logs_it(caplog):
-    with caplog.at_level(logging.INFO, logger="updater.context"):
+    with caplog.at_level(logging.INFO, logger="updater.runtime.context"):
         ctx = get_context()
     expected = "cudnn:half" if HAS_GPU else "cpu:half"
     assert ctx.backend[0] == expected

@@ -10,12 +10,12 @@ import nnabla as nn
 import numpy as np
 import pytest
 
-import updater.gradients as gradients
+import updater.driver.finite_checks as gradients
 from tests.nnabla_models import TinyClassifier, assert_same_values, param_values
 from updater import DynamicLossScalingUpdater, DynamicScale, HeadroomScale, NonFiniteGradientsError
-from updater.arrays import _check_array, array_dtype, host_reads
-from updater.flat import device_functions
-from updater.gradients import choose_check
+from updater.driver.arrays import _check_array, array_dtype, host_reads
+from updater.driver.finite_checks import resolve_path
+from updater.driver.flat import device_functions
 
 pytestmark = pytest.mark.nnabla
 
@@ -62,7 +62,7 @@ def test_device_path_runs_the_same_functions_at_any_depth_in_one_host_read():
 def test_many_small_arrays_are_checked_in_one_concatenation_on_the_numpy_path():
     m = deep(10, type_config="float")
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
-    assert not u._by_array and len(u.param_names) == 24
+    assert not u._work.check.by_array and len(u.param_names) == 24
     u.update()
     functions, reads = per_update(u)
     inputs = sum(array_dtype(v.data).kind == "f" for v in (m.x, m.t, m.weight))
@@ -109,7 +109,7 @@ def test_numpy_path_unscales_and_clips_as_it_does_array_by_array(monkeypatch):
             m.solver, m.loss, m.feeder(weights={2: SPIKE}), finite_check="numpy",
             policy=HeadroomScale(init_scale=2.0**12), clip_grad_norm=0.05,
         )  # fmt: skip
-        assert u._by_array == (few > 24)
+        assert u._work.check.by_array == (few > 24)
         runs.append(([u.update() for _ in range(4)], param_values(m.params)))
     assert runs[0][0] == runs[1][0]
     assert [r.update_applied for r in runs[0][0]] == [True, True, False, True]
@@ -163,8 +163,8 @@ def test_a_parameter_added_later_is_followed_by_the_concatenation(check):
 def test_auto_on_the_cpu_chooses_by_the_number_of_arrays_and_their_sizes(
     flag_only, n_values, n_arrays, chosen
 ):
-    assert choose_check("auto", flag_only, n_values, n_arrays) == chosen
-    assert choose_check("solver", flag_only, n_values, n_arrays) == "solver"
+    assert resolve_path("auto", flag_only, n_values, n_arrays) == chosen
+    assert resolve_path("solver", flag_only, n_values, n_arrays) == "solver"
 
 
 @pytest.mark.parametrize(

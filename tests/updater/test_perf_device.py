@@ -13,14 +13,15 @@ from tests.nnabla_models import (
     TinyClassifier,
     assert_same_values,
     gradient_values,
+    inspect,
     iterate,
     param_values,
     set_grads,
 )
 from updater import DynamicScale, HeadroomScale
-from updater.arrays import host_reads
-from updater.flat import DeviceStats
-from updater.updater import DynamicLossScalingUpdater
+from updater.driver.arrays import host_reads
+from updater.driver.flat import DeviceStats
+from updater.driver.updater import DynamicLossScalingUpdater
 
 pytestmark = pytest.mark.nnabla
 
@@ -53,10 +54,10 @@ def test_device_check_decides_as_numpy_and_nnabla_in_one_host_read(case, type_co
     values = gradient_values(m, case, dtype)
     set_grads(m, values)
     before = host_reads()
-    on_device = device_path._inspect()[:4]
+    on_device = inspect(device_path)[:4]
     assert host_reads() - before == 1
     assert on_device[0] is None  # no gradient came to the host
-    assert on_device[1:] == numpy_path._inspect()[:4][1:]
+    assert on_device[1:] == inspect(numpy_path)[:4][1:]
     assert on_device[1] == (not m.solver.check_inf_or_nan_grad())
     assert set(on_device[3]) == {n for n, v in values.items() if not np.isfinite(v).all()}
     if policy.needs_grad_absmax:
@@ -75,9 +76,9 @@ def test_device_sum_of_squares_matches_the_numpy_pass(case, type_config):
     m, (numpy_path, device_path) = pair(type_config, DynamicScale(), clip=1.0)
     values = gradient_values(m, case, dtype)
     set_grads(m, values)
-    on_device = device_path._inspect(2.0**4)
+    on_device = inspect(device_path, 2.0**4)
     set_grads(m, values)
-    in_numpy = numpy_path._inspect(2.0**4)
+    in_numpy = inspect(numpy_path, 2.0**4)
     assert on_device.finite == in_numpy.finite
     if not in_numpy.finite:
         assert on_device.sumsq is None

@@ -15,15 +15,16 @@ from tests.nnabla_models import (
     TinyClassifier,
     cpu_context,
     gradient_values,
+    inspect,
     iterate,
     param_values,
     set_grads,
 )
 from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
-from updater.arrays import array_dtype, host_reads
-from updater.float16 import FP16_MAX
+from updater.common.float16 import FP16_MAX
+from updater.driver.arrays import array_dtype, host_reads
+from updater.driver.updater import DynamicLossScalingUpdater
 from updater.policy import largest_safe_scale
-from updater.updater import DynamicLossScalingUpdater
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +71,7 @@ def test_fused_pass_decides_as_nnabla_and_unscales_as_scale_grad(case, type_conf
     m.solver.scale_grad(1.0 / seed)
     expected = {n: p.grad.get_data("r").copy() for n, p in m.params.items()}
     set_grads(m, values)
-    found = u._inspect(seed)
+    found = inspect(u, seed)
     assert found.finite == (not nnabla_says_bad)
     assert set(found.bad) == {n for n, v in values.items() if not np.isfinite(v).all()}
     assert found.unscaled and found.arrays is None
@@ -98,9 +99,8 @@ def test_update_reads_each_gradient_once_and_calls_neither_nnabla_check_nor_scal
     """The old update() ran the NumPy check, then ``solver.scale_grad`` over every gradient
     again (or ``check_inf_or_nan_grad`` and ``scale_grad`` for small models)."""
     m = TinyClassifier(type_config=type_config)
-    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), scale=2.0**10, finite_check="numpy")
     solver = CountingSolver(m.solver)
-    u.solver = solver
+    u = DynamicLossScalingUpdater(solver, m.loss, m.feeder(), scale=2.0**10, finite_check="numpy")
     before = host_reads()
     for _ in range(3):
         assert u.update().update_applied
@@ -258,9 +258,9 @@ def test_nnabla_path_decides_as_the_numpy_path(case, type_config, policy):
     }
     set_grads(m, gradient_values(m, case, np.float16 if type_config == "half" else np.float32))
     before = host_reads()
-    found = paths["nnabla"]._inspect()[:4]
+    found = inspect(paths["nnabla"])[:4]
     reads = host_reads() - before
-    assert found[1:] == paths["numpy"]._inspect()[:4][1:]
+    assert found[1:] == inspect(paths["numpy"])[:4][1:]
     assert reads == (0 if found[1] and policy == "dynamic" else len(m.params))
 
 
@@ -268,15 +268,15 @@ def test_nnabla_path_decides_as_the_numpy_path(case, type_config, policy):
 def test_numpy_absmax_is_over_absmax_over_when_given(unscale_by):
     """With a communicator that all-reduces only some gradients, |g| max (scaled) is taken over
     those arrays, in the checking pass and in the fused one."""
-    from updater.gradients import inspect_gradients
+    from updater.driver.finite_checks import HostCheck
 
     m = TinyClassifier()
     values = gradient_values(m, "finite", np.float16)
     set_grads(m, values)
     names = list(m.solver.get_parameters())
     params = m.solver.get_parameters()
-    found = inspect_gradients(
-        "numpy", m.solver, params, True, [params[names[1]].grad], unscale_by=unscale_by
+    found = HostCheck(m.solver, None).inspect(
+        lambda: params, True, [params[names[1]].grad], unscale_by=unscale_by
     )
     assert found.finite and found.absmax == np.abs(values[names[1]].astype(np.float64)).max()
     assert found.unscaled == (unscale_by is not None)

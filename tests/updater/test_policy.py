@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from updater.float16 import FP16_MAX
+from updater.common.float16 import FP16_MAX
 from updater.policy import (
     DynamicScale,
     HeadroomScale,

@@ -13,8 +13,8 @@ import pytest
 
 from sim.replay.run import simulate
 from updater import DynamicScale, StaticScale
-from updater.recorder import GradientRecorder
 from updater.trace import EXP_MAX, EXP_MIN, NBINS, Trace
+from updater.trace.recorder import GradientRecorder
 
 SPIKE = 1e3  # loss weight of a spike batch: TinyClassifier overflows float16 from scale 2**7
 SPIKE_OVERFLOWS_FROM = 2.0**7  # measured below (test_spike_threshold_of_the_tiny_model)

@@ -11,7 +11,7 @@ import pytest
 from tests.nnabla_models import TinyClassifier
 from tests.paths import ROOT
 from updater import DynamicLossScalingUpdater, GradientRecorder, Trace
-from updater.trace_parts import part_files, parts_dir
+from updater.trace.parts import part_files, parts_dir
 
 FIELDS = ("counts", "zeros", "absmax", "nonfinite", "overflow_scale", "layer_counts",
           "layer_zeros", "layer_absmax")  # fmt: skip

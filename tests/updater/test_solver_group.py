@@ -19,7 +19,7 @@ from tests.nnabla_models import (
     solver_state_values,
 )
 from updater import DynamicLossScalingUpdater, DynamicScale, SolverGroup
-from updater.checkpoint import load_checkpoint, save_checkpoint
+from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()

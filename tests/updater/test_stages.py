@@ -8,7 +8,6 @@ import nnabla.solvers as S
 import numpy as np
 import pytest
 
-import updater.step_work as driver
 from tests.nnabla_models import (
     TinyClassifier,
     assert_same_values,
@@ -17,8 +16,9 @@ from tests.nnabla_models import (
     param_values,
 )
 from updater import DynamicScale
-from updater.checkpoint import load_checkpoint, save_checkpoint
-from updater.updater import DynamicLossScalingUpdater
+from updater.driver.finite_checks import FiniteCheck
+from updater.driver.updater import DynamicLossScalingUpdater
+from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.nnabla
 
@@ -194,7 +194,7 @@ def test_disabled_trains_exactly_like_a_plain_float32_loop_and_runs_no_check(mon
     def no_check(*args, **kwargs):
         raise AssertionError("the finite check ran")
 
-    monkeypatch.setattr(driver, "inspect_gradients", no_check)
+    monkeypatch.setattr(FiniteCheck, "inspect", no_check)
     runs = []
     for disabled in (True, False):
         nn.clear_parameters()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.nnabla_models import cpu_context
 from updater import DynamicLossScalingUpdater, NonFiniteStatisticsError, save_checkpoint
-from updater.arrays import host_reads
+from updater.driver.arrays import host_reads
 
 pytestmark = pytest.mark.nnabla
 
@@ -58,7 +58,7 @@ def test_a_statistic_made_inf_by_an_applied_step_is_reported_once(check, caplog)
     u = DynamicLossScalingUpdater(
         net.solver, net.loss, net.feed, finite_check=check, on_overflow="retry"
     )
-    with caplog.at_level(logging.WARNING, logger="updater.statistics"):
+    with caplog.at_level(logging.WARNING, logger="updater.driver.forward_state"):
         records = [u.update() for _ in range(4)]
     assert records[1].update_applied  # the big batch itself trained (at a lower scale)
     assert not np.isfinite(net.var().d).all()  # what the old updater left, silently
@@ -79,7 +79,7 @@ def test_the_device_check_reads_the_statistics_in_its_one_host_read(caplog):
     u.update()
     assert host_reads() - reads == 1
     net.big = {net.calls}
-    with caplog.at_level(logging.WARNING, logger="updater.statistics"):
+    with caplog.at_level(logging.WARNING, logger="updater.driver.forward_state"):
         rec = u.update()
     assert rec.update_applied and u.nonfinite_statistics == 1 and "bn/bn/var" in caplog.text
 
@@ -106,7 +106,7 @@ def test_a_skipped_step_without_restore_is_checked_too(caplog):
         net.solver, net.loss, net.feed, restore_on_skip=False, scale=2.0**15
     )
     u.update()
-    with caplog.at_level(logging.WARNING, logger="updater.statistics"):
+    with caplog.at_level(logging.WARNING, logger="updater.driver.forward_state"):
         rec = u.update()
     assert not rec.update_applied and u.nonfinite_statistics == 1
 
@@ -117,6 +117,6 @@ def test_save_checkpoint_warns_about_inf_statistics(tmp_path, caplog):
     u = DynamicLossScalingUpdater(net.solver, net.loss, net.feed, on_overflow="retry")
     u.update()
     u.update()
-    with caplog.at_level(logging.WARNING, logger="updater.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="updater.runtime.checkpoint"):
         save_checkpoint(tmp_path / "run.npz", u)
     assert f"{net.scope}/bn/bn/var (inf)" in caplog.text and "allow_nonfinite=True" in caplog.text

@@ -15,9 +15,9 @@ from nnabla.experimental.mixed_precision_training import (
     DynamicLossScalingUpdater as NnablaUpdater,
 )
 
-import updater.arrays as arrays
-import updater.attempts as driver
-import updater.flat as flat
+import updater.driver.arrays as arrays
+import updater.driver.flat as flat
+import updater.driver.rounds as rounds
 from tests.nnabla_models import (
     TinyBNClassifier,
     TinyClassifier,
@@ -27,7 +27,7 @@ from tests.nnabla_models import (
     solver_state_values,
 )
 from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
-from updater.updater import DynamicLossScalingUpdater, NonFiniteGradientsError
+from updater.driver.updater import DynamicLossScalingUpdater, NonFiniteGradientsError
 
 pytestmark = pytest.mark.nnabla
 
@@ -207,13 +207,13 @@ def test_every_retry_runs_at_a_strictly_lower_seed():
         m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**14, hysteresis=1),
         on_overflow="retry",
     )  # fmt: skip
-    forward_backward = u._forward_backward
+    run = u._rounds.run
 
-    def spy(seed, replay):
+    def spy(seed, **kwargs):
         seeds.append(seed)
-        return forward_backward(seed, replay)
+        return run(seed, **kwargs)
 
-    u._forward_backward = spy
+    u._rounds.run = spy
     rec = u.update()
     assert rec.update_applied and len(seeds) == rec.attempts > 2
     assert all(b < a for a, b in zip(seeds, seeds[1:]))
@@ -276,7 +276,7 @@ def test_retry_copies_nothing_but_the_round_inputs_when_nothing_overflows(monkey
         copied.append(sum(v.size for v in variables))
         return real_save(self, variables, slot)
 
-    monkeypatch.setattr(driver, "copy_array", spy)  # round inputs
+    monkeypatch.setattr(rounds, "copy_array", spy)  # round inputs
     monkeypatch.setattr(flat.FlatGraphs, "save", save_spy)  # state a forward pass moves
     m = TinyBNClassifier("frozen", solver="sgd")
     with nn.context_scope(m.ctx), nn.parameter_scope("frozen"):

@@ -18,13 +18,14 @@ from tests.nnabla_models import (
     TinyClassifier,
     assert_same_values,
     gradient_values,
+    inspect,
     param_values,
     set_grads,
     solver_state_values,
 )
 from updater import DynamicScale, HeadroomScale, StaticScale
-from updater.arrays import grad_stats, host_view
-from updater.updater import (
+from updater.driver.arrays import grad_stats, host_view
+from updater.driver.updater import (
     DynamicLossScalingUpdater,
     NonFiniteGradientsError,
     StepRecord,
@@ -348,7 +349,7 @@ def test_updater_numpy_check_through_views_equals_nnabla_check(case, type_config
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
     values = gradient_values(m, case, dtype, seed=5)
     set_grads(m, values)
-    arrays, finite, absmax, bad = u._inspect()[:4]
+    arrays, finite, absmax, bad = inspect(u)[:4]
     assert finite == (not m.solver.check_inf_or_nan_grad())
     assert set(bad) == {n for n, v in values.items() if not np.isfinite(v).all()}
     assert [a.dtype for a in arrays] == [dtype] * len(values)
@@ -369,7 +370,7 @@ def test_updater_numpy_check_through_float16_views_on_generated_values(values):
     name = "fc2/affine/W"
     filled = np.resize(values, m.params[name].shape).astype(np.float16)
     set_grads(m, {name: filled})
-    _, finite, _, bad = u._inspect()[:4]
+    _, finite, _, bad = inspect(u)[:4]
     assert finite == (not m.solver.check_inf_or_nan_grad())
     assert bad == ([] if np.isfinite(filled).all() else [name])
 
@@ -382,7 +383,7 @@ def test_auto_check_uses_numpy_views_on_cpu_for_large_models(hidden, expected):
     assert u.finite_check == expected
     ref = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="solver")
     set_grads(m, {"fc1/affine/b": np.full(hidden, np.inf, np.float32)})
-    assert u._inspect()[:4][1:] == ref._inspect()[:4][1:] == (False, None, ["fc1/affine/b"])
+    assert inspect(u)[:4][1:] == inspect(ref)[:4][1:] == (False, None, ["fc1/affine/b"])
 
 
 @pytest.mark.parametrize("check", ["numpy", "solver"])
@@ -596,7 +597,7 @@ def test_bad_input_raises_a_clear_error(kwargs, exc, fragments):
 def test_single_rank_communicator_path_matches_no_communicator():
     """With one MPI rank the all-reduce and the agreement are identities: same training."""
     pytest.importorskip("mpi4py")
-    from updater.comm import MPICommunicator
+    from updater.runtime.comm import MPICommunicator
 
     comm = MPICommunicator()
     assert comm.size == 1

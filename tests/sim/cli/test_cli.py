@@ -25,8 +25,8 @@ from sim.report.tables import format_value, markdown_table
 from sim.traces.families import make_trace
 from tests.paths import ROOT, SHIPPED_TRACES
 from updater.policy import POLICIES, StaticScale
-from updater.presets import PRESETS, make_policy
-from updater.presets import names as policy_names
+from updater.policy.presets import PRESETS, make_policy
+from updater.policy.presets import names as policy_names
 
 REPO = ROOT
 
@@ -133,7 +133,7 @@ def test_help_has_description_and_examples(command, capsys):
 
 @pytest.mark.parametrize("command", ["simulate", "sweep"])
 def test_policy_help_lists_every_preset_and_class_with_its_settings(command, capsys):
-    # issue 10: the --policy help is generated from updater.presets, not written by hand
+    # issue 10: the --policy help is generated from updater.policy.presets, not written by hand
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
     assert exc.value.code == 0

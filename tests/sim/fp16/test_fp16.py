@@ -23,7 +23,7 @@ from sim.fp16.counts import (
 )
 from sim.fp16.scales import sweep
 from tests.paths import ROOT
-from updater.float16 import FP16_SMALLEST_SUBNORMAL
+from updater.common.float16 import FP16_SMALLEST_SUBNORMAL
 
 FIELDS = ("total", "zeros_in", "nonfinite_in", "flushed", "subnormal", "normal", "overflow")
 # Rounding boundaries of float16 (and 65504, 2**-24, 2**-14 themselves).

@@ -18,8 +18,8 @@ from sim.plots import gradients as plot_gradients
 from sim.plots import runs as plot_runs
 from sim.replay.run import simulate, simulate_many
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
-from updater.float16 import FP16_OVERFLOW
-from updater.presets import PRESETS
+from updater.common.float16 import FP16_OVERFLOW
+from updater.policy.presets import PRESETS
 
 NAMES = ["nnabla-legacy", "pytorch", "dynamic", "headroom"]
 

@@ -15,8 +15,8 @@ from sim.replay.layers import (
     layer_needs,
     layer_view,
 )
-from updater.recorder import GradientRecorder
 from updater.trace import Trace
+from updater.trace.recorder import GradientRecorder
 
 SMALL = 1.5 * 2.0**-30  # binade -30: flushed at 2**4, kept at 2**5 (in float16 too)
 LARGE = 4096.0  # binade 12: needs 2**-37; 4096 * 2**3 <= 65504 < 4096 * 2**4

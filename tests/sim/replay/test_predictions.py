@@ -16,8 +16,8 @@ from sim.replay.predictions import PREDICTED, prediction_rows
 from sim.report.experiments import QUICK, check_real_traces, load_real_traces
 from sim.traces.real import MODELS
 from tests.paths import SHIPPED_TRACES
+from updater.driver.probes import flushed_shares
 from updater.policy import DynamicScale, StaticScale
-from updater.probes import flushed_shares
 from updater.trace import Trace
 
 SHIPPED = SHIPPED_TRACES

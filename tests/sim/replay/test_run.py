@@ -18,9 +18,9 @@ from sim.replay.run import (
     stack_policies,
 )
 from sim.traces.families import make_trace
-from updater.float16 import FP16_OVERFLOW
+from updater.common.float16 import FP16_OVERFLOW
 from updater.policy import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
-from updater.presets import PRESETS, make_policy
+from updater.policy.presets import PRESETS, make_policy
 from updater.trace import Trace
 
 POLICIES = [

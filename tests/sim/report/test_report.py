@@ -22,7 +22,7 @@ from sim.report.text import render
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from sim.traces.real import MODELS, SHIPPED_DIR
 from tests.paths import SHIPPED_TRACES
-from updater.presets import PRESETS, make_policy
+from updater.policy.presets import PRESETS, make_policy
 
 SHIPPED = SHIPPED_TRACES
 

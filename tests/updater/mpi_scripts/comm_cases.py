@@ -16,7 +16,7 @@ import nnabla.parametric_functions as PF
 import numpy as np
 from nnabla.ext_utils import get_extension_context
 
-from updater.comm import MPICommunicator, abort_on_exception
+from updater.runtime.comm import MPICommunicator, abort_on_exception
 
 abort_on_exception()
 out_dir = Path(sys.argv[1])

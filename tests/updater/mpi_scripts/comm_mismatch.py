@@ -12,7 +12,7 @@ from pathlib import Path
 import nnabla as nn
 import numpy as np
 
-from updater.comm import MPICommunicator
+from updater.runtime.comm import MPICommunicator
 
 out_dir, mode = Path(sys.argv[1]), sys.argv[2]
 comm = MPICommunicator()

@@ -12,7 +12,7 @@ from pathlib import Path
 import nnabla as nn
 import numpy as np
 
-from updater.comm import MPICommunicator, abort_on_exception
+from updater.runtime.comm import MPICommunicator, abort_on_exception
 
 out_dir = Path(sys.argv[1])
 

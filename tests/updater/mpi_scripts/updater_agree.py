@@ -24,7 +24,7 @@ sys.path.insert(
 )  # the checkout, for tests.nnabla_models
 from tests.nnabla_models import TinyClassifier  # noqa: E402
 from updater import DynamicLossScalingUpdater, DynamicScale, MPICommunicator  # noqa: E402
-from updater.comm import abort_on_exception  # noqa: E402
+from updater.runtime.comm import abort_on_exception  # noqa: E402
 
 abort_on_exception()
 out_dir, mode, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])

@@ -24,7 +24,7 @@ from updater import DynamicLossScalingUpdater, DynamicScale  # noqa: E402
 out_dir, mode, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 BATCH, RANKS, INF_STEP = 8, 2, 7
 if mode == "dp":
-    from updater.comm import MPICommunicator, abort_on_exception
+    from updater.runtime.comm import MPICommunicator, abort_on_exception
 
     abort_on_exception()
     comm = MPICommunicator()

@@ -10,7 +10,7 @@ from typing import List, Union
 
 import numpy as np
 
-from .trace import NBINS, Trace
+from .format import NBINS, Trace
 
 
 def parts_dir(path: Union[str, Path]) -> Path:

@@ -4,22 +4,23 @@ The policy contract, which every policy here keeps and a new one must keep:
 
 - A policy is a frozen dataclass of settings, subclassing ``_Policy`` and listed in
   :data:`POLICIES`. Its ``_validate()`` checks scalar settings (wrong type ``TypeError``, wrong
-  value ``ValueError``, see :mod:`updater.checks`); a policy built with array-valued settings
-  (many settings at once, :func:`sim.replay.run.stack_policies`) is validated element by element.
+  value ``ValueError``, see :mod:`updater.common.validation`); a policy built with array-valued
+  settings (many settings at once, :func:`sim.replay.run.stack_policies`) is validated element by
+  element.
 - ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
 - ``update(state, grads_finite, grad_absmax=None, bad_batch=False)`` returns the next state.
   ``bad_batch`` marks a step whose data was bad (an inf/NaN loss or input): the third outcome,
   next to finite and overflow; each policy's rules say what it does. Its rules are
   written once, with no ``if`` on values, over a small namespace of elementwise operations
-  (:func:`updater.policy_state.ops_for`): Python-number operations for one run (scalar state,
+  (:func:`updater.policy.state.ops_for`): Python-number operations for one run (scalar state,
   flag and settings: a few microseconds), NumPy operations otherwise, so the same code advances
   one run, many runs (arrays), or many runs with different settings. ``grads_finite`` is True
   for a good step; ``grad_absmax`` (the largest scaled |gradient|) is passed only to policies
   with ``needs_grad_absmax = True``.
 - The scale stays finite, > 0 and within the policy's ``[min_scale, max_scale]`` if it has them.
 
-Named configurations (``pytorch``, ``deepspeed``, ...) are in :mod:`updater.presets`. No module
-here imports nnabla.
+Named configurations (``pytorch``, ``deepspeed``, ...) are in :mod:`updater.policy.presets`. No
+module here imports nnabla.
 
 Example:
     >>> p = DynamicScale(init_scale=8.0, growth_interval=2, hysteresis=1)
@@ -39,8 +40,8 @@ from typing import Any, ClassVar, Dict
 
 import numpy as np
 
-from .checks import check_bool, check_int, check_positive
-from .policy_state import (
+from ..common.validation import check_bool, check_int, check_positive
+from .state import (
     ScaleState,
     largest_safe_scale,  # noqa: F401 (public here too)
     make_state,

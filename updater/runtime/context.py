@@ -17,7 +17,7 @@ import importlib
 import logging
 from typing import Tuple
 
-from .checks import check_int
+from ..common.validation import check_int
 
 logger = logging.getLogger(__name__)
 

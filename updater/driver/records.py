@@ -1,9 +1,50 @@
-"""What an ``update()`` call reports: its :class:`StepRecord`, the updater's counters, and the
-error a persistent non-finite gradient raises."""
+"""What an ``update()`` call reports: its :class:`StepRecord`, the updater's :class:`Counters`,
+and the error a persistent non-finite gradient raises."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass
+class Counters:
+    """The updater's counters, one record shared by the updater and its collaborators, each
+    moving its own; read as ``updater.steps`` etc.
+
+    Attributes:
+        steps, updates_applied, skips (int): ``update()`` calls, calls that applied an update,
+            calls that applied none (moved by ``step()``).
+        overflows (int): non-finite attempts, retries included (the attempts).
+        consecutive_nonfinite (int): ``update()`` calls since the last applied update.
+        batches, passes (int): ``data_feeder`` calls and forward/backward rounds (the rounds).
+        nonfinite_statistics (int): running statistics found inf/NaN, each once (the forward
+            state); not saved in ``state_dict()``.
+    """
+
+    steps: int = 0
+    updates_applied: int = 0
+    overflows: int = 0
+    skips: int = 0
+    consecutive_nonfinite: int = 0
+    batches: int = 0
+    passes: int = 0
+    nonfinite_statistics: int = 0
+
+
+class Monitor:
+    """Writes the ``loss_scale`` used and the ``skipped_steps`` so far to an nnabla
+    ``Monitor``, each step."""
+
+    def __init__(self, monitor):
+        from nnabla.monitor import MonitorSeries
+
+        self.scale = MonitorSeries("loss_scale", monitor, interval=1, verbose=False)
+        self.skips = MonitorSeries("skipped_steps", monitor, interval=1, verbose=False)
+
+    def add(self, step: int, scale: float, skips: int) -> None:
+        self.scale.add(step, scale)
+        self.skips.add(step, skips)
+
 
 COUNTERS = (
     "steps",
@@ -14,7 +55,7 @@ COUNTERS = (
     "batches",
     "passes",
 )
-"""The updater's counters (attributes and ``state_dict()["counters"]``)."""
+"""The counters ``state_dict()["counters"]`` saves."""
 
 
 class NonFiniteGradientsError(FloatingPointError):

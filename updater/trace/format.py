@@ -5,7 +5,7 @@ binade (bin ``i`` counts values ``v`` with ``floor(log2|v|) == EXP_MIN + i``; va
 range land in the end bins), the count of exact zeros, the largest magnitude (unscaled),
 whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
 the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
-never was). :class:`updater.recorder.GradientRecorder` writes it from a training run; the
+never was). :class:`updater.trace.recorder.GradientRecorder` writes it from a training run; the
 simulator (:mod:`sim.traces.families` makes synthetic ones, :mod:`sim.replay.run` replays them)
 reads it. Optionally (``GradientRecorder(per_parameter=True)``) a trace also holds the same
 statistics for each parameter array ("layers": ``fc1/affine/W`` and ``fc1/affine/b`` are two),
@@ -29,7 +29,7 @@ from typing import Union
 
 import numpy as np
 
-from .files import atomic_write, read_npz
+from ..common.files import atomic_write, read_npz
 
 logger = logging.getLogger(__name__)
 

@@ -33,15 +33,32 @@ new numbers in every probe's forward, as in a retry.
 
 from __future__ import annotations
 
-from typing import List, NamedTuple
+from typing import Dict, List, NamedTuple, Protocol
 
 import numpy as np
 
+from ..common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
 from .arrays import copy_array
-from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
 
 FLUSH_OFFSETS = (-12, -8, -4, 0)
 """Powers of two, relative to the seed used, at which flushing is measured."""
+
+
+class Rerun(Protocol):
+    """What the probes need of the driver: the step's rounds again at another scale, and its
+    gradients and forward state (implemented by :class:`updater.driver.attempts.Attempts`)."""
+
+    rounds_per_attempt: int  # forward/backward rounds per attempt (accum_grad)
+
+    def params(self) -> Dict: ...  # the solver's parameters
+
+    def host_grads(self) -> List[np.ndarray]: ...  # host views of the gradients
+
+    def probe(self, scale: float) -> bool: ...  # rounds at ``scale``; finite on every worker?
+
+    def reference_grads(self) -> List[np.ndarray]: ...  # the float32 graph's, at seed 1
+
+    def save_forward_state(self, slot: str): ...  # a copy with ``restore()``
 
 
 class ProbeResult(NamedTuple):
@@ -91,33 +108,34 @@ def probe_bounds(policy, seed_type) -> tuple:
 
 
 def probe_step(
-    updater, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool
-) -> ProbeResult:
-    """Probe the current step of ``updater`` (module doc) after its attempt at ``seed``.
+    step: Rerun, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool,
+    bounds: tuple,
+) -> ProbeResult:  # fmt: skip
+    """Probe the current step (module doc) after its attempt at ``seed``.
 
     Args:
-        updater (DynamicLossScalingUpdater): the driver, between its last attempt and ``step()``;
-            its round inputs for ``accum_grad > 1`` must have been kept.
+        step (Rerun): the driver, between its last attempt and ``step()``; its round inputs for
+            ``accum_grad > 1`` must have been kept.
         seed (float): the seed of the recorded attempt.
         finite (bool): whether that attempt's gradients were finite (agreed across workers).
         known_overflow (float): the smallest seed at which an earlier attempt of this step
             overflowed (inf when none): probes above it are not needed.
         overflow (bool): find the overflow threshold.
         flush (bool): measure the flushed shares.
+        bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`).
 
     Returns:
         ProbeResult.
     """
-    low, high = probe_bounds(updater.policy, updater._seed_type)
-    params = updater._params()
-    kept = [(p, copy_array(p.grad)) for p in params.values() if not p.grad.zeroing]
-    used = [np.array(g) for g in updater._host_grads()] if flush else None
-    moved = updater._copy_written("probe")
+    low, high = bounds
+    kept = [(p, copy_array(p.grad)) for p in step.params().values() if not p.grad.zeroing]
+    used = [np.array(g) for g in step.host_grads()] if flush else None
+    moved = step.save_forward_state("probe")
     passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
     try:
         if flush:
-            true = updater._reference_grads()
-            passes += updater.accum_grad
+            true = step.reference_grads()
+            passes += step.rounds_per_attempt
             shares = np.full(len(FLUSH_OFFSETS), np.nan)
             for i, k in enumerate(FLUSH_OFFSETS):
                 scale = seed * 2.0**k
@@ -126,21 +144,21 @@ def probe_step(
                 if k == 0:
                     ok, half = finite, used
                 else:
-                    ok = updater._probe_attempt(scale)
-                    half, passes = updater._host_grads(), passes + updater.accum_grad
+                    ok = step.probe(scale)
+                    half, passes = step.host_grads(), passes + step.rounds_per_attempt
                 if ok:
                     shares[i] = flushed_shares(true, half, scale)[0]
         scale = seed * 2 if finite else seed / 2
         while overflow and low <= scale <= high and scale < threshold:
-            ok = updater._probe_attempt(scale)
-            passes += updater.accum_grad
+            ok = step.probe(scale)
+            passes += step.rounds_per_attempt
             if finite and not ok:
                 threshold = scale
                 break
             if not finite:
                 if ok:
                     finite_seed = scale
-                    finite_grads = [np.array(g) for g in updater._host_grads()]
+                    finite_grads = [np.array(g) for g in step.host_grads()]
                     break
                 threshold = scale
             scale = scale * 2 if finite else scale / 2

@@ -36,7 +36,7 @@ _FUNCTIONS = 0
 
 def device_functions() -> int:
     """How many nnabla functions the flat graphs have run in this process (a counter for tests
-    and benchmarks, as :func:`updater.arrays.host_reads`: take the difference around the code
+    and benchmarks, as :func:`updater.driver.arrays.host_reads`: take the difference around the code
     measured)."""
     return _FUNCTIONS
 

@@ -1,8 +1,8 @@
 """GradientRecorder: writes a :class:`updater.trace.Trace` from a training run (NumPy only).
 
-The updater hands it each recorded step's gradients (:mod:`updater.attempts`); with
-``probe_overflow`` or ``measure_flush`` the updater also probes the step (:mod:`updater.probes`)
-before handing it over.
+The updater hands it each recorded step's gradients (:mod:`updater.driver.attempts`); with
+``probe_overflow`` or ``measure_flush`` the updater also probes the step
+(:mod:`updater.driver.probes`) before handing it over.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import List, Union
 
 import numpy as np
 
-from .checks import check_bool, check_int, check_positive
-from .float16 import FP16_OVERFLOW
-from .trace import NBINS, Trace, binade_histogram
-from .trace_parts import concat_traces, merge_parts, part_files, parts_dir, write_part
+from ..common.float16 import FP16_OVERFLOW
+from ..common.validation import check_bool, check_int, check_positive
+from .format import NBINS, Trace, binade_histogram
+from .parts import concat_traces, merge_parts, part_files, parts_dir, write_part
 
 logger = logging.getLogger(__name__)
 
@@ -77,14 +77,14 @@ class GradientRecorder:
     Overflow probes (``probe_overflow=True``, off by default): on each recorded step the updater
     runs the step's forward and backward again on the same batch at other powers of two of the
     scale and records the smallest at which the real backward pass overflows, within the
-    policy's bounds (:mod:`updater.probes`), so the simulator sees overflows born inside the
+    policy's bounds (:mod:`updater.driver.probes`), so the simulator sees overflows born inside the
     backward kernels, which no stored gradient shows; for a step that overflowed, the first
     finite probe's gradients are recorded instead. Training is left exactly as without probing.
     Cost: the extra forward/backward rounds, counted in :attr:`probe_passes`.
 
     Measured flushing (``measure_flush=True``, off by default): on each recorded step the
     updater also runs the step in float32 once (a copy of the graph, same parameters) and in
-    float16 at ``seed * 2**k`` for ``k`` in ``updater.probes.FLUSH_OFFSETS``, and stores the
+    float16 at ``seed * 2**k`` for ``k`` in ``updater.driver.probes.FLUSH_OFFSETS``, and stores the
     share of the true nonzero gradient values that float16 left at zero at each scale (the
     trace's ``flush_*`` fields), which the simulator replays instead of its binade model.
 
@@ -99,7 +99,7 @@ class GradientRecorder:
             (> 0) passed since the last write.
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
-            several scales against a float32 copy of the graph (:mod:`updater.probes`).
+            several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.

@@ -1,16 +1,16 @@
-"""Running statistics that became inf/NaN (mixed into
-:class:`updater.DynamicLossScalingUpdater`).
+"""The state a forward pass writes (running statistics): copied so that a skipped step, a retry
+or a probe can put it back, and checked for inf/NaN.
 
 After every step whose statistics stay (an applied step, and any step with
 ``restore_on_skip=False``), the inputs its forward pass wrote (BatchNormalization's running mean
-and variance, ...: :func:`updater.arrays.forward_written`) are checked for inf/NaN: on the host
-(one view of their concatenation), or inside the device path's one graph and host read. Each
+and variance, ...: :func:`updater.driver.arrays.forward_written`) are checked for inf/NaN: on the
+host (one view of their concatenation), or inside the device path's one graph and host read. Each
 statistic found inf/NaN is reported once, by :meth:`step`: a warning naming it and the step,
 suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
-``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them
-in ``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the
-forward pass even when the step's gradients are finite, and the inference graph then divides by
-inf: the layer outputs its bias alone, silently.
+``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them in
+``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the forward
+pass even when the step's gradients are finite, and the inference graph then divides by inf: the
+layer outputs its bias alone, silently.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import List
 import nnabla as nn
 
 from .arrays import describe_inputs, forward_written, grad_stats, host_view, nonfinite_indices
-from .flat import FlatGraphs, loss_context
+from .flat import FlatGraphs, SavedData, loss_context
 
 logger = logging.getLogger(__name__)
 
@@ -43,34 +43,54 @@ class NonFiniteStatisticsError(FloatingPointError):
 
 def statistic_names(loss, variables: List[nn.Variable]) -> List[str]:
     """Names of forward-written inputs: their name in nnabla's parameter registry, else the
-    function they feed (:func:`updater.arrays.describe_inputs`)."""
+    function they feed (:func:`updater.driver.arrays.describe_inputs`)."""
     registry = {hash(v): k for k, v in nn.get_parameters(grad_only=False).items()}
     described = describe_inputs(loss, variables)
     return [registry.get(hash(v), text) for v, text in zip(variables, described)]
 
 
-class StatisticsCheck:
-    """The check of running statistics (module doc); state and settings are the updater's."""
+class ForwardState:
+    """The inputs the forward pass writes (module doc): copies to put them back, and the report of
+    those that became inf/NaN.
 
-    nonfinite_statistics = 0  # statistics found inf/NaN so far, each counted once
-    _statistics_reported: frozenset = frozenset()  # hashes of those statistics
+    Args:
+        loss (nnabla.Variable): the loss whose graph writes them (found on first use).
+        on_device (bool): the device check reads them with the gradients.
+        on_nonfinite_statistics (str): "warn" or "raise".
+        counters (Counters): its ``nonfinite_statistics`` counts the reported ones.
+    """
 
-    def _written_state(self):
-        """(the inputs the forward pass writes, their FlatGraphs), found on first use."""
+    def __init__(self, loss, on_device: bool, on_nonfinite_statistics: str, counters):
+        self.loss = loss
+        self.on_device = on_device
+        self.on_nonfinite_statistics = on_nonfinite_statistics
+        self.counters = counters
+        self._written = None  # (the inputs the forward pass writes, their FlatGraphs)
+        self._reported: frozenset = frozenset()  # hashes of the statistics reported
+
+    def _found(self):
         if self._written is None:
             self._written = (forward_written(self.loss), FlatGraphs(loss_context(self.loss)))
         return self._written
 
-    def _statistics_on_device(self) -> List[nn.NdArray]:
-        """The statistics for the device path's graph to check (none on the host paths)."""
-        if self.finite_check != "solver":
-            return []
-        return [v.data for v in self._written_state()[0]]
+    @property
+    def written(self) -> List[nn.Variable]:
+        """The inputs the forward pass writes (:func:`updater.driver.arrays.forward_written`)."""
+        return self._found()[0]
 
-    def _new_nonfinite_statistics(self, found) -> List[nn.Variable]:
+    def save(self, slot: str) -> SavedData:
+        """A copy of them (one concatenation), valid until the next copy into ``slot``."""
+        written, graphs = self._found()
+        return graphs.save(written, slot)
+
+    def device_checked(self) -> List[nn.NdArray]:
+        """The statistics for the device check to read (none on the host paths)."""
+        return [v.data for v in self.written] if self.on_device else []
+
+    def new_nonfinite(self, found) -> List[nn.Variable]:
         """The statistics inf/NaN now and not reported before (``found``: the step's
         inspection, whose device check may have looked at them already)."""
-        written, graphs = self._written_state()
+        written, graphs = self._found()
         if not written or found.statistics_finite:
             return []
         if found.statistics_finite is None:  # a host path: one view of their concatenation
@@ -78,14 +98,14 @@ class StatisticsCheck:
             if values is None or grad_stats([host_view(values)], False)[0][0]:
                 return []
         bad = [written[i] for i in nonfinite_indices([v.data for v in written])]
-        return [v for v in bad if hash(v) not in self._statistics_reported]
+        return [v for v in bad if hash(v) not in self._reported]
 
-    def _report_statistics(self, variables: List[nn.Variable], step: int) -> None:
+    def report(self, variables: List[nn.Variable], step: int) -> None:
         """Warn about (or raise for) statistics that became inf/NaN after ``step``."""
         if not variables:
             return
-        self._statistics_reported = self._statistics_reported | {hash(v) for v in variables}
-        self.nonfinite_statistics += len(variables)
+        self._reported = self._reported | {hash(v) for v in variables}
+        self.counters.nonfinite_statistics += len(variables)
         names = statistic_names(self.loss, variables)
         message = (
             f"running statistics became inf/NaN after step {step}: {', '.join(names)}. The "

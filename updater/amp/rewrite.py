@@ -14,7 +14,7 @@ and the painting rules follow TensorFlow's ``auto_mixed_precision`` graph rewrit
 
 Function types in no list compute in float32, and :func:`rewrite` logs them. See
 :func:`describe_lists` for the default lists and the reason for each entry; the lists and the
-contexts are defined in :mod:`updater.amp_lists`.
+contexts are defined in :mod:`updater.amp.lists`.
 
 Contexts come from the current default context (or ``context=``): ``cpu`` gives
 ``cpu:half``/``cpu:float``; ``cudnn`` and ``cuda`` give the backend lists of nnabla-ext-cuda's
@@ -32,7 +32,7 @@ from typing import Dict, List
 import nnabla as nn
 import nnabla.function as NF
 
-from .amp_lists import (  # noqa: F401 (AmpLists, the lists and the contexts are public here)
+from .lists import (  # noqa: F401 (AmpLists, the lists and the contexts are public here)
     CLASSES,
     GROUPS,
     AmpLists,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
-from .float16 import FP16_SMALLEST_SUBNORMAL
-from .policy import POLICIES, DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
+from ..common.float16 import FP16_SMALLEST_SUBNORMAL
+from .policies import POLICIES, DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 
 PRESETS = {
     "nnabla-legacy": NnablaLegacy(scale=8.0, scaling_factor=2.0, N=2000),

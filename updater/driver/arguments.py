@@ -15,9 +15,9 @@ from typing import Any, Dict, Sequence
 import nnabla as nn
 import numpy as np
 
-from .checks import check_int, check_positive
-from .float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, SEED_MAX
-from .policy import DynamicScale, ScaleState, check_policy, policy_from_dict
+from ..common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, SEED_MAX
+from ..common.validation import check_int, check_positive
+from ..policy.policies import DynamicScale, ScaleState, check_policy, policy_from_dict
 from .solver_group import check_solver
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}

@@ -1,6 +1,6 @@
 """Save and restore a training run (parameters, solver state, loss-scaling state) in one file.
 
-The checkpoint is one uncompressed ``.npz`` written by :func:`updater.files.atomic_write`: a
+The checkpoint is one uncompressed ``.npz`` written by :func:`updater.common.files.atomic_write`: a
 crash mid-save never leaves a truncated checkpoint under the real name, the file gets the mode
 of any new file, and each save first deletes the temporary files that killed saves on this host
 left in the folder. Layout (all arrays, no pickles):
@@ -18,8 +18,9 @@ left in the folder. Layout (all arrays, no pickles):
 - ``updater_state``: ``updater.state_dict()`` as a JSON string;
 - ``format_version``: 1.
 
-Loading reads and checks the whole file (:func:`updater.files.read_npz`: names, dtypes, shapes,
-finite values, the updater state) before anything reaches nnabla: on any error nothing changes.
+Loading reads and checks the whole file (:func:`updater.common.files.read_npz`: names, dtypes,
+shapes, finite values, the updater state) before anything reaches nnabla: on any error nothing
+changes.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Dict, List, Mapping, Union
 import nnabla as nn
 import numpy as np
 
-from .checks import check_bool
-from .files import NpzContent, atomic_write, read_npz, write_npz
+from ..common.files import NpzContent, atomic_write, read_npz, write_npz
+from ..common.validation import check_bool
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ copies and graph leaves.
 ``NdArray.get_data`` rebuilds nnabla's CPU context on every call (about 25-30 us in nnabla 1.39);
 :func:`host_view` asks ``data_ptr`` for the pointer with a context made once (about 2 us). Every
 read of an nnabla array into Python in :mod:`updater` goes through it (the updater's gradient
-checks, its loss and agreement-flag reads, :class:`updater.comm.MPICommunicator`), and
+checks, its loss and agreement-flag reads, :class:`updater.runtime.comm.MPICommunicator`), and
 :func:`host_reads` counts them: on a GPU each is a device-to-host copy.
 """
 

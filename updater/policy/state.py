@@ -12,7 +12,7 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from .float16 import FP16_MAX
+from ..common.float16 import FP16_MAX
 
 
 class ScaleState(NamedTuple):

@@ -49,8 +49,8 @@ import time
 import nnabla as nn
 import numpy as np
 
-from .arrays import array_dtype, host_view
-from .checks import check_bool
+from ..common.validation import check_bool
+from ..driver.arrays import array_dtype, host_view
 
 _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "

@@ -1,0 +1,250 @@
+"""The attempts of one iteration, and the retry machinery, for
+:class:`updater.DynamicLossScalingUpdater`.
+
+One attempt is ``solver.zero_grad()`` and ``accum_grad`` rounds of feed, forward and
+``backward(seed)``, then the all-reduce and the agreed finite check. ``on_overflow="retry"``
+recomputes the same batch(es) at the lowered scale: the inputs of each accumulation round are
+kept (copied on the device) and written back. The inputs that the forward pass writes (running
+statistics, registered or made by hand: :func:`updater.driver.arrays.forward_written`, found from
+the graph) move exactly once per batch, retried or not: copied before the batch and put back before
+each retry and after a skipped step (``restore_on_skip``, the default), or, with
+``restore_on_skip=False`` (nnabla's behaviour: a skipped batch moves them), copied after the first
+attempt and restored after the last. A retry happens only when the policy lowered the seed and the
+batch was not bad on any worker; otherwise the step is skipped.
+
+A bad batch is bad data, which no scale fixes: an inf/NaN loss, or an inf/NaN in an input of
+the graph (its leaves that are not parameters, checked each round on the host, or by the
+device check with the gradients). It is skipped, never retried, and the policy takes it as its
+third outcome (``bad_batch=True``: the scale does not move).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Sequence
+
+import nnabla as nn
+import numpy as np
+
+from ..policy import ScaleState
+from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
+
+
+@dataclass
+class Pending:
+    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()``."""
+
+    seed: float
+    finite: bool
+    absmax: float | None
+    loss_finite: bool | None
+    attempts: int
+    bad: Sequence[str]  # names of the parameters with non-finite gradients
+    new_state: ScaleState
+    unscaled: bool = False
+    sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
+    bad_batch: bool = False  # an inf/NaN loss or input on some worker
+    statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
+    state: ScaleState | None = None  # the state the last attempt started from
+
+
+class Attempts:
+    """Runs the attempts of one iteration (module doc).
+
+    Args:
+        rounds (Rounds): the forward/backward rounds of an attempt.
+        work (GradientWork): the all-reduce, the agreement and the finite check.
+        forward_state (ForwardState): copies of the state the forward pass writes.
+        counters (Counters): ``overflows`` moves here.
+        seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
+        on_overflow (str): "skip" or "retry".
+        max_retries (int): retries per iteration in "retry" mode.
+        restore_on_skip (bool): a skipped step puts back what its forward pass wrote.
+        recorder (GradientRecorder or None): records the steps it wants.
+    """
+
+    def __init__(
+        self, rounds, work, forward_state, counters, seed_type, on_overflow: str,
+        max_retries: int, restore_on_skip: bool, recorder,
+    ):  # fmt: skip
+        self.rounds = rounds
+        self.work = work
+        self.forward_state = forward_state
+        self.counters = counters
+        self.seed_type = seed_type
+        self.on_overflow = on_overflow
+        self.max_retries = max_retries
+        self.restore_on_skip = restore_on_skip
+        self.recorder = recorder
+        self._policy = None  # the policy of the iteration running (for probe bounds)
+        self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
+
+    def seed(self, scale, policy) -> float:
+        """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
+        seed = float(self.seed_type(scale))
+        if seed == 0:
+            raise ValueError(
+                f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
+                f"{np.dtype(self.seed_type).name}; the policy {policy!r} has no floor: "
+                "use one with min_scale >= 2**-24"
+            )
+        return seed
+
+    def _replays(self, step: int) -> bool:
+        """Whether this step's rounds may run again (a retry, or probes): keep their inputs."""
+        rec = self.recorder
+        probes = rec is not None and (rec.probe_overflow or rec.measure_flush)
+        return self.on_overflow == "retry" or (probes and rec.wants(step))
+
+    def unscaled_run(self, state: ScaleState) -> Pending:
+        """One attempt at seed 1 without any check (loss scaling off)."""
+        self.rounds.run(1.0)
+        self.work.all_reduce()
+        return Pending(1.0, True, None, None, 1, [], state, unscaled=True, state=state)
+
+    def _inspect(self, unscale_by=None, need_sumsq=False):
+        """The finite check of the gradients, with the inputs and statistics the device check
+        reads (the same graph for attempts and probes)."""
+        return self.work.inspect(
+            self._policy.needs_grad_absmax,
+            unscale_by,
+            need_sumsq,
+            self.rounds.device_checked(),
+            self.forward_state.device_checked(),
+        )
+
+    def run(self, policy, state: ScaleState, step: int, fuse: bool, need_sumsq: bool) -> Pending:
+        """The attempts of iteration ``step`` from ``state`` under ``policy``; ``fuse`` unscales
+        in the checking pass ("numpy") or measures for clipping in the same read ("solver")
+        when the gradients will not be seen scaled, ``need_sumsq`` (with ``fuse``) measures
+        the sum of squares for clipping. The failed attempts' policy advances are in the
+        returned ``new_state``."""
+        self._policy = policy
+        rounds, work = self.rounds, self.work
+        keep = self._replays(step)
+        attempts, overflow_scale, moved = 0, None, None
+        before = self.forward_state.save("before") if self.restore_on_skip else None
+        while True:
+            attempts += 1
+            seed = self.seed(state.scale, policy)
+            loss_finite = rounds.run(seed, replay=attempts > 1, keep=keep)
+            work.all_reduce()
+            found = self._inspect(1.0 / seed if fuse else None, fuse and need_sumsq)
+            arrays, finite, absmax, bad = found[:4]
+            inputs_ok = found.inputs_finite
+            inputs_ok = rounds.inputs_finite if inputs_ok is None else inputs_ok
+            if not finite and loss_finite is None:
+                loss_finite = rounds.loss_finite(found)
+            bad_batch = loss_finite is False or not inputs_ok
+            if work.comm is not None:
+                finite, bad_loss_anywhere, bad_batch = work.agree(
+                    finite, loss_finite is False, bad_batch
+                )
+                loss_finite = False if bad_loss_anywhere else loss_finite
+                if not finite and loss_finite is None:
+                    loss_finite = rounds.loss_finite(found)
+            if not finite and absmax is not None:
+                absmax = math.inf
+            new_state = policy.update(
+                state, finite, absmax if policy.needs_grad_absmax else None, bad_batch
+            )
+            applied = finite and not bad_batch
+            retry = (
+                not applied
+                and not bad_batch
+                and self.on_overflow == "retry"
+                and attempts <= self.max_retries
+                and self.seed(new_state.scale, policy) < seed
+            )
+            self.counters.overflows += not finite
+            if not retry:
+                break
+            state = new_state
+            overflow_scale = seed
+            if before is not None:  # the retry starts from the statistics before the batch
+                before.restore()
+            elif moved is None:
+                moved = self.forward_state.save("moved")
+        if self.recorder is not None and self.recorder.wants(step):
+            seen = False if bad_batch else loss_finite
+            self._record(step, arrays, seed, finite, seen, overflow_scale)
+        if before is not None and not applied:  # a skipped step leaves the model as it was
+            before.restore()
+        if moved is not None:
+            moved.restore()
+        stays = applied or before is None  # the statistics this step wrote stay
+        return Pending(
+            seed, applied, absmax, loss_finite, attempts, bad, new_state, found.unscaled,
+            found.sumsq, bad_batch, self.forward_state.new_nonfinite(found) if stays else [],
+            state,
+        )  # fmt: skip
+
+    def _record(self, step, arrays, seed, finite, loss_finite, overflow_scale) -> None:
+        """Hand the recorded attempt to the recorder, probing its overflow threshold first when
+        the recorder asks for it (:mod:`updater.driver.probes`) and the loss was finite."""
+        rec = self.recorder
+        over = seed if not finite and loss_finite else overflow_scale
+        grads, scale, flush = arrays, seed, None
+        if (rec.probe_overflow or rec.measure_flush) and loss_finite is not False:
+            known = math.inf if over is None else over
+            bounds = probe_bounds(self._policy, self.seed_type)
+            found = probe_step(
+                self, seed, finite, known, rec.probe_overflow, rec.measure_flush, bounds
+            )
+            rec.probe_passes += found.passes
+            grads, flush = None, found.flush  # host views taken before may be stale
+            if rec.probe_overflow:
+                over = found.threshold
+            if found.finite_grads is not None:
+                grads, scale = found.finite_grads, found.finite_seed
+        rec.record(
+            step,
+            grads or self.host_grads(),
+            scale,
+            loss_finite=loss_finite is not False,
+            overflow_scale=over,
+            names=list(self.params()),
+            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+        )
+
+    # ------------------------------------------ what the probes use (updater.driver.probes.Rerun)
+
+    @property
+    def rounds_per_attempt(self) -> int:
+        """Forward/backward rounds per attempt."""
+        return self.rounds.accum_grad
+
+    def params(self) -> Dict[str, nn.Variable]:
+        """The solver's parameters."""
+        return self.work.params()
+
+    def host_grads(self) -> List[np.ndarray]:
+        """Host views of the gradients."""
+        return self.work.host_grads()
+
+    def save_forward_state(self, slot: str):
+        """A copy of the state the forward pass writes."""
+        return self.forward_state.save(slot)
+
+    def reference_grads(self) -> List[np.ndarray]:
+        """The step's gradients from a float32 copy of the graph (built on first use; same
+        parameters and inputs), at seed 1, as float64 host copies."""
+        if self._reference is None:
+            from .. import amp
+
+            loss = self.rounds.loss
+            everything = amp.AmpLists(float=amp.function_names())
+            self._reference = amp.rewrite(loss, everything, getattr(loss.parent, "context", None))
+        self.rounds.run(1.0, replay=True, keep=True, count=False, loss=self._reference)
+        return [np.array(g, np.float64) for g in self.host_grads()]
+
+    def probe(self, scale: float) -> bool:
+        """One overflow probe: the step's rounds again at ``scale`` (not counted), the
+        all-reduce and the check; whether the gradients are finite on every worker."""
+        self.rounds.run(self.seed(scale, self._policy), replay=True, keep=True, count=False)
+        self.work.all_reduce()
+        finite = self._inspect().finite
+        if self.work.comm is not None:
+            finite = self.work.agree(finite, False, False)[0]
+        return finite

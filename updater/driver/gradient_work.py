@@ -1,0 +1,83 @@
+"""The gradient work of one step: the solver's parameters read once per step, the all-reduce and
+the workers' agreement, and the finite check (:mod:`updater.driver.finite_checks`)."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import nnabla as nn
+import numpy as np
+
+from .arrays import host_view
+from .finite_checks import FiniteCheck, Inspection, host_grads
+
+
+class GradientWork:
+    """The solver's gradients in one step.
+
+    Args:
+        solver (nnabla.solvers.Solver): the solver.
+        check (FiniteCheck): the finite check chosen for the run.
+        comm (communicator or None): all-reduces the gradients and the agreement flag.
+        grads (list of NdArray): the gradients to all-reduce (empty: every gradient).
+        average_grads (bool): all-reduce with ``division=True``.
+    """
+
+    def __init__(self, solver, check: FiniteCheck, comm, grads: list, average_grads: bool):
+        self.solver = solver
+        self.check = check
+        self.comm = comm
+        self.grads = grads
+        self.average_grads = average_grads
+        self._params: Dict[str, nn.Variable] | None = None
+        self._flag = None  # three-element agreement flag, made on first use
+
+    def new_step(self) -> None:
+        """Forget the parameters read (the next :meth:`params` reads them again)."""
+        self._params = None
+
+    def params(self) -> Dict[str, nn.Variable]:
+        """The solver's current parameters, read once per step."""
+        if self._params is None:
+            self._params = self.solver.get_parameters()
+        return self._params
+
+    def all_reduce(self) -> None:
+        """All-reduce :attr:`grads` (or every parameter gradient) when there is a ``comm``."""
+        if self.comm is not None:
+            reduced = self.grads or [p.grad for p in self.params().values()]
+            self.comm.all_reduce(reduced, division=self.average_grads, inplace=False)
+
+    def agree(self, local_finite: bool, local_bad_loss: bool, local_bad_batch: bool):
+        """Sum a three-element flag over workers: (this worker saw inf/NaN gradients, its loss
+        was inf/NaN, its batch was bad). Returns (finite everywhere, a loss was bad somewhere,
+        a batch was bad somewhere)."""
+        if self._flag is None:
+            self._flag = nn.NdArray.from_numpy_array(np.zeros(3, np.float32))
+        flags = (0.0 if local_finite else 1.0, float(local_bad_loss), float(local_bad_batch))
+        self._flag.cast(np.float32)[...] = flags
+        self.comm.all_reduce(self._flag, division=False, inplace=True)
+        total = host_view(self._flag)
+        return bool(total[0] <= 0), bool(total[1] > 0), bool(total[2] > 0)
+
+    def host_grads(self) -> List[np.ndarray]:
+        """Host views of every gradient (:func:`updater.driver.finite_checks.host_grads`)."""
+        return host_grads(self.params())
+
+    def inspect(
+        self, need_absmax: bool, unscale_by=None, need_sumsq=False, inputs=(), statistics=()
+    ) -> Inspection:
+        """The finite check (:meth:`FiniteCheck.inspect`), |g| max over the reduced
+        gradients when only some are reduced."""
+        absmax_over = self.grads if self.comm is not None and self.grads else ()
+        return self.check.inspect(
+            self.params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs, statistics
+        )
+
+    def unscale(self, factor: float) -> None:
+        """Multiply every gradient by ``factor``."""
+        self.check.unscale(self.params, factor)
+
+    def sumsq(self) -> float:
+        """The sum of squares of the gradients as they are now."""
+        return self.check.sumsq(self.params)

@@ -1,0 +1,34 @@
+"""The updater's own state as plain data, for checkpoints (:mod:`updater.runtime.checkpoint`):
+policy, scale state and counters."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .arguments import check_seed_holds, checked_state
+from .records import COUNTERS, Counters
+
+STATE_FORMAT_VERSION = 1
+
+
+def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
+    """The state as JSON-serialisable data: ``"format_version"`` (int), ``"policy"``
+    (``policy.state_dict()``: name and settings), ``"scale_state"`` (``ScaleState.to_dict()``:
+    scale, good_steps, hysteresis_left), ``"counters"`` (steps, updates_applied, overflows,
+    skips, consecutive_nonfinite, batches, passes)."""
+    return {
+        "format_version": STATE_FORMAT_VERSION,
+        "policy": policy.state_dict(),
+        "scale_state": scale_state.to_dict(),
+        "counters": {name: int(getattr(counters, name)) for name in COUNTERS},
+    }
+
+
+def loaded_state(state: Dict[str, Any], seed_type):
+    """``(policy, scale state, counters)`` of :func:`state_dict` output, all checked: a missing
+    key raises ``KeyError``; a scale that is not finite, below 2**-24, outside the policy's
+    bounds or beyond what ``seed_type`` holds, or a negative or non-integer counter, raises
+    ``ValueError`` naming it."""
+    policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
+    check_seed_holds(policy, seed_type)
+    return policy, scale_state, {name: int(state["counters"][name]) for name in COUNTERS}

@@ -1,0 +1,2 @@
+"""nnabla: what a training run sets up around the updater: the device context, the MPI
+communicator, checkpoints."""
