@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-from benchmarks.bench_updater import interleaved_blocks
+from benchmarks.common import interleaved_blocks
 
 DEPTHS = (22, 102, 202, 302)
 """Parameter arrays of the MLPs: ``n / 2 - 1`` hidden 64-wide layers and the output layer."""
@@ -115,7 +115,7 @@ def _steps(build, keep_skipped=False):
 
 def interleaved(steps, iters, blocks, warmup=3):
     """Median seconds per step of each variant: the median over blocks of
-    :func:`benchmarks.bench_updater.interleaved_blocks`."""
+    :func:`benchmarks.common.interleaved_blocks`."""
     medians = interleaved_blocks(steps, iters, blocks, warmup)
     return {n: float(np.median([m[n] for m in medians])) for n in steps}
 

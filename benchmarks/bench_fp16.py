@@ -3,7 +3,7 @@
 Three variants run interleaved (a, b, c, a, b, c, ...) on the same float32 data, and the minimum
 over the repeats is kept for each, so background noise hits all of them alike:
 
-a. ``sim.fp16.scales.sweep`` over ``n_scales`` power-of-two scales (one pass over the data);
+a. ``sim.casting.scales.sweep`` over ``n_scales`` power-of-two scales (one pass over the data);
 b. the plain way: for each scale, ``(x * s).astype(np.float16)`` and count the fates;
 c. ``x.copy()``, the physical reference (one read and one write of the data).
 
@@ -20,7 +20,7 @@ from typing import Dict
 import numpy as np
 from tqdm import tqdm
 
-from sim.fp16.scales import sweep
+from sim.casting.scales import sweep
 from updater.common.float16 import FP16_SMALLEST_NORMAL
 
 GOAL_RATIO = 20.0

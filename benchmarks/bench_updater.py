@@ -2,16 +2,23 @@
 
 The three variants train separate copies of the same model on the same data; the timed loop
 alternates them iteration by iteration (rotating the order) so machine noise hits all equally.
-Also: host reads per ``update()`` on each check path, the Python time per ``update()`` with
-nnabla's work stubbed out, and the forward/backward passes and batches consumed per overflow
-event and per call on a persistent NaN, for ours and for nnabla's updater.
+:func:`run` also runs :mod:`benchmarks.bench_python` (host reads and Python per ``update()``)
+and :mod:`benchmarks.bench_skips` (what an overflow event, a persistent NaN and a retry cost),
+and :func:`markdown` writes all three into one section.
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+
+from benchmarks.bench_python import (
+    PATHS,
+    host_reads_per_update,
+    parameter_read_cost,
+    python_cost,
+)
+from benchmarks.bench_skips import overflow_cost, retry_cost
+from benchmarks.common import Model, interleaved_blocks
 
 GOAL_RATIO = 1.03
 """Issue 13: our updater at most 1.03x the bare loop in cpu:float (784-512-512-10) ..."""
@@ -19,78 +26,6 @@ GOAL_BELOW_NNABLA = 0.02
 """... and at least 2 points below nnabla's updater."""
 GOAL_PYTHON_US = 50.0
 """Issue 13: Python per ``update()``, nnabla's calls excluded, under 50 us."""
-PATHS = ("numpy", "solver", "nnabla")
-"""The ``finite_check`` paths compared."""
-
-
-def _mlp(x, sizes, scope):
-    import nnabla as nn
-    import nnabla.functions as F
-    import nnabla.parametric_functions as PF
-
-    h = x
-    with nn.parameter_scope(scope):
-        for i, n in enumerate(sizes):
-            h = PF.affine(h, n, name=f"fc{i}")
-            if i < len(sizes) - 1:
-                h = F.relu(h)
-    return h
-
-
-class _Model:
-    """One copy of the model: graph, solver and a counting data feeder."""
-
-    def __init__(self, scope, in_dim, sizes, batch, rng):
-        import nnabla as nn
-        import nnabla.functions as F
-        import nnabla.solvers as S
-
-        self.x = nn.Variable((batch, in_dim))
-        self.t = nn.Variable((batch, 1))
-        self.loss = F.mean(F.softmax_cross_entropy(_mlp(self.x, sizes, scope), self.t))
-        with nn.parameter_scope(scope):
-            params = nn.get_parameters()
-        self.solver = S.Momentum(0.01, 0.9)
-        self.solver.set_parameters(params)
-        self.rng = rng
-        self.sizes = sizes
-        self.batches = 0
-        self.poison = None
-
-    def feed(self):
-        self.batches += 1
-        self.x.d = self.rng.standard_normal(self.x.shape)
-        self.t.d = self.rng.integers(0, self.sizes[-1], self.t.shape)
-        if self.poison is not None:
-            self.x.d.flat[0] = self.poison
-
-    def bare_step(self):
-        self.solver.zero_grad()
-        self.feed()
-        self.loss.forward(clear_no_need_grad=True)
-        self.loss.backward(clear_buffer=True)
-        self.solver.update()
-
-
-def interleaved_blocks(steps, iters, blocks, warmup):
-    """Per block, the median seconds per call of each of ``steps`` (name -> callable): after
-    ``warmup`` rounds, ``iters`` rounds calling every variant once, the order rotating each
-    round so that the machine's load hits all alike."""
-    names = list(steps)
-    for _ in range(warmup):
-        for n in names:
-            steps[n]()
-    medians = []
-    for _ in range(blocks):
-        times = {n: [] for n in names}
-        for i in range(iters):
-            k = i % len(names)
-            for n in names[k:] + names[:k]:
-                t0 = time.perf_counter()
-                steps[n]()
-                times[n].append(time.perf_counter() - t0)
-        medians.append({n: float(np.median(v)) for n, v in times.items()})
-    return medians
 
 
 def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, blocks=1, seed=0):
@@ -112,7 +47,7 @@ def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, blocks=1, seed=0):
     nn.set_default_context(get_extension_context(kind, type_config=type_config))
     nn.clear_parameters()
     rng = np.random.default_rng(seed)
-    models = {name: _Model(name, in_dim, sizes, batch, rng) for name in ("bare", "nnabla", "ours")}
+    models = {name: Model(name, in_dim, sizes, batch, rng) for name in ("bare", "nnabla", "ours")}
     theirs = NnablaUpdater(
         models["nnabla"].solver, models["nnabla"].loss, data_feeder=models["nnabla"].feed, scale=8.0
     )
@@ -135,316 +70,6 @@ def overhead(ctx_name, in_dim, sizes, batch, iters, warmup, blocks=1, seed=0):
         "range_nnabla": (ratios["nnabla"][0], ratios["nnabla"][-1]),
         "range_ours": (ratios["ours"][0], ratios["ours"][-1]),
     }
-
-
-def overflow_cost(seed=0):
-    """Passes and batches consumed by one overflow event and by one call on a persistent NaN."""
-    import nnabla as nn
-    from nnabla.experimental.mixed_precision_training import (
-        DynamicLossScalingUpdater as NnablaUpdater,
-    )
-    from nnabla.ext_utils import get_extension_context
-
-    from updater import DynamicLossScalingUpdater, NonFiniteGradientsError
-
-    nn.set_default_context(get_extension_context("cpu", type_config="half"))
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in ("nnabla", "ours"):
-        nn.clear_parameters()
-        m = _Model(name, 16, [16, 4], 8, rng)
-        if name == "nnabla":
-            upd = NnablaUpdater(m.solver, m.loss, data_feeder=m.feed, scale=2.0**15)
-        else:
-            upd = DynamicLossScalingUpdater(m.solver, m.loss, data_feeder=m.feed, scale=2.0**15)
-        # one overflow event: a single batch holding a value large enough to overflow at 2**15
-        m.poison = 3e4
-        m.batches = 0
-        _call_once(upd, m, poison_first_only=True)
-        event = {"passes": _passes(upd, m), "batches": m.batches}
-        upd.update()  # one clean step, so the NaN run starts from zero consecutive failures
-        # persistent NaN: every batch holds a NaN; call update() until it raises (at most 50)
-        m.poison = float("nan")
-        m.batches = 0
-        before = upd.passes if name == "ours" else 0
-        calls, raised = 0, "no"
-        while calls < 50:
-            calls += 1
-            try:
-                upd.update()
-            except NonFiniteGradientsError:
-                raised = "yes"
-                break
-            if name == "nnabla":
-                break  # one call already shows its cost; later calls would divide by zero
-        passes = _passes(upd, m) - before
-        nan = {"calls": calls, "passes": passes, "batches": m.batches, "raised": raised}
-        out[name] = {"overflow": event, "nan": nan}
-    return out
-
-
-def _without_nnabla_calls(u, solver, loss) -> None:
-    """Give the updater's collaborators stand-ins that call no nnabla function (and the
-    concatenating graphs a forward that runs nothing), so only its Python remains."""
-    check = u._work.check
-    u._work.solver = check.solver = u._rounds.solver = solver
-    u._rounds.loss = loss
-    if getattr(check, "flat", None) is not None:
-        check.flat.forward = lambda graph: graph.output.data
-
-
-def _passes(upd, model):
-    """Forward/backward passes so far: ours counts them; nnabla's feeds once per pass."""
-    return upd.passes if hasattr(upd, "passes") else model.batches
-
-
-def _call_once(upd, model, poison_first_only):
-    """Call update() once with only the first batch poisoned (later batches are clean)."""
-    feed = model.feed
-    first = [True]
-
-    def feed_once():
-        poison = model.poison
-        if not first[0] and poison_first_only:
-            model.poison = None
-        first[0] = False
-        feed()
-        model.poison = poison
-
-    upd.data_feeder = feed_once
-    try:
-        upd.update()
-    finally:
-        upd.data_feeder = feed
-        model.poison = None
-
-
-def retry_cost(iters, accum=4, width=2048, batch=16, seed=0):
-    """Seconds per update in "skip" and "retry" mode, and in "skip" with
-    ``restore_on_skip=False`` ("keep"), when nothing overflows (cpu:float).
-
-    The model has a frozen ``width x width`` layer (``need_grad=False``, 16 MiB in float32)
-    and BatchNormalization; ``accum_grad=accum``. The updaters train separate copies,
-    interleaved iteration by iteration. "retry" keeps each round's inputs so that a retry can
-    recompute them; "skip" and "retry" copy the running statistics before each batch (the
-    default ``restore_on_skip``), "keep" does not; frozen weights are never copied.
-    """
-    import nnabla as nn
-    import nnabla.functions as F
-    import nnabla.parametric_functions as PF
-    import nnabla.solvers as S
-    from nnabla.ext_utils import get_extension_context
-
-    from updater import DynamicLossScalingUpdater
-
-    nn.set_default_context(get_extension_context("cpu", type_config="float"))
-    nn.clear_parameters()
-    rng = np.random.default_rng(seed)
-    updaters = {}
-    for mode in ("skip", "retry", "keep"):
-        x, t = nn.Variable((batch, width)), nn.Variable((batch, 1))
-        with nn.parameter_scope(mode):
-            h = F.relu(PF.affine(x, width, name="frozen", fix_parameters=True))
-            h = PF.batch_normalization(PF.affine(h, 64, name="fc1"), name="bn")
-            loss = F.mean(F.softmax_cross_entropy(PF.affine(F.relu(h), 10, name="fc2"), t))
-            solver = S.Momentum(0.01, 0.9)
-            solver.set_parameters(nn.get_parameters())
-
-        def feed(x=x, t=t):
-            x.d = rng.standard_normal(x.shape)
-            t.d = rng.integers(0, 10, t.shape)
-
-        overflow = "retry" if mode == "retry" else "skip"
-        updaters[mode] = DynamicLossScalingUpdater(
-            solver, loss, feed, accum_grad=accum, on_overflow=overflow, scale=8.0,
-            restore_on_skip=mode != "keep",
-        )  # fmt: skip
-    times = {mode: [] for mode in updaters}
-    for i in range(iters + 2):
-        for mode in ("skip", "retry", "keep")[i % 3 :] + ("skip", "retry", "keep")[: i % 3]:
-            t0 = time.perf_counter()
-            rec = updaters[mode].update()
-            if i >= 2:  # the first two are warm-up
-                times[mode].append(time.perf_counter() - t0)
-            assert rec.attempts == 1
-    sec = {mode: float(np.median(v)) for mode, v in times.items()}
-    return {"accum": accum, "width": width, "iters": iters, "seconds": sec}
-
-
-def host_reads_per_update(steps=10, seed=0):
-    """Host reads per ``update()`` (:func:`updater.driver.arrays.host_reads`) on each check path, on
-    a 16-16-16-10 MLP in cpu:float (six parameter arrays, as 784-512-512-10): finite steps with the
-    default policy, with HeadroomScale and clipping, and steps whose input is inf."""
-    import nnabla as nn
-    from nnabla.ext_utils import get_extension_context
-
-    from updater import DynamicLossScalingUpdater, HeadroomScale
-    from updater.driver.arrays import host_reads
-
-    nn.set_default_context(get_extension_context("cpu", type_config="float"))
-    configs = {
-        "finite steps": ({}, None),
-        "HeadroomScale + clip_grad_norm": (
-            {"policy": HeadroomScale(), "clip_grad_norm": 1e-3},
-            None,
-        ),
-        "inf input (every step skipped)": ({"max_consecutive_nonfinite": 10**6}, float("inf")),
-    }
-    out = {}
-    for name, (kwargs, poison) in configs.items():
-        for path in PATHS:
-            nn.clear_parameters()
-            m = _Model(f"reads_{path}", 16, [16, 16, 10], 8, np.random.default_rng(seed))
-            m.poison = poison
-            u = DynamicLossScalingUpdater(
-                m.solver, m.loss, data_feeder=m.feed, finite_check=path, **kwargs
-            )
-            u.update()  # builds the device graph
-            before = host_reads()
-            for _ in range(steps):
-                u.update()
-            out[(name, path)] = (host_reads() - before) / steps
-    return out
-
-
-class _NoSolver:
-    """A solver whose calls do nothing; ``get_parameters`` returns the real parameters."""
-
-    def __init__(self, params):
-        self.params = params
-
-    def get_parameters(self):
-        return self.params
-
-    def check_inf_or_nan_grad(self):
-        return False
-
-    def zero_grad(self):
-        pass
-
-    def scale_grad(self, factor):
-        pass
-
-    def weight_decay(self, decay):
-        pass
-
-    def update(self):
-        pass
-
-
-class _NoLoss:
-    """A loss whose forward and backward do nothing; ``data`` is the real loss array."""
-
-    def __init__(self, loss):
-        self.data = loss.data
-
-    def forward(self, **kwargs):
-        pass
-
-    def backward(self, *args, **kwargs):
-        pass
-
-    def visit(self, func):
-        pass  # no graph: nothing a forward pass writes
-
-
-class _NoForward:
-    """The device check's graph output with ``forward`` doing nothing."""
-
-    def __init__(self, output):
-        self.data = output.data
-
-    def forward(self, **kwargs):
-        pass
-
-
-def python_cost(calls=2000, rounds=5, seed=0, layers=3):
-    """Microseconds of Python per ``update()`` with nnabla's work stubbed out.
-
-    A 16-wide MLP in cpu:float (``2 * layers`` parameter arrays; 3 layers give six, as
-    784-512-512-10, with values too few for the array work to matter) runs one real
-    forward/backward; then the updater's solver and loss are replaced by objects whose calls do
-    nothing (and the concatenating graphs' forward too), so what is timed is the updater's own
-    Python, its NumPy calls and nnabla's per-array calls (``p.grad``, ``data_ptr``, ``hash``;
-    timed alone as "views"). Configurations are timed in interleaved rounds of ``calls``
-    updates; the best and the median round are reported.
-    """
-    import nnabla as nn
-    from nnabla.ext_utils import get_extension_context
-
-    from updater import DynamicLossScalingUpdater, HeadroomScale
-
-    nn.set_default_context(get_extension_context("cpu", type_config="float"))
-    nn.clear_parameters()
-    m = _Model(f"python{layers}", 16, [16] * (layers - 1) + [10], 8, np.random.default_rng(seed))
-    m.feed()
-    m.loss.forward()
-    m.loss.backward()
-    configs = {
-        '"numpy", DynamicScale': {"finite_check": "numpy"},
-        '"numpy", HeadroomScale': {"finite_check": "numpy", "policy": HeadroomScale()},
-        '"numpy", clip_grad_norm': {"finite_check": "numpy", "clip_grad_norm": 1.0},
-        '"nnabla", DynamicScale': {"finite_check": "nnabla"},
-        '"solver", DynamicScale': {"finite_check": "solver"},
-    }
-    updaters = {}
-    for name, kwargs in configs.items():
-        u = DynamicLossScalingUpdater(m.solver, m.loss, **kwargs)
-        u.update()  # builds the concatenating graphs
-        _without_nnabla_calls(u, _NoSolver(m.solver.get_parameters()), _NoLoss(m.loss))
-        for _ in range(100):
-            u.update()
-        updaters[name] = u
-    by_array = updaters['"numpy", DynamicScale']._work.check.by_array
-    params = m.solver.get_parameters()
-    times = {name: [] for name in [*configs, "views"]}
-    for _ in range(rounds):
-        for name, u in updaters.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                u.update()
-            times[name].append(1e6 * (time.perf_counter() - t0) / calls)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            _gradient_calls(params, by_array)
-        times["views"].append(1e6 * (time.perf_counter() - t0) / calls)
-    out = {name: (min(v), float(np.median(v))) for name, v in times.items()}
-    return {"arrays": len(params), "by_array": by_array, "times": out}
-
-
-def _gradient_calls(params, by_array):
-    """The nnabla calls the "numpy" path makes on each gradient per ``update()``: array by
-    array a host pointer each, else the arrays and their hashes for the concatenation."""
-    from updater.driver.arrays import _host_context
-
-    if not by_array:
-        return tuple(map(hash, [p.grad for p in params.values()]))
-    context = _host_context()
-    for p in params.values():
-        g = p.grad
-        if not g.zeroing and g.size:
-            g.data_ptr(np.dtype(g.dtype), context, False)
-
-
-def parameter_read_cost(repeats=2000):
-    """Microseconds per ``solver.get_parameters()`` call (the updater reads it once per step
-    on the paths that need it) for models with 6 and 300 parameter arrays."""
-    import nnabla as nn
-    import nnabla.solvers as S
-    from nnabla.ext_utils import get_extension_context
-
-    nn.set_default_context(get_extension_context("cpu", type_config="float"))
-    out = {}
-    for layers in (3, 150):
-        nn.clear_parameters()
-        _mlp(nn.Variable((1, 8)), [8] * layers, f"read{layers}")
-        solver = S.Momentum(0.01, 0.9)
-        solver.set_parameters(nn.get_parameters())
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            solver.get_parameters()
-        out[2 * layers] = 1e6 * (time.perf_counter() - t0) / repeats
-    return out
 
 
 def run(quick=False):

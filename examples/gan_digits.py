@@ -39,10 +39,9 @@ How the two graphs share parameters (as nnabla's DCGAN example does):
   inf/NaN ones. ``tests/examples/test_gan_example.py`` checks both.
 
 Printed: the final losses, each updater's skipped steps, overflows and scale changes, and the
-generated samples' mean and std and the RMS distance between their per-pixel mean and the
-data's, at step 0 and at the end. For scale: an image of the data's overall mean intensity
-on every pixel scores 0.26 on that distance; a generator that drew one digit class only,
-perfectly, would score 0.10-0.21 (by class); the untrained G scores 0.34 (seed 0).
+samples' mean, std and RMS distance of their per-pixel mean to the data's, at step 0 and at the
+end. For scale, on that distance: the data's mean intensity on every pixel scores 0.26; one
+digit class drawn perfectly 0.10-0.21 (by class); the untrained G 0.34 (seed 0).
 """
 
 from __future__ import annotations

@@ -17,4 +17,4 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Scripts that tests launch under mpiexec; importing them (for doctests) would run them.
-collect_ignore = ["updater/mpi_scripts"]
+collect_ignore = ["updater/runtime/mpi_scripts"]

@@ -34,6 +34,7 @@ _LAZY = {
     "Trace": "updater.trace",
     "get_context": "updater.runtime.context",
     "MPICommunicator": "updater.runtime.comm",
+    "abort_on_exception": "updater.runtime.comm",
     "save_checkpoint": "updater.runtime.checkpoint",
     "load_checkpoint": "updater.runtime.checkpoint",
     "LoadReport": "updater.runtime.checkpoint",

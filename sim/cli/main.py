@@ -2,7 +2,7 @@
 
 Thin: parses arguments, calls :mod:`sim.replay.run`, :mod:`sim.report.build`, :mod:`sim.plots.runs`
 (or :mod:`sim.nnabla_studies.demo` for ``train``) and writes files. Everything that can be checked
-before the work is checked first (:mod:`sim.cli.checks`: settings, trace files, output paths, the
+before the work is checked first (:mod:`sim.cli.preflight`: settings, trace files, output paths, the
 memory a simulation needs); a bad argument exits with status 2 and a one-line message, as
 argparse does. Policies and their settings come from :mod:`sim.cli.settings` (the ``--policy``
 help is generated from :mod:`updater.policy.presets`), printed output from :mod:`sim.report.tables`.
@@ -20,17 +20,16 @@ import textwrap
 from pathlib import Path
 
 from sim import __version__
+from sim.argtypes import nonnegative_int, positive_int
 from sim.cli import sweep as sweep_cmd
 from sim.cli import tune as tune_cmd
-from sim.cli.checks import (
+from sim.cli.preflight import (
     MEMORY_SHARE,
     check_figure,
     check_memory,
     check_output_dir,
     jitter_value,
     load_trace,
-    nonnegative_int,
-    positive_int,
 )
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list

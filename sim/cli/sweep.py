@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 
-from sim.cli.checks import check_memory, check_output_file, load_trace
+from sim.cli.preflight import check_memory, check_output_file, load_trace
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
 from sim.replay.metrics import SHARES, SUMMARY_COLUMNS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli.checks import check_memory, load_trace
+from sim.cli.preflight import check_memory, load_trace
 from sim.cli.progress import StageProgress
 from sim.replay.metrics import METRICS
 from sim.replay.tune import TUNED, tune

@@ -21,7 +21,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from sim.cli.checks import nonnegative_int, positive_int
+from sim.argtypes import nonnegative_int, positive_int
 from sim.nnabla_studies.demo import load_data
 from sim.report.provenance import current_commit
 from updater.common.files import atomic_write_text

@@ -25,7 +25,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Union
 
-from sim.cli.checks import nonnegative_int, positive_int
+from sim.argtypes import nonnegative_int, positive_int
 from sim.nnabla_studies.real_runs import measure_run
 from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import current_commit

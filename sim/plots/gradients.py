@@ -3,7 +3,7 @@ magnitudes by binade, and the share float16 flushes to zero at each loss scale.
 
 :func:`plot_histogram` draws the share of values per binade with float16's representable
 window at several scales; :func:`plot_underflow_vs_scale` draws :func:`underflow_curve` (the
-flushed share: :mod:`sim.fp16.underflow` for traces, :func:`sim.fp16.scales.sweep` for values)
+flushed share: :mod:`sim.casting.underflow` for traces, :func:`sim.casting.scales.sweep` for values)
 against the scale, pale from :func:`first_overflow_scale` on. Conventions (``ax=``, saving,
 colours) are those of :mod:`sim.plots.common`.
 """
@@ -16,9 +16,9 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 from matplotlib.figure import Figure
 
-from sim.fp16.counts import representable_window
-from sim.fp16.scales import sweep
-from sim.fp16.underflow import pooled_flushed_share
+from sim.casting.counts import representable_window
+from sim.casting.scales import sweep
+from sim.casting.underflow import pooled_flushed_share
 from sim.plots.common import (
     cycle_color,
     is_pow2,
@@ -131,7 +131,7 @@ def underflow_curve(source, exponents: Sequence[int]) -> np.ndarray:
 
     Args:
         source (Trace or array of values): a trace (binade model, all steps pooled) or
-            gradient values (exact float16 counts via :func:`sim.fp16.scales.sweep`).
+            gradient values (exact float16 counts via :func:`sim.casting.scales.sweep`).
         exponents (sequence of int): the ``k``.
     """
     k = np.asarray(list(exponents), dtype=np.int64)

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MultipleLocator
 
-from sim.fp16.underflow import pooled_flushed_share
+from sim.casting.underflow import pooled_flushed_share
 from sim.plots.common import (
     DPI,
     cycle_color,

@@ -5,7 +5,7 @@ drift during training (Zhao et al., *Adaptive Loss Scaling for Mixed Precision T
 2019). For a trace recorded with per-parameter histograms (``GradientRecorder(...,
 per_parameter=True)``; a "layer" is one parameter array, so a weight and its bias are two),
 this module gives each layer's share of nonzero gradient values flushed to zero against the
-scale (the binade model of :mod:`sim.fp16.underflow`), the smallest power-of-two scale that keeps
+scale (the binade model of :mod:`sim.casting.underflow`), the smallest power-of-two scale that keeps
 that share within a tolerance, and the largest one at which the layer does not overflow, per
 training stage and for the whole model.
 
@@ -30,7 +30,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from sim.fp16.underflow import pooled_flushed_share
+from sim.casting.underflow import pooled_flushed_share
 from updater.common.float16 import FP16_FLUSH_BINADE
 from updater.common.validation import check_instance, check_number
 from updater.policy import largest_safe_scale
@@ -96,7 +96,7 @@ def layer_view(trace: Trace, layer: int | None, steps=None) -> Trace:
 def layer_flushed_curves(trace: Trace, scales, steps=None) -> np.ndarray:
     """Each layer's share of nonzero gradient values flushed to zero at each scale.
 
-    The clean steps in ``steps`` are pooled (:func:`sim.fp16.underflow.pooled_flushed_share`).
+    The clean steps in ``steps`` are pooled (:func:`sim.casting.underflow.pooled_flushed_share`).
 
     Args:
         trace (Trace): a trace with layers.

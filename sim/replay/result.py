@@ -1,5 +1,5 @@
 """The result of replaying one policy over one trace (:class:`RunResult`): trajectories, each
-step's largest safe scale, the flushed shares (:mod:`sim.fp16.underflow`) and the per-run metrics
+step's largest safe scale, the flushed shares (:mod:`sim.casting.underflow`) and the per-run metrics
 (:mod:`sim.replay.metrics`). :mod:`sim.replay.run` runs the replay.
 """
 
@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from sim.fp16.underflow import replay_flushed_share
+from sim.casting.underflow import replay_flushed_share
 from sim.replay.metrics import run_metrics, summarize
 from updater.policy import largest_safe_scale
 from updater.policy.presets import PRESETS

@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from sim.fp16.counts import classify
-from sim.fp16.underflow import pooled_flushed_share
+from sim.casting.counts import classify
+from sim.casting.underflow import pooled_flushed_share
 from sim.replay.measured import MEASURED, MeasuredRun, run_path
 from sim.replay.predictions import prediction_rows
 from sim.replay.result import RunResult
@@ -319,7 +319,7 @@ def ssd_sample(config: ReportConfig) -> np.ndarray:
 
 
 def ssd_numbers(values: np.ndarray) -> Dict[Any, Any]:
-    """Exact float16 counts (:func:`sim.fp16.counts.classify`) on SSD sample ``values``.
+    """Exact float16 counts (:func:`sim.casting.counts.classify`) on SSD sample ``values``.
 
     Returns:
         dict: ``n`` (values), per scale of :data:`SSD_SCALES` a dict of shares (``zeros_in``,

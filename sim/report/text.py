@@ -88,7 +88,7 @@ then skipped; a bad batch is skipped at any scale. Runs differ by a per-step gra
 factor 2^(jitter*z), jitter={config.jitter} (log2 std), z standard normal, the same for every \
 policy (common random numbers). Underflow is measured per step from the trace's binade \
 histogram, or from the flushed shares measured while recording where a trace holds them (the \
-real models; see `sim/replay/run.py` and `sim/fp16/underflow.py`).
+real models; see `sim/replay/run.py` and `sim/casting/underflow.py`).
 
 Metrics (per run, then averaged over runs):
 
@@ -206,7 +206,7 @@ activation-gradient values are zero, most nonzero values lie below float16's sma
 a secondary copy, gathered in the project's notes on other loss scalers): 66.8% zeros; \
 casting to float16 zeroes another 31%, leaving 5.3% (of the nonzero values) nonzero; x32K \
 would recover all but 0.1% without overflow. The trace `ssd` is calibrated to these numbers \
-(`sim.traces.families.ssd_trace`). Below, exact float16 counts (`sim.fp16.counts.classify`) on \
+(`sim.traces.families.ssd_trace`). Below, exact float16 counts (`sim.casting.counts.classify`) on \
 {ssd["n"]} \
 values sampled from that calibration (seed {data.config.seed}):
 

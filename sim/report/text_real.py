@@ -148,8 +148,8 @@ recorded with per-parameter histograms (`GradientRecorder(per_parameter=True)`; 
 one parameter array, so a weight and its bias are two). For each one, the figure shows the share \
 of its nonzero gradient values that float16 flushes to zero against the loss scale (all clean \
 recorded steps pooled: no bad batch, and no overflow unless the trace was probed; the binade \
-model of `sim.fp16.underflow`), and the tables give the scale each layer alone needs to keep that \
-share within {TOLERANCE:g} (need) and the largest at which its gradients stay finite (max), \
+model of `sim.casting.underflow`), and the tables give the scale each layer alone needs to keep \
+that share within {TOLERANCE:g} (need) and the largest at which its gradients stay finite (max), \
 early, mid-way and late in training (the first, middle and last tenth of the steps; \
 `sim.replay.layers`).
 

@@ -1,4 +1,5 @@
-"""float16 facts used across the package, in one place.
+"""float16's limits, the one home of the float16 facts both packages use
+(the simulator counts what a cast does with them).
 
 A magnitude ``x`` rounds to float16 as: 0 when ``x <= 2**-25`` (the tie at ``2**-25`` rounds to
 even, 0), a subnormal multiple of ``2**-24`` below ``2**-14``, a normal up to 65504, and inf

@@ -6,7 +6,7 @@ traces whose answers follow from the binade model: binade ``e`` is flushed at sc
 import numpy as np
 import pytest
 
-from sim.fp16.underflow import pooled_flushed_share
+from sim.casting.underflow import pooled_flushed_share
 from sim.plots.layers import plot_layer_flush
 from sim.replay.layers import (
     WHOLE_MODEL,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.fp16.counts import classify
-from sim.fp16.underflow import flushed_share
+from sim.casting.counts import classify
+from sim.casting.underflow import flushed_share
 from sim.replay.metrics import run_metrics
 from sim.replay.run import (
     jitter_factors,

@@ -8,8 +8,8 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
+from sim.casting.counts import classify
 from sim.cli.main import main
-from sim.fp16.counts import classify
 from sim.replay.metrics import METRICS, SHARES, SUMMARY_COLUMNS
 from sim.replay.predictions import prediction_rows
 from sim.replay.run import simulate

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from sim.fp16.counts import classify
-from sim.fp16.underflow import flushed_share
+from sim.casting.counts import classify
+from sim.casting.underflow import flushed_share
 from sim.traces.families import (
     FAMILIES,
     SSD_ZERO_SHARE,

@@ -1,9 +1,9 @@
 """Data-parallel tests with real processes under mpiexec (2 and 4 ranks).
 
-Each test launches a script from tests/updater/mpi_scripts/ under mpiexec; every rank writes its
-results to files in a temporary folder and the test compares them. A job that does not end within
-its time limit is terminated and the test fails (a hang is a failure, not a wait). With 2 cores, the
-4-rank runs oversubscribe the machine; MPICH needs no flag for that.
+Each test launches a script from tests/updater/runtime/mpi_scripts/ under mpiexec; every rank writes
+its results to files in a temporary folder and the test compares them. A job that does not end
+within its time limit is terminated and the test fails (a hang is a failure, not a wait). With 2
+cores, the 4-rank runs oversubscribe the machine; MPICH needs no flag for that.
 """
 
 import os

@@ -27,13 +27,6 @@ from updater.driver.updater import DynamicLossScalingUpdater
 from updater.policy import largest_safe_scale
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 class CountingSolver:
     """Forwards to a real solver and counts the calls by method name."""
 

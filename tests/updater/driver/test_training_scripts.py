@@ -34,13 +34,6 @@ pytestmark = pytest.mark.nnabla
 SPIKE = 1e3  # loss weight that overflows float16 at the scales used here (>= 2**7)
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 # ---------------------------------------------------------------- parameters added later
 
 

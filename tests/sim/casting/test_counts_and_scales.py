@@ -1,4 +1,4 @@
-"""Tests for sim/fp16/counts.py: exact float16 counts against NumPy's cast and an exact rational
+"""Tests for sim/casting/counts.py: exact float16 counts against NumPy's cast and an exact rational
 model."""
 
 import doctest
@@ -12,16 +12,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-import sim.fp16.counts as fp16
-import sim.fp16.scales as fp16_sweep
-from sim.fp16.counts import (
+import sim.casting.counts as fp16
+import sim.casting.scales as fp16_sweep
+from sim.casting.counts import (
     FP16_MAX,
     FP16_SMALLEST_NORMAL,
     Fp16Counts,
     classify,
     representable_window,
 )
-from sim.fp16.scales import sweep
+from sim.casting.scales import sweep
 from tests.paths import ROOT
 from updater.common.float16 import FP16_SMALLEST_SUBNORMAL
 

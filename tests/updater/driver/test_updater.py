@@ -38,13 +38,6 @@ with np.errstate(over="ignore"):
 SPIKE = 1e3  # loss weight of a spike batch: overflows float16 at scales above ~64
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 def make(scope="m", solver="momentum", type_config="half", **model_kw):
     return TinyClassifier(scope, solver=solver, type_config=type_config, **model_kw)
 

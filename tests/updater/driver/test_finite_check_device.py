@@ -28,13 +28,6 @@ pytestmark = pytest.mark.nnabla
 SPIKE = 1e3  # loss weight that overflows float16 at the scales used here
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 def pair(type_config, policy, clip=None):
     """One model with two updaters over it: the NumPy path and the device path."""
     m = TinyClassifier(type_config=type_config)

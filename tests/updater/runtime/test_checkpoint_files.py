@@ -15,19 +15,12 @@ import pytest
 
 from tests.broken_files import ARCHIVE_BREAKAGES, rewrite, set_array
 from tests.paths import ROOT
-from tests.updater.test_checkpoint import SCOPE, assert_unchanged, build, snapshot
+from tests.updater.runtime.test_checkpoint import SCOPE, assert_unchanged, build, snapshot
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.nnabla
 
 W1 = f"{SCOPE}/fc1/affine/W"
-
-
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
 
 
 @pytest.fixture

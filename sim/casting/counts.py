@@ -10,7 +10,7 @@ ties to even), exactly as ``np.float16`` does. Its fate is one of:
 * **overflow**: ``|g*s| >= 65520`` becomes inf (65520 is a tie and rounds to even, inf).
 
 Exact zeros and non-finite inputs are counted apart. :func:`classify` casts at one scale;
-:func:`sim.fp16.scales.sweep` gives the same counts for many power-of-two scales from one pass
+:func:`sim.casting.scales.sweep` gives the same counts for many power-of-two scales from one pass
 over the data.
 
 >>> c = classify([0.0, 2.0**-26, 3e-8, 1e-3, 7e4], scale=1.0)
@@ -50,7 +50,7 @@ class Fp16Counts:
         overflow (int): finite inputs that become +-inf.
         rel_err_mean (float): mean of ``|fp16(g*s)/s - g| / |g|`` over the survivors (nonzero
             finite inputs that stay nonzero and finite), computed in float64; 0.0 if there are
-            none; NaN when not computed (counts from :func:`sim.fp16.scales.sweep`).
+            none; NaN when not computed (counts from :func:`sim.casting.scales.sweep`).
         rel_err_max (float): largest such relative error; same conventions.
     """
 

@@ -19,13 +19,6 @@ pytestmark = pytest.mark.nnabla
 CPU = get_context("cpu:float")  # built in float32; rewrite(context=CPU) picks the cpu backend
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 def computes_in(output):
     """{type name: set of context types} over the functions of the graph."""
     kinds = {}

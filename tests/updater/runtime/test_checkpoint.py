@@ -35,13 +35,6 @@ SPIKES = {4: 1e3, 9: 1e3, 10: 1e3}
 STEPS, SPLIT = 16, 7
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 def build(seed=0, solver="adam", spikes=SPIKES):
     model = TinyClassifier(SCOPE, seed=seed, solver=solver, lr=0.01)
     policy = DynamicScale(

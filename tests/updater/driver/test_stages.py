@@ -25,13 +25,6 @@ pytestmark = pytest.mark.nnabla
 SPIKES = {2: 1e3, 5: 1e3, 6: 1e3}  # loss weights that overflow at the scales used here
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 def run(staged, on_overflow, steps=9, **kwargs):
     nn.clear_parameters()
     m = TinyClassifier("st", solver="adam", lr=0.01)

@@ -1,10 +1,10 @@
-"""The simulator replays measured flushed shares (sim/fp16/underflow.py measured_flushed_share)
+"""The simulator replays measured flushed shares (sim/casting/underflow.py measured_flushed_share)
 where a trace holds them, and the binade model elsewhere."""
 
 import numpy as np
 import pytest
 
-from sim.fp16.underflow import flushed_share, measured_flushed_share, replay_flushed_share
+from sim.casting.underflow import flushed_share, measured_flushed_share, replay_flushed_share
 from sim.replay.run import simulate
 from updater.policy import StaticScale
 from updater.trace import Trace

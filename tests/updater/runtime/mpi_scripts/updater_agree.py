@@ -20,7 +20,7 @@ import nnabla as nn
 import numpy as np
 
 sys.path.insert(
-    0, str(Path(__file__).resolve().parents[3])
+    0, str(Path(__file__).resolve().parents[4])
 )  # the checkout, for tests.nnabla_models
 from tests.nnabla_models import TinyClassifier  # noqa: E402
 from updater import DynamicLossScalingUpdater, DynamicScale, MPICommunicator  # noqa: E402

@@ -3,7 +3,7 @@
 Multiplying by ``2**k`` only moves a value's binade, so each value's fate at every ``k`` follows
 from its binade and a four-way class of its mantissa: one pass histograms the data by (binade,
 class) and every scale's counts follow from the histogram. The counts equal
-:func:`sim.fp16.counts.classify`'s at each scale exactly.
+:func:`sim.casting.counts.classify`'s at each scale exactly.
 
 >>> r = sweep([2.0**-26, 1e-3], exponents=[0, 1, 2])
 >>> r.flushed.tolist(), r.subnormal.tolist()
@@ -19,7 +19,7 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
-from sim.fp16.counts import Fp16Counts, _float_values
+from sim.casting.counts import Fp16Counts, _float_values
 from updater.common.float16 import FP16_FLUSH_BINADE
 
 # Fates of a scaled binade B (value in [2**B, 2**(B+1))), by mantissa class (see _Format):

@@ -23,13 +23,6 @@ SPIKE = 1e4  # loss weight that overflows float16 at the scales used here
 _SCOPES = itertools.count()
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 def deep(depth, type_config="half", solver="momentum"):
     return TinyClassifier(
         f"deep{next(_SCOPES)}", depth=depth, type_config=type_config, solver=solver

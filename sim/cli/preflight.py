@@ -23,25 +23,6 @@ MEMORY_SHARE = 0.5
 # ---------------------------------------------------------------- argparse types
 
 
-def int_at_least(low: int):
-    """An argparse type: an int >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"needs an int >= {low}, got {text!r}")
-        return value
-
-    return parse
-
-
-positive_int = int_at_least(1)
-nonnegative_int = int_at_least(0)
-
-
 def jitter_value(text: str) -> float:
     """An argparse type: a number in [0, 8] (the log2 std of the gradient size factor)."""
     problem = f"needs a number in [0, {MAX_JITTER:g}], got {text!r}"

@@ -24,13 +24,6 @@ pytestmark = pytest.mark.nnabla
 STEPS, SPLIT = 12, 5
 
 
-@pytest.fixture(autouse=True)
-def fresh_parameters():
-    nn.clear_parameters()
-    yield
-    nn.clear_parameters()
-
-
 class Tempered:
     """``mean(softmax_cross_entropy(affine(x) * temperature))`` in cpu:half, trained by Adam over
     the affine layer (in the registry) and ``temperature`` (an ``nn.Variable``, only in the
