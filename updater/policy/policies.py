@@ -2,11 +2,11 @@
 
 The policy contract, which every policy here keeps and a new one must keep:
 
-- A policy is a frozen dataclass of settings, subclassing ``_Policy`` and listed in
-  :data:`POLICIES`. Its ``_validate()`` checks scalar settings (wrong type ``TypeError``, wrong
-  value ``ValueError``, see :mod:`updater.common.validation`); a policy built with array-valued
-  settings (many settings at once, :func:`sim.replay.run.stack_policies`) is validated element by
-  element.
+- A policy is a frozen dataclass of settings, subclassing :class:`updater.policy.base.Policy` and
+  listed in :data:`POLICIES`. Its ``_validate()`` checks scalar settings (wrong type ``TypeError``,
+  wrong value ``ValueError``, see :mod:`updater.common.validation`); a policy built with
+  array-valued settings (many settings at once, :func:`sim.replay.run.stack_policies`) is validated
+  element by element.
 - ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
 - ``update(state, grads_finite, grad_absmax=None, bad_batch=False)`` returns the next state.
   ``bad_batch`` marks a step whose data was bad (an inf/NaN loss or input): the third outcome,
@@ -35,12 +35,13 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Dict
 
 import numpy as np
 
 from ..common.validation import check_bool, check_int, check_positive
+from .base import Policy, check_backoff, check_bounds, check_growth, set_setting, unless_bad
 from .state import (
     ScaleState,
     largest_safe_scale,  # noqa: F401 (public here too)
@@ -48,92 +49,9 @@ from .state import (
     ops_for,
 )
 
-# ---------------------------------------------------------------- validation helpers
-
-
-def _growth(name: str, value) -> None:
-    check_positive(name, value)
-    if value <= 1:
-        raise ValueError(
-            f"{name} must be > 1 (it multiplies the scale on growth), got {value!r}; "
-            "a factor below 1 would invert the dynamics"
-        )
-
-
-def _backoff(name: str, value) -> None:
-    check_positive(name, value)
-    if value >= 1:
-        raise ValueError(
-            f"{name} must be in (0, 1) (it multiplies the scale on overflow), got {value!r}; "
-            f"did you mean {1 / value!r}?"
-        )
-
-
-def _bounds(init_name: str, init, min_scale, max_scale) -> None:
-    check_positive("min_scale", min_scale)
-    check_positive("max_scale", max_scale)
-    check_positive(init_name, init)
-    if not min_scale <= init <= max_scale:
-        raise ValueError(
-            f"need 0 < min_scale <= {init_name} <= max_scale, got min_scale={min_scale!r}, "
-            f"{init_name}={init!r}, max_scale={max_scale!r}"
-        )
-
-
-def _set(policy, name: str, value) -> None:
-    """Store a checked (normalised) setting on a frozen policy, e.g. 2000.0 as 2000."""
-    object.__setattr__(policy, name, value)
-
-
-# ---------------------------------------------------------------- policies
-
-
-class _Policy:
-    """Shared plumbing: validation, settings dict, state dict, the ``needs_grad_absmax`` flag."""
-
-    needs_grad_absmax: ClassVar[bool] = False
-
-    def __post_init__(self):
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
-        _set(self, "_one_run", not arrays)  # single settings: one-run states take _ONE_RUN
-        if not arrays:
-            self._validate()
-            return
-        shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
-        for index in np.ndindex(shape):  # each element as a scalar policy, validated
-            type(self)(**{**values, **{k: np.broadcast_to(a, shape)[index].item()
-                                       for k, a in arrays.items()}})  # fmt: skip
-
-    def _validate(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def settings(self) -> Dict[str, Any]:
-        """Return the settings as a plain dict of Python numbers."""
-        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in asdict(self).items()}
-
-    def state_dict(self) -> Dict[str, Any]:
-        """Return ``{"policy": class name, **settings}``; :func:`policy_from_dict` inverts it."""
-        return {"policy": type(self).__name__, **self.settings()}
-
-    def init(self, shape=()) -> ScaleState:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
-        raise NotImplementedError  # pragma: no cover - overridden
-
-
-def _unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
-    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
-    the literal False, the default, costs nothing)."""
-    if bad_batch is False:
-        return new
-    bad = x.flag(bad_batch)
-    return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))
-
 
 @dataclass(frozen=True)
-class StaticScale(_Policy):
+class StaticScale(Policy):
     """A fixed loss scale: every step uses ``scale``; overflows only skip the step, and a bad
     batch leaves ``good_steps`` as it was.
 
@@ -156,11 +74,11 @@ class StaticScale(_Policy):
         x = ops_for(self, state, grads_finite, bad_batch)
         good = x.where(x.flag(grads_finite), state.good_steps + 1, 0)
         new = x.state(x.like(state.scale, good), good, state.hysteresis_left)
-        return _unless_bad(x, bad_batch, state, new)
+        return unless_bad(x, bad_batch, state, new)
 
 
 @dataclass(frozen=True)
-class DynamicScale(_Policy):
+class DynamicScale(Policy):
     """Grow the scale after a run of finite steps, back it off after overflows.
 
     Rules (one sentence each):
@@ -227,12 +145,12 @@ class DynamicScale(_Policy):
     consecutive_hysteresis: bool = False
 
     def _validate(self):
-        _growth("growth_factor", self.growth_factor)
-        _backoff("backoff_factor", self.backoff_factor)
-        _set(self, "growth_interval", check_int("growth_interval", self.growth_interval, 1))
-        _set(self, "hysteresis", check_int("hysteresis", self.hysteresis, 1))
+        check_growth("growth_factor", self.growth_factor)
+        check_backoff("backoff_factor", self.backoff_factor)
+        set_setting(self, "growth_interval", check_int("growth_interval", self.growth_interval, 1))
+        set_setting(self, "hysteresis", check_int("hysteresis", self.hysteresis, 1))
         check_bool("consecutive_hysteresis", self.consecutive_hysteresis)
-        _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
+        check_bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -255,11 +173,11 @@ class DynamicScale(_Policy):
         new_good = x.where(x.both(finite, x.negate(grow)), good_next, 0)
         refill = x.either(grow, x.both(finite, self.consecutive_hysteresis))
         new_hyst = x.where(refill, self.hysteresis, x.where(finite, hyst, x.maximum(hyst - 1, 1)))
-        return _unless_bad(x, bad_batch, state, x.state(new_scale, new_good, new_hyst))
+        return unless_bad(x, bad_batch, state, x.state(new_scale, new_good, new_hyst))
 
 
 @dataclass(frozen=True)
-class NnablaLegacy(_Policy):
+class NnablaLegacy(Policy):
     """nnabla's experimental updater's exact scale dynamics, for comparison only.
 
     The first growth comes after ``N + 2`` finite steps and then every ``N + 1`` (the old code
@@ -280,8 +198,8 @@ class NnablaLegacy(_Policy):
 
     def _validate(self):
         check_positive("scale", self.scale)
-        _growth("scaling_factor", self.scaling_factor)
-        _set(self, "N", check_int("N", self.N, 1))
+        check_growth("scaling_factor", self.scaling_factor)
+        set_setting(self, "N", check_int("N", self.N, 1))
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -301,7 +219,7 @@ class NnablaLegacy(_Policy):
 
 
 @dataclass(frozen=True)
-class HeadroomScale(_Policy):
+class HeadroomScale(Policy):
     """Jump to the largest power-of-two scale that leaves ``margin`` headroom below float16's max.
 
     Rules: on a finite step with measured largest scaled gradient ``a > 0`` at scale ``s``, the
@@ -336,9 +254,9 @@ class HeadroomScale(_Policy):
         check_positive("margin", self.margin)
         if self.margin < 1:
             raise ValueError(f"margin must be >= 1, got {self.margin!r}")
-        _backoff("backoff_factor", self.backoff_factor)
-        _growth("growth_factor", self.growth_factor)
-        _bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
+        check_backoff("backoff_factor", self.backoff_factor)
+        check_growth("growth_factor", self.growth_factor)
+        check_bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
@@ -363,7 +281,7 @@ class HeadroomScale(_Policy):
         new_scale = x.clip(x.where(finite, moved, shrunk), self.min_scale, self.max_scale)
         new_good = x.where(finite, good + 1, 0)
         new = x.state(new_scale, new_good, x.like(hyst, new_good))
-        return _unless_bad(x, bad_batch, state, new)
+        return unless_bad(x, bad_batch, state, new)
 
 
 POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}

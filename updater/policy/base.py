@@ -1,0 +1,94 @@
+"""What every policy shares: the base class (settings, state dict, validation of array-valued
+settings) and the checks of common settings. The contract a policy keeps is at the top of
+:mod:`updater.policy.policies`; a new policy subclasses :class:`Policy` (here or in a module of
+its own in this folder) and is added to ``POLICIES`` there."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any, ClassVar, Dict
+
+import numpy as np
+
+from ..common.validation import check_positive
+from .state import ScaleState
+
+# ---------------------------------------------------------------- validation helpers
+
+
+def check_growth(name: str, value) -> None:
+    check_positive(name, value)
+    if value <= 1:
+        raise ValueError(
+            f"{name} must be > 1 (it multiplies the scale on growth), got {value!r}; "
+            "a factor below 1 would invert the dynamics"
+        )
+
+
+def check_backoff(name: str, value) -> None:
+    check_positive(name, value)
+    if value >= 1:
+        raise ValueError(
+            f"{name} must be in (0, 1) (it multiplies the scale on overflow), got {value!r}; "
+            f"did you mean {1 / value!r}?"
+        )
+
+
+def check_bounds(init_name: str, init, min_scale, max_scale) -> None:
+    check_positive("min_scale", min_scale)
+    check_positive("max_scale", max_scale)
+    check_positive(init_name, init)
+    if not min_scale <= init <= max_scale:
+        raise ValueError(
+            f"need 0 < min_scale <= {init_name} <= max_scale, got min_scale={min_scale!r}, "
+            f"{init_name}={init!r}, max_scale={max_scale!r}"
+        )
+
+
+def set_setting(policy, name: str, value) -> None:
+    """Store a checked (normalised) setting on a frozen policy, e.g. 2000.0 as 2000."""
+    object.__setattr__(policy, name, value)
+
+
+class Policy:
+    """Shared plumbing: validation, settings dict, state dict, the ``needs_grad_absmax`` flag."""
+
+    needs_grad_absmax: ClassVar[bool] = False
+
+    def __post_init__(self):
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
+        set_setting(self, "_one_run", not arrays)  # single settings: one-run states take _ONE_RUN
+        if not arrays:
+            self._validate()
+            return
+        shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+        for index in np.ndindex(shape):  # each element as a scalar policy, validated
+            type(self)(**{**values, **{k: np.broadcast_to(a, shape)[index].item()
+                                       for k, a in arrays.items()}})  # fmt: skip
+
+    def _validate(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def settings(self) -> Dict[str, Any]:
+        """Return the settings as a plain dict of Python numbers."""
+        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in asdict(self).items()}
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Return ``{"policy": class name, **settings}``; :func:`policy_from_dict` inverts it."""
+        return {"policy": type(self).__name__, **self.settings()}
+
+    def init(self, shape=()) -> ScaleState:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
+        raise NotImplementedError  # pragma: no cover - overridden
+
+
+def unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
+    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
+    the literal False, the default, costs nothing)."""
+    if bad_batch is False:
+        return new
+    bad = x.flag(bad_batch)
+    return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))
