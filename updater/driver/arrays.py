@@ -169,15 +169,32 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
     return flags, absmax
 
 
-def nonfinite_indices(arrays) -> List[int]:
-    """Indices of the float arrays among ``arrays`` (NdArrays) that hold inf/NaN: one host view
+def nonfinite_indices(arrays, limits=None) -> List[int]:
+    """Indices of the float arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
+    ``limits`` (one per array, default inf) is finite, a |value| at or beyond it: one host view
     and one exact check each (:func:`_check_array`); arrays of other dtypes cannot."""
     found = []
     for i, array in enumerate(arrays):
+        limit = math.inf if limits is None else limits[i]
         if array.size and array_dtype(array).kind == "f":
-            if not _check_array(host_view(array), False)[0]:
+            finite, top = _check_array(host_view(array), limit < math.inf)
+            if not finite or (top is not None and top >= limit):
                 found.append(i)
     return found
+
+
+def half_read(loss, variables: List[nn.Variable]) -> List[bool]:
+    """For each of ``variables``, whether a function of the graph of ``loss`` that computes in
+    half precision (its context's first backend ``*:half``) reads it: there a value beyond
+    float16's range is inf."""
+    readers = set()
+
+    def visit(func):
+        if func.context.backend and func.context.backend[0].endswith(":half"):
+            readers.update(hash(v) for v in func.inputs)
+
+    loss.visit(visit)
+    return [hash(v) in readers for v in variables]
 
 
 CHUNK = 2**16

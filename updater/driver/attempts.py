@@ -12,14 +12,17 @@ each retry and after a skipped step (``restore_on_skip``, the default), or, with
 attempt and restored after the last. A retry happens only when the policy lowered the seed and the
 batch was not bad on any worker; otherwise the step is skipped.
 
-A bad batch is bad data, which no scale fixes: an inf/NaN loss, or an inf/NaN in an input of
-the graph (its leaves that are not parameters, checked each round on the host, or by the
-device check with the gradients). It is skipped, never retried, and the policy takes it as its
-third outcome (``bad_batch=True``: the scale does not move).
+Each attempt ends in one verdict (:func:`updater.driver.records.verdict`, the same on every
+path and every ``accum_grad``): applied when the gradients are finite, whatever the loss (an
+inf/NaN loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch when
+they are not and the loss or an input is bad (bad data, which no scale fixes: skipped, never
+retried, and the policy takes it as its third outcome, ``bad_batch=True``: the scale does not
+move); an overflow otherwise.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
@@ -29,6 +32,9 @@ import numpy as np
 
 from ..policy import ScaleState
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
+from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,12 +112,14 @@ class Attempts:
     def _inspect(self, unscale_by=None, need_sumsq=False):
         """The finite check of the gradients, with the inputs and statistics the device check
         reads (the same graph for attempts and probes)."""
+        inputs, ranged = self.rounds.device_checked()
         return self.work.inspect(
             self._policy.needs_grad_absmax,
             unscale_by,
             need_sumsq,
-            self.rounds.device_checked(),
+            inputs,
             self.forward_state.device_checked(),
+            ranged,
         )
 
     def run(self, policy, state: ScaleState, step: int, fuse: bool, need_sumsq: bool) -> Pending:
@@ -132,27 +140,22 @@ class Attempts:
             work.all_reduce()
             found = self._inspect(1.0 / seed if fuse else None, fuse and need_sumsq)
             arrays, finite, absmax, bad = found[:4]
+            if loss_finite is None:  # the device check read it
+                loss_finite = found.loss_finite
             inputs_ok = found.inputs_finite
             inputs_ok = rounds.inputs_finite if inputs_ok is None else inputs_ok
-            if not finite and loss_finite is None:
-                loss_finite = rounds.loss_finite(found)
-            bad_batch = loss_finite is False or not inputs_ok
             if work.comm is not None:
-                finite, bad_loss_anywhere, bad_batch = work.agree(
-                    finite, loss_finite is False, bad_batch
-                )
-                loss_finite = False if bad_loss_anywhere else loss_finite
-                if not finite and loss_finite is None:
-                    loss_finite = rounds.loss_finite(found)
+                finite, bad_loss, bad_input = work.agree(finite, not loss_finite, not inputs_ok)
+                loss_finite, inputs_ok = not bad_loss, not bad_input
+            outcome = verdict(finite, loss_finite, inputs_ok)
+            applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
             if not finite and absmax is not None:
                 absmax = math.inf
             new_state = policy.update(
                 state, finite, absmax if policy.needs_grad_absmax else None, bad_batch
             )
-            applied = finite and not bad_batch
             retry = (
-                not applied
-                and not bad_batch
+                outcome == OVERFLOW
                 and self.on_overflow == "retry"
                 and attempts <= self.max_retries
                 and self.seed(new_state.scale, policy) < seed
@@ -167,8 +170,9 @@ class Attempts:
             elif moved is None:
                 moved = self.forward_state.save("moved")
         if self.recorder is not None and self.recorder.wants(step):
-            seen = False if bad_batch else loss_finite
-            self._record(step, arrays, seed, finite, seen, overflow_scale)
+            self._record(step, arrays, seed, finite, not bad_batch, overflow_scale)
+        if applied and not loss_finite:
+            self._count_nonfinite_loss(step)
         if before is not None and not applied:  # a skipped step leaves the model as it was
             before.restore()
         if moved is not None:
@@ -180,13 +184,26 @@ class Attempts:
             state,
         )  # fmt: skip
 
-    def _record(self, step, arrays, seed, finite, loss_finite, overflow_scale) -> None:
+    def _count_nonfinite_loss(self, step: int) -> None:
+        """Count an applied step whose loss was inf/NaN; warn about the first."""
+        self.counters.nonfinite_losses += 1
+        if self.counters.nonfinite_losses == 1:
+            logger.warning(
+                "the loss was inf/NaN at step %d while every gradient was finite: the step was "
+                "applied (as nnabla's own loop does); a loss computed in float16 overflows (a "
+                "mean of large per-sample losses) or takes log of a value <= 0: "
+                "updater.amp.rewrite(loss) computes the loss in float32 (counted in "
+                "nonfinite_losses; warned once)",
+                step,
+            )
+
+    def _record(self, step, arrays, seed, finite, good_batch, overflow_scale) -> None:
         """Hand the recorded attempt to the recorder, probing its overflow threshold first when
-        the recorder asks for it (:mod:`updater.driver.probes`) and the loss was finite."""
+        the recorder asks for it (:mod:`updater.driver.probes`) and the batch was not bad."""
         rec = self.recorder
-        over = seed if not finite and loss_finite else overflow_scale
+        over = seed if not finite and good_batch else overflow_scale
         grads, scale, flush = arrays, seed, None
-        if (rec.probe_overflow or rec.measure_flush) and loss_finite is not False:
+        if (rec.probe_overflow or rec.measure_flush) and good_batch:
             known = math.inf if over is None else over
             bounds = probe_bounds(self._policy, self.seed_type)
             found = probe_step(
@@ -202,7 +219,7 @@ class Attempts:
             step,
             grads or self.host_grads(),
             scale,
-            loss_finite=loss_finite is not False,
+            loss_finite=good_batch,
             overflow_scale=over,
             names=list(self.params()),
             flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
@@ -218,6 +235,12 @@ class Attempts:
     def params(self) -> Dict[str, nn.Variable]:
         """The solver's parameters."""
         return self.work.params()
+
+    def with_gradients(self) -> List[nn.Variable]:
+        """The Variables whose gradients a step leaves: the solver's parameters and the inputs
+        with ``need_grad``."""
+        inputs = [v for v in self.rounds.inputs() if v.need_grad]
+        return [*self.params().values(), *inputs]
 
     def host_grads(self) -> List[np.ndarray]:
         """Host views of the gradients."""

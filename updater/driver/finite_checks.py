@@ -194,6 +194,7 @@ class FiniteCheck:
         need_sumsq: bool = False,
         inputs: Sequence[nn.NdArray] = (),
         statistics: Sequence[nn.NdArray] = (),
+        ranged: Sequence[nn.NdArray] = (),
     ) -> Inspection:
         """Check the gradients for inf/NaN.
 
@@ -206,11 +207,13 @@ class FiniteCheck:
                 ``sumsq``; :class:`HostCheck` array by array unscales in the same pass.
             need_sumsq (bool, default False): the sum of squares of the gradients times
                 ``unscale_by`` (:class:`NnablaCheck` leaves it to :meth:`sumsq`).
-            inputs, statistics (lists of NdArray, default ()): also checked when
+            inputs, statistics (lists of NdArray, default ()): also checked for inf/NaN when
                 :attr:`checks_extras`.
+            ranged (list of NdArray, default ()): inputs also checked against float16's range
+                (a half-precision function reads them) when :attr:`checks_extras`.
         """
         found = self._inspect(params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs,
-                              statistics)  # fmt: skip
+                              statistics, ranged)  # fmt: skip
         finite = found.finite
         return found._replace(
             absmax=(found.absmax if finite else math.inf) if need_absmax else None,
@@ -233,7 +236,7 @@ class NnablaCheck(FiniteCheck):
     name = "nnabla"
 
     def _inspect(self, params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs,
-                 statistics) -> Inspection:  # fmt: skip
+                 statistics, ranged) -> Inspection:  # fmt: skip
         finite, absmax, arrays, bad = not self.solver.check_inf_or_nan_grad(), None, None, []
         if need_absmax or not finite:  # |g| max or the names: read the gradients
             arrays, absmax, bad = _read_and_check(params(), need_absmax)
@@ -262,7 +265,7 @@ class HostCheck(FiniteCheck):
         return self.flat is None
 
     def _inspect(self, params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs,
-                 statistics) -> Inspection:  # fmt: skip
+                 statistics, ranged) -> Inspection:  # fmt: skip
         params = params()
         top, sumsq, arrays = None, None, None
         if need_absmax and absmax_over:
@@ -328,12 +331,12 @@ class DeviceCheck(FiniteCheck):
         self.flat = flat
 
     def _inspect(self, params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs,
-                 statistics) -> Inspection:  # fmt: skip
+                 statistics, ranged) -> Inspection:  # fmt: skip
         params = params()
         over = absmax_over if need_absmax and absmax_over else []
         stats = self.flat.read(
             _grads(params), over, need_absmax, need_sumsq, self.loss, unscale_by, inputs,
-            statistics,
+            statistics, ranged,
         )  # fmt: skip
         finite = stats.finite
         return Inspection(

@@ -26,6 +26,7 @@ from typing import List, NamedTuple
 
 import nnabla as nn
 
+from ..common.float16 import FP16_OVERFLOW
 from .arrays import host_view
 
 TINY = 2.0**-126
@@ -170,23 +171,25 @@ class DeviceStats(FlatGraphs):
     otherwise: exact), and as asked the largest |value| and the sum of squares of
     ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
     ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
-    overflows; ``loss * 0`` (NaN for an inf/NaN loss); and ``sum(x * 0)`` over the graph's
-    inputs (the data of the batch) and over the running statistics.
+    overflows; ``loss * 0`` (NaN for an inf/NaN loss); ``sum(x * 0)`` over the graph's
+    inputs (the data of the batch) and over the running statistics; and the largest |value| of
+    the inputs a half-precision function reads (bad from 65520 on, float16's inf).
     """
 
     def read(
         self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0, inputs=(),
-        statistics=(),
+        statistics=(), ranged=(),
     ) -> DeviceReading:  # fmt: skip
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
         empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
-        ``inputs`` and ``statistics`` (lists of NdArray); one host read."""
+        ``inputs``, ``statistics`` and ``ranged`` (inputs checked against float16's range;
+        lists of NdArray); one host read."""
         import nnabla.functions as F
 
         own_top = need_absmax and not absmax_over
 
         def build(views):
-            grad_views, over_views, loss_views, input_views, statistic_views = views
+            grad_views, over_views, loss_views, input_views, statistic_views, ranged_views = views
             factor_var = nn.Variable((1,))
             factor_var.d = 1.0
             parts = []
@@ -207,12 +210,16 @@ class DeviceStats(FlatGraphs):
             for checked in (input_views, statistic_views):
                 if checked:
                     parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
+            if ranged_views:
+                parts.append(F.max(F.abs(_flat(ranged_views))))
             if not parts:  # nothing to check: a graph still needs an output
                 parts.append(F.mul_scalar(factor_var, 0.0))
             return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
 
         kind = ("stats", own_top, need_sumsq, loss is not None)
-        groups = (grads, absmax_over, [] if loss is None else [loss.data], inputs, statistics)
+        groups = (
+            grads, absmax_over, [] if loss is None else [loss.data], inputs, statistics, ranged
+        )  # fmt: skip
         graph = self.graph(kind, groups, build)
         if need_sumsq:
             graph.inputs[0].d = factor
@@ -228,5 +235,6 @@ class DeviceStats(FlatGraphs):
         loss_bad = graph.present[2] and next(values) != 0.0
         inputs_bad = graph.present[3] and next(values) != 0.0
         statistics_bad = graph.present[4] and next(values) != 0.0
+        inputs_bad = inputs_bad or (graph.present[5] and not next(values) < FP16_OVERFLOW)
         absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
         return DeviceReading(finite, absmax, sumsq, loss_bad, inputs_bad, statistics_bad)

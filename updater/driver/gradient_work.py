@@ -65,14 +65,16 @@ class GradientWork:
         return host_grads(self.params())
 
     def inspect(
-        self, need_absmax: bool, unscale_by=None, need_sumsq=False, inputs=(), statistics=()
-    ) -> Inspection:
+        self, need_absmax: bool, unscale_by=None, need_sumsq=False, inputs=(), statistics=(),
+        ranged=(),
+    ) -> Inspection:  # fmt: skip
         """The finite check (:meth:`FiniteCheck.inspect`), |g| max over the reduced
         gradients when only some are reduced."""
         absmax_over = self.grads if self.comm is not None and self.grads else ()
         return self.check.inspect(
-            self.params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs, statistics
-        )
+            self.params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs, statistics,
+            ranged,
+        )  # fmt: skip
 
     def unscale(self, factor: float) -> None:
         """Multiply every gradient by ``factor``."""

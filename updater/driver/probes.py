@@ -33,7 +33,7 @@ new numbers in every probe's forward, as in a retry.
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Protocol
+from typing import List, NamedTuple, Protocol
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class Rerun(Protocol):
 
     rounds_per_attempt: int  # forward/backward rounds per attempt (accum_grad)
 
-    def params(self) -> Dict: ...  # the solver's parameters
+    def with_gradients(self) -> List: ...  # parameters and need_grad inputs
 
     def host_grads(self) -> List[np.ndarray]: ...  # host views of the gradients
 
@@ -128,7 +128,7 @@ def probe_step(
         ProbeResult.
     """
     low, high = bounds
-    kept = [(p, copy_array(p.grad)) for p in step.params().values() if not p.grad.zeroing]
+    kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
     passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None

@@ -1,9 +1,31 @@
-"""What an ``update()`` call reports: its :class:`StepRecord`, the updater's :class:`Counters`,
-and the error a persistent non-finite gradient raises."""
+"""What an ``update()`` call decides and reports: the step's verdict (:func:`verdict`), its
+:class:`StepRecord`, the updater's :class:`Counters`, and the error a persistent non-finite
+gradient raises."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+APPLIED, OVERFLOW, BAD_BATCH = "applied", "overflow", "bad batch"
+
+
+def verdict(grads_finite: bool, loss_finite: bool, inputs_finite: bool) -> str:
+    """The one rule every path and every ``accum_grad`` follows, on the agreed facts of an
+    attempt (across workers: any worker's bad loss or input counts):
+
+    - gradients finite: :data:`APPLIED`, whatever the loss (as nnabla's own loop and PyTorch's
+      GradScaler decide);
+    - gradients inf/NaN and (the loss inf/NaN, or an input bad as the graph sees it: inf/NaN,
+      or beyond float16's range where a half-precision function reads it):
+      :data:`BAD_BATCH`, bad data that no scale fixes: skipped, never retried, scale kept;
+    - otherwise :data:`OVERFLOW`: backed off, skipped or retried.
+
+    >>> verdict(True, False, True), verdict(False, True, False), verdict(False, True, True)
+    ('applied', 'bad batch', 'overflow')
+    """
+    if grads_finite:
+        return APPLIED
+    return OVERFLOW if loss_finite and inputs_finite else BAD_BATCH
 
 
 @dataclass
@@ -17,8 +39,9 @@ class Counters:
         overflows (int): non-finite attempts, retries included (the attempts).
         consecutive_nonfinite (int): ``update()`` calls since the last applied update.
         batches, passes (int): ``data_feeder`` calls and forward/backward rounds (the rounds).
+        nonfinite_losses (int): applied steps whose loss was inf/NaN (the attempts).
         nonfinite_statistics (int): running statistics found inf/NaN, each once (the forward
-            state); not saved in ``state_dict()``.
+            state). These two are not saved in ``state_dict()``.
     """
 
     steps: int = 0
@@ -28,6 +51,7 @@ class Counters:
     consecutive_nonfinite: int = 0
     batches: int = 0
     passes: int = 0
+    nonfinite_losses: int = 0
     nonfinite_statistics: int = 0
 
 
@@ -139,13 +163,12 @@ class StepRecord:
             attempt, inf when non-finite, when the policy uses it (``policy.needs_grad_absmax``,
             e.g. ``HeadroomScale``); None for other policies (not measured, to save a pass).
         loss_finite (bool or None): whether every accumulation round's loss was finite (False
-            on any worker makes it False everywhere); None when not read: the loss is read on
-            every round when ``accum_grad > 1`` and otherwise only when gradients are
-            non-finite, so a finite step with ``accum_grad == 1`` leaves it None.
+            on any worker makes it False everywhere); None when loss scaling is off
+            (``enabled=False``: nothing is checked).
         attempts (int): forward/backward attempts (1 unless ``on_overflow="retry"`` retried).
-        bad_batch (bool): the batch was bad data on some worker: an inf/NaN loss or an inf/NaN
-            input of the graph. Such a step is skipped, never retried, and the policy takes it
-            as its third outcome (the scale does not move).
+        bad_batch (bool): the verdict was "bad batch" (:func:`verdict`): inf/NaN gradients with
+            an inf/NaN loss or a bad input on some worker. Such a step is skipped, never
+            retried, and the policy takes it as its third outcome (the scale does not move).
     """
 
     step: int

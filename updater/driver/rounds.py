@@ -1,17 +1,25 @@
 """The rounds of one attempt: ``solver.zero_grad()``, then ``accum_grad`` rounds of feed, forward
 and ``backward(seed)``; the inputs of each round kept for a replay at another scale (a retry, a
-probe), and checked for inf/NaN on the host (bad data)."""
+probe); the loss and the inputs checked on the host (bad data), the inputs as the graph sees
+them: inf/NaN, or, where a half-precision function reads one, beyond float16's range.
+
+Every attempt starts from zero gradients, of the parameters (``zero_grad``) and of the inputs
+that have ``need_grad`` (an adversarial input's gradient), so that after a retried or probed
+step each holds one attempt's backward."""
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, List
 
 import nnabla as nn
 import numpy as np
 
+from ..common.float16 import FP16_OVERFLOW
 from .arrays import (
     copy_array,
     describe_inputs,
+    half_read,
     host_view,
     input_leaves,
     nonfinite_indices,
@@ -31,15 +39,15 @@ class Rounds:
         enabled (bool): loss scaling on (else no loss or input is read).
         params (callable): returns the solver's parameters (to tell inputs from parameters).
         unchecked_inputs (list of Variable): inputs left out of the bad-data check.
-        device_checks_inputs (bool): the device check reads the inputs with the gradients
-            (used when there is one round).
+        device_checks_batch (bool): the device check reads the loss and the inputs with the
+            gradients (used when there is one round).
         counters (Counters): ``batches`` and ``passes`` move here.
     """
 
     def __init__(
         self, solver, loss, data_feeder, accum_grad: int, clear_buffer: bool, enabled: bool,
         params: Callable[[], Dict[str, nn.Variable]], unchecked_inputs: list,
-        device_checks_inputs: bool, counters,
+        device_checks_batch: bool, counters,
     ):  # fmt: skip
         self.solver = solver
         self.loss = loss
@@ -49,17 +57,20 @@ class Rounds:
         self.enabled = enabled
         self._params = params
         self.unchecked_inputs = unchecked_inputs
-        self.device_checks_inputs = device_checks_inputs
+        self.device_checks_batch = device_checks_batch
         self.counters = counters
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
+        self._checked: List[nn.Variable] | None = None  # and those checked, with their limits
+        self._limits: List[float] = []
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found inf/NaN (host check)
 
     @property
-    def inputs_on_host(self) -> bool:
-        """Whether the batch's inputs are checked on the host, each round (one pass over
-        them); else the device check reads them with the gradients (one round)."""
-        return not self.device_checks_inputs or self.accum_grad > 1
+    def batch_on_host(self) -> bool:
+        """Whether the loss and the inputs are checked on the host, each round (one read of
+        the loss, one pass over the inputs); else the device check reads them with the
+        gradients (one round)."""
+        return not self.device_checks_batch or self.accum_grad > 1
 
     @property
     def inputs_finite(self) -> bool:
@@ -74,12 +85,26 @@ class Rounds:
 
     def checked_inputs(self) -> List[nn.Variable]:
         """The inputs checked for bad data: the graph's inputs but ``unchecked_inputs``."""
-        skip = {hash(v) for v in self.unchecked_inputs}
-        return [v for v in self.inputs() if hash(v) not in skip]
+        if self._checked is None:
+            skip = {hash(v) for v in self.unchecked_inputs}
+            self._checked = [v for v in self.inputs() if hash(v) not in skip]
+            halves = half_read(self.loss, self._checked)
+            self._limits = [FP16_OVERFLOW if half else math.inf for half in halves]
+        return self._checked
 
-    def device_checked(self) -> List[nn.NdArray]:
-        """The inputs for the device check to read (none when checked on the host)."""
-        return [] if self.inputs_on_host else [v.data for v in self.checked_inputs()]
+    def device_checked(self):
+        """``(inputs, those a half function reads)`` for the device check to read (none when
+        checked on the host): bad when inf/NaN, the second also when |value| >= 65520."""
+        if self.batch_on_host:
+            return [], []
+        inputs = self.checked_inputs()
+        ranged = [v.data for v, limit in zip(inputs, self._limits) if limit < math.inf]
+        return [v.data for v in inputs], ranged
+
+    def _bad_indices(self) -> List[int]:
+        """Indices of the checked inputs bad as the graph sees them (host check)."""
+        inputs = self.checked_inputs()
+        return nonfinite_indices([v.data for v in inputs], self._limits)
 
     def run(
         self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None
@@ -87,18 +112,21 @@ class Rounds:
         """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's) seeded with
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
         calling the feeder); ``count``: add the rounds to ``passes`` and check the inputs.
-        Returns whether every round's loss was finite when read (``accum_grad > 1``), else
-        None."""
+        Returns whether every round's loss was finite when read on the host
+        (:attr:`batch_on_host`), else None."""
         loss = self.loss if loss is None else loss
         keep = keep and self.accum_grad > 1 and self.data_feeder is not None
         if keep and not replay:
             self._kept = []
-        read_loss = self.enabled and self.accum_grad > 1
+        read_loss = self.enabled and self.batch_on_host
         loss_finite = True if read_loss else None
-        check_inputs = count and not replay and self.enabled and self.inputs_on_host
+        check_inputs = count and not replay and self.enabled and self.batch_on_host
         if check_inputs:
             self._bad_inputs = set()
         self.solver.zero_grad()
+        for v in self.inputs():
+            if v.need_grad:
+                v.grad.zero()
         for r in range(self.accum_grad):
             if not replay:
                 if self.data_feeder is not None:
@@ -107,8 +135,7 @@ class Rounds:
                 if keep:
                     self._kept.append([copy_array(v.data) for v in self.inputs()])
                 if check_inputs:
-                    leaves = self.checked_inputs()
-                    self._bad_inputs.update(nonfinite_indices([v.data for v in leaves]))
+                    self._bad_inputs.update(self._bad_indices())
             elif keep:
                 for v, saved in zip(self.inputs(), self._kept[r]):
                     restore_array(v, saved)
@@ -119,17 +146,15 @@ class Rounds:
             self.counters.passes += count
         return loss_finite
 
-    def loss_finite(self, found=None) -> bool:
-        """Whether the loss is finite: as ``found`` by the device check, else read now."""
-        if found is not None and found.loss_finite is not None:
-            return found.loss_finite
+    def loss_finite(self) -> bool:
+        """Whether the loss is finite now (one host read)."""
         return bool(np.isfinite(host_view(self.loss.data)).all())
 
     def bad_input_names(self) -> List[str]:
-        """The inputs that held inf/NaN, named by the function they feed and their shape."""
+        """The inputs that were bad, named by the function they feed and their shape."""
         leaves = self.checked_inputs()
-        if self.inputs_on_host:
+        if self.batch_on_host:
             bad = [v for i, v in enumerate(leaves) if i in self._bad_inputs]
         else:  # the device check saw them: read them now (still the step's)
-            bad = [leaves[i] for i in nonfinite_indices([v.data for v in leaves])]
+            bad = [leaves[i] for i in self._bad_indices()]
         return describe_inputs(self.loss, bad)

@@ -62,8 +62,9 @@ class DynamicLossScalingUpdater:
     The solver's parameters are read again at every step that needs them, so parameters added
     with ``solver.set_parameters(..., reset=False)`` are followed.
 
-    ``on_overflow="retry"`` recomputes the same batch(es) at the lowered scale
-    (:mod:`updater.driver.attempts`).
+    Each step's verdict, applied, overflow or bad batch, follows one rule on every path
+    (:func:`updater.driver.records.verdict`). ``on_overflow="retry"`` recomputes the same
+    batch(es) at the lowered scale after an overflow (:mod:`updater.driver.attempts`).
 
     Args:
         solver (nnabla.solvers.Solver): solver with parameters already set.
@@ -122,7 +123,7 @@ class DynamicLossScalingUpdater:
             policy, ``AttributeError`` for policies without them).
         grads (list of nnabla.NdArray): the gradients given to all-reduce (``[]``: all).
         steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
-            nonfinite_statistics (int): the counters, read-only
+            nonfinite_losses, nonfinite_statistics (int): the counters, read-only
             (:class:`~updater.driver.records.Counters`).
         history (collections.deque of StepRecord): the last ``history`` records.
         finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
@@ -189,6 +190,7 @@ class DynamicLossScalingUpdater:
     consecutive_nonfinite = _read_only("_counters", "consecutive_nonfinite")
     batches = _read_only("_counters", "batches")
     passes = _read_only("_counters", "passes")
+    nonfinite_losses = _read_only("_counters", "nonfinite_losses")
     nonfinite_statistics = _read_only("_counters", "nonfinite_statistics")
     accum_grad = _read_only("_rounds", "accum_grad")
     clear_buffer = _read_only("_rounds", "clear_buffer")

@@ -9,8 +9,11 @@ The policy contract, which every policy here keeps and a new one must keep:
   element by element.
 - ``init(shape=())`` returns the initial :class:`ScaleState` broadcast to ``shape``.
 - ``update(state, grads_finite, grad_absmax=None, bad_batch=False)`` returns the next state.
-  ``bad_batch`` marks a step whose data was bad (an inf/NaN loss or input): the third outcome,
-  next to finite and overflow; each policy's rules say what it does. Its rules are
+  ``bad_batch`` marks a step whose data was bad: the third outcome, next to finite and
+  overflow; each policy's rules say what it does. The updater's rule: gradients finite, a finite
+  step whatever the loss; gradients inf/NaN with an inf/NaN loss or an input bad as the graph
+  sees it (inf/NaN, or beyond float16's range where a half function reads it), a bad batch
+  (``grads_finite=False, bad_batch=True``); otherwise an overflow. Its rules are
   written once, with no ``if`` on values, over a small namespace of elementwise operations
   (:func:`updater.policy.state.ops_for`): Python-number operations for one run (scalar state,
   flag and settings: a few microseconds), NumPy operations otherwise, so the same code advances

@@ -163,9 +163,10 @@ def test_nnabla_legacy_takes_a_bad_batch_for_an_overflow_as_nnabla_did():
 @pytest.mark.nnabla
 @pytest.mark.parametrize("check", ["numpy", "solver"])
 def test_an_input_that_holds_inf_on_purpose_can_be_left_unchecked(check):
-    """A -inf additive mask is legitimate data: with it in ``unchecked_inputs`` the steps
-    apply; without, every step would be a bad batch."""
-    with nn.context_scope(cpu_context("float")), nn.parameter_scope(f"mask{next(_SCOPES)}"):
+    """A -inf additive mask is legitimate data. Its steps apply while their gradients are
+    finite (the verdict); when they overflow, the mask would make them bad batches (scale kept)
+    unless it is in ``unchecked_inputs``: then they back off as overflows."""
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(f"mask{next(_SCOPES)}"):
         x, t = nn.Variable((4, 3)), nn.Variable((4, 1))
         mask = nn.Variable((1, 3))
         mask.d = np.array([[0.0, 0.0, -np.inf]])
@@ -174,23 +175,33 @@ def test_an_input_that_holds_inf_on_purpose_can_be_left_unchecked(check):
         solver = S.Sgd(0.1)
         solver.set_parameters(nn.get_parameters())
 
-    def feed():
-        x.d, t.d = np.random.RandomState(1).randn(4, 3), np.array([[0], [1], [0], [1]])
+    size = [1.0]
+
+    def feed():  # wrong labels: inputs of 200 overflow W's gradients at 2**15 (200 * 2**15 / 4)
+        x.d = size[0] * np.random.RandomState(1).randn(4, 3)
+        t.d = np.array([[1], [0], [1], [0]])
 
     masked = DynamicLossScalingUpdater(solver, loss, feed, finite_check=check)
-    assert masked.update().bad_batch
     u = DynamicLossScalingUpdater(solver, loss, feed, finite_check=check, unchecked_inputs=[mask])
+    for updater in (masked, u):
+        rec = updater.update()
+        assert rec.update_applied and not rec.bad_batch
+    size[0] = 200.0
+    rec = masked.update()
+    assert rec.bad_batch and not rec.update_applied and rec.new_scale == rec.scale
     rec = u.update()
-    assert rec.update_applied and not rec.bad_batch
+    assert not rec.bad_batch and not rec.update_applied and rec.new_scale == rec.scale / 2
     with pytest.raises(TypeError, match="unchecked_inputs must be a list of nnabla.Variable"):
         DynamicLossScalingUpdater(solver, loss, feed, unchecked_inputs=[mask.data])
 
 
 @pytest.mark.nnabla
-def test_a_bad_batch_with_finite_gradients_is_recorded_and_replayed_as_skipped(tmp_path):
+def test_a_masked_nan_input_with_finite_gradients_is_applied_recorded_and_replayed_as_finite(
+    tmp_path,
+):
     """ReLU first: a NaN input becomes 0 forward and its gradient 0 backward, so loss and
-    gradients are finite; the updater skips the bad batch, the trace marks it, and the replay
-    skips it too (the recorder used to record it as a normal step)."""
+    gradients are finite: the verdict applies the step (as nnabla's loop does), the trace
+    records it as a finite step and the replay follows the same scales."""
     from sim.replay.run import simulate
     from updater import GradientRecorder, Trace
 
@@ -214,10 +225,10 @@ def test_a_bad_batch_with_finite_gradients_is_recorded_and_replayed_as_skipped(t
     with GradientRecorder(tmp_path / "bad.npz") as rec:
         u = DynamicLossScalingUpdater(solver, loss, feed, policy=policy, recorder=rec)
         records = [u.update() for _ in range(5)]
-    assert records[2].bad_batch and records[2].loss_finite is not False
-    assert [r.update_applied for r in records] == [True, True, False, True, True]
+    assert not records[2].bad_batch and records[2].loss_finite
+    assert [r.update_applied for r in records] == [True] * 5
     trace = Trace.load(tmp_path / "bad.npz")
-    assert trace.nonfinite.tolist() == [False, False, True, False, False]
+    assert trace.nonfinite.tolist() == [False] * 5
     replay = simulate(policy, trace, runs=1, jitter=0.0)
     assert replay.scale[:, 0].tolist() == [r.scale for r in records]
     assert replay.metrics["final_scale"][0] == records[-1].new_scale

@@ -98,7 +98,8 @@ def test_update_reads_each_gradient_once_and_calls_neither_nnabla_check_nor_scal
     for _ in range(3):
         assert u.update().update_applied
     inputs = sum(array_dtype(v.data).kind == "f" for v in (m.x, m.t, m.weight))
-    assert host_reads() - before == 3 * (len(m.params) + inputs)  # and the bad-batch check
+    # one view per gradient, per float input (the bad-batch check) and of the loss (the verdict)
+    assert host_reads() - before == 3 * (len(m.params) + inputs + 1)
     assert solver.calls.count("update") == 3
     assert "scale_grad" not in solver.calls and "check_inf_or_nan_grad" not in solver.calls
 
