@@ -13,7 +13,7 @@ import pytest
 
 from tests.nnabla_models import cpu_context
 from updater import DynamicLossScalingUpdater, DynamicScale
-from updater.driver.arrays import forward_written
+from updater.driver.written import forward_written
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()
