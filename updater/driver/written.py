@@ -67,8 +67,9 @@ WRITTEN_INPUTS: Dict[str, Writes] = {
     "VATNoise": Writes(("x", "w"), ("w",)),
 }
 """nnabla functions whose step writes some of their inputs, from an audit of nnabla's
-``functions.yaml`` and its C++ sources (``src/nbla/function/generic``, nnabla 1.39): every
-``cast_data_and_get_pointer``, ``data()->cast`` or ``set_array`` on an input.
+``functions.yaml`` (228 functions) and its C++ sources (``src/nbla/function/generic``, v1.39,
+the version installed): every ``cast_data_and_get_pointer``, ``data()->cast`` or ``set_array``
+on an input, and every inner function run with an input as its output.
 
 - BatchNormalization, SyncBatchNormalization: ``mean``, ``variance`` when ``batch_stat``; with
   ``no_bias``/``no_scale`` nnabla leaves ``beta``/``gamma`` out of the inputs, so the running
@@ -87,10 +88,12 @@ WRITTEN_INPUTS: Dict[str, Writes] = {
   the function, where nothing can put it back.
 - VATNoise: ``w``, written by its backward pass (the noise direction of the next step).
 
-Not state: the obsolete ``inplace`` options of the arithmetic functions (ignored: the output is
-never the input's memory), Reshape, Unlink (share memory, write nothing). Random functions keep
-their generator inside the function (see the README). A user's own function (a
-``PythonFunction``) is not in this table: give what it writes as ``forward_state=[...]``.
+Not state: BinaryConnectAffine/Convolution's binary weight and BinaryWeightAffine/Convolution's
+binary weight and alpha (written in every forward from the float weight alone, so redone the
+same after a skipped step); the obsolete ``inplace`` options of the arithmetic functions
+(ignored: the output is never the input's memory); Reshape, Unlink (share memory, write
+nothing). Random functions keep their generator inside the function (see the README). A user's
+own function (a ``PythonFunction``) is not in this table: give what it writes as ``forward_state=[...]``.
 """
 
 
