@@ -93,7 +93,8 @@ binary weight and alpha (written in every forward from the float weight alone, s
 same after a skipped step); the obsolete ``inplace`` options of the arithmetic functions
 (ignored: the output is never the input's memory); Reshape, Unlink (share memory, write
 nothing). Random functions keep their generator inside the function (see the README). A user's
-own function (a ``PythonFunction``) is not in this table: give what it writes as ``forward_state=[...]``.
+own function (a ``PythonFunction``) is not in this table: give what it writes as
+``forward_state=[...]``.
 """
 
 
