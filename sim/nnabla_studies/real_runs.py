@@ -40,8 +40,8 @@ def measure_run(
     import nnabla as nn
 
     from updater import DynamicLossScalingUpdater, get_context
-    from updater.driver.arrays import forward_written
     from updater.driver.flat import FlatGraphs, loss_context
+    from updater.driver.written import forward_written
 
     check_policy(policy)
     scale = np.empty(steps)

@@ -135,10 +135,18 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     return policy
 
 
-def check_variables(name: str, values) -> list:
-    """``values`` as a list, when it is a list or tuple of ``nnabla.Variable``; else TypeError."""
+def check_variables(name: str, values, leaves: bool = False) -> list:
+    """``values`` as a list, when it is a list or tuple of ``nnabla.Variable``; else TypeError;
+    with ``leaves``, ValueError for a Variable that a function computes (it has a parent)."""
     if not isinstance(values, (list, tuple)) or not all(isinstance(v, nn.Variable) for v in values):
         raise TypeError(f"{name} must be a list of nnabla.Variable, got {values!r}")
+    for i, v in enumerate(values):
+        if leaves and v.parent is not None:
+            raise ValueError(
+                f"{name}[{i}] is the output of {v.parent.info.type_name}, which every forward "
+                "pass computes anew: give the Variables a function writes into (its state "
+                "inputs), not its outputs"
+            )
     return list(values)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import math
 import sys
 from typing import Dict, List
@@ -294,11 +295,11 @@ def unscale_grad(grad, factor: float, check=True, need_absmax=False, need_sumsq=
     return finite, absmax, (sumsq if need_sumsq and finite else None)
 
 
-def input_leaves(loss, params: Dict[str, nn.Variable]) -> List[nn.Variable]:
-    """Leaves of the graph of ``loss`` that are neither registered parameters nor in ``params``
-    (the solver's): what a data feeder writes."""
+def input_leaves(loss, params: Dict[str, nn.Variable], state=()) -> List[nn.Variable]:
+    """Leaves of the graph of ``loss`` that are neither registered parameters, nor in ``params``
+    (the solver's), nor in ``state`` (Variables the step writes): what a data feeder writes."""
     known = registered_parameters()
-    known.update((hash(v), v) for v in params.values())
+    known.update((hash(v), v) for v in itertools.chain(params.values(), state))
     return [v for v in graph_leaves(loss) if hash(v) not in known]
 
 
@@ -315,31 +316,3 @@ def describe_inputs(loss, inputs: List[nn.Variable]) -> List[str]:
 
     loss.visit(visit)
     return [f"{found.get(hash(v), 'an input')} {tuple(v.shape)}" for v in inputs]
-
-
-WRITTEN_INPUTS = {
-    "BatchNormalization": ((3, 4), "batch_stat", True),
-    "FusedBatchNormalization": ((3, 4), "batch_stat", True),
-    "SyncBatchNormalization": ((3, 4), "batch_stat", True),
-    "MeanSubtraction": ((1, 2), "update_running_mean", True),
-    "SpectralNorm": ((1,), "test", False),
-}
-"""nnabla functions whose forward pass writes some of their inputs: type name -> (the inputs'
-indices, the argument that must have the given value for it: running mean and variance in
-training mode, the running mean and its count, the power iteration's vector)."""
-
-
-def forward_written(loss) -> List[nn.Variable]:
-    """The inputs that the forward pass of the graph of ``loss`` writes (:data:`WRITTEN_INPUTS`),
-    found from the graph itself, whether or not they are registered parameters; each once."""
-    found: Dict[int, nn.Variable] = {}
-
-    def visit(func):
-        entry = WRITTEN_INPUTS.get(func.info.type_name)
-        if entry is not None and bool(func.info.args.get(entry[1], entry[2])) == entry[2]:
-            for i in entry[0]:
-                if i < len(func.inputs):
-                    found.setdefault(hash(func.inputs[i]), func.inputs[i])
-
-    loss.visit(visit)
-    return list(found.values())

@@ -5,7 +5,7 @@ One attempt is ``solver.zero_grad()`` and ``accum_grad`` rounds of feed, forward
 ``backward(seed)``, then the all-reduce and the agreed finite check. ``on_overflow="retry"``
 recomputes the same batch(es) at the lowered scale: the inputs of each accumulation round are
 kept (copied on the device) and written back. The inputs that the forward pass writes (running
-statistics, registered or made by hand: :func:`updater.driver.arrays.forward_written`, found from
+statistics, registered or made by hand: :func:`updater.driver.written.forward_written`, found from
 the graph) move exactly once per batch, retried or not: copied before the batch and put back before
 each retry and after a skipped step (``restore_on_skip``, the default), or, with
 ``restore_on_skip=False`` (nnabla's behaviour: a skipped batch moves them), copied after the first

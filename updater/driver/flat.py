@@ -27,7 +27,7 @@ from typing import List, NamedTuple
 import nnabla as nn
 
 from ..common.float16 import FP16_OVERFLOW
-from .arrays import host_view
+from .arrays import array_dtype, host_view
 
 TINY = 2.0**-126
 """Floor of the divisor in the sum of squares (float32's smallest normal)."""
@@ -115,24 +115,32 @@ class FlatGraphs:
 
     def save(self, variables, slot="saved") -> SavedData:
         """A copy of the data of ``variables`` (list of Variable) on their device, in float32
-        (exact for float16 data): one concatenation into ``slot``'s own array, which the next
-        save into the same ``slot`` overwrites."""
-        return SavedData(variables, self.concatenated([v.data for v in variables], slot))
+        (exact for float16 data), and their dtypes: one concatenation into ``slot``'s own array,
+        which the next save into the same ``slot`` overwrites."""
+        arrays = [v.data for v in variables]
+        dtypes = [array_dtype(a) for a in arrays]
+        return SavedData(variables, self.concatenated(arrays, slot), dtypes, self.context)
 
 
 class SavedData(NamedTuple):
-    """What :meth:`FlatGraphs.save` copied: the variables, and their data one after the other."""
+    """What :meth:`FlatGraphs.save` copied: the variables, their data one after the other, their
+    dtypes, and the context to cast in."""
 
     variables: list
     copy: nn.NdArray | None
+    dtypes: list
+    context: object
 
     def restore(self) -> None:
-        """Write the data back (as float32; the values are the saved ones)."""
+        """Write the data back, each array in the dtype it had when saved (a float16 statistic
+        stays float16; the values are the saved ones)."""
         offset = 0
-        for v in self.variables:
+        for v, dtype in zip(self.variables, self.dtypes):
             if v.size:
                 piece = self.copy.narrow(0, offset, v.size).view(v.shape)
                 v.data.copy_from(piece, use_current_context=False)
+                if array_dtype(v.data) != dtype:
+                    v.data.cast(dtype, self.context)
                 offset += v.size
 
 

@@ -1,9 +1,11 @@
-"""The state a forward pass writes (running statistics): copied so that a skipped step, a retry
-or a probe can put it back, and checked for inf/NaN.
+"""The state a step writes (running statistics, ...): copied so that a skipped step, a retry or a
+probe can put it back, and checked for inf/NaN.
 
-After every step whose statistics stay (an applied step, and any step with
-``restore_on_skip=False``), the inputs its forward pass wrote (BatchNormalization's running mean
-and variance, ...: :func:`updater.driver.arrays.forward_written`) are checked for inf/NaN: on the
+The state is what nnabla's functions in the graph write among their inputs (BatchNormalization's
+running mean and variance, ...: :func:`updater.driver.written.forward_written`), and the
+``forward_state`` Variables the user gives (what a user's own function writes). After every step
+whose state stays (an applied step, and any step with ``restore_on_skip=False``), it is checked
+for inf/NaN: on the
 host (one view of their concatenation), or inside the device path's one graph and host read. Each
 statistic found inf/NaN is reported once, by :meth:`step`: a warning naming it and the step,
 suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
@@ -20,8 +22,9 @@ from typing import List
 
 import nnabla as nn
 
-from .arrays import describe_inputs, forward_written, grad_stats, host_view, nonfinite_indices
+from .arrays import describe_inputs, grad_stats, host_view, nonfinite_indices
 from .flat import FlatGraphs, SavedData, loss_context
+from .written import forward_written
 
 logger = logging.getLogger(__name__)
 
@@ -50,32 +53,37 @@ def statistic_names(loss, variables: List[nn.Variable]) -> List[str]:
 
 
 class ForwardState:
-    """The inputs the forward pass writes (module doc): copies to put them back, and the report of
-    those that became inf/NaN.
+    """The state a step writes (module doc): copies to put it back, and the report of the
+    statistics that became inf/NaN.
 
     Args:
         loss (nnabla.Variable): the loss whose graph writes them (found on first use).
         on_device (bool): the device check reads them with the gradients.
         on_nonfinite_statistics (str): "warn" or "raise".
         counters (Counters): its ``nonfinite_statistics`` counts the reported ones.
+        given (list of nnabla.Variable, default ()): state that the graph does not show (the
+            updater's ``forward_state``).
     """
 
-    def __init__(self, loss, on_device: bool, on_nonfinite_statistics: str, counters):
+    def __init__(self, loss, on_device: bool, on_nonfinite_statistics: str, counters, given=()):
         self.loss = loss
         self.on_device = on_device
         self.on_nonfinite_statistics = on_nonfinite_statistics
         self.counters = counters
-        self._written = None  # (the inputs the forward pass writes, their FlatGraphs)
+        self.given = list(given)
+        self._written = None  # (the state, its FlatGraphs)
         self._reported: frozenset = frozenset()  # hashes of the statistics reported
 
     def _found(self):
         if self._written is None:
-            self._written = (forward_written(self.loss), FlatGraphs(loss_context(self.loss)))
+            found = {hash(v): v for v in forward_written(self.loss) + self.given}
+            self._written = (list(found.values()), FlatGraphs(loss_context(self.loss)))
         return self._written
 
     @property
     def written(self) -> List[nn.Variable]:
-        """The inputs the forward pass writes (:func:`updater.driver.arrays.forward_written`)."""
+        """The state: what the graph's functions write (found on first use), then ``given``;
+        each once."""
         return self._found()[0]
 
     def save(self, slot: str) -> SavedData:

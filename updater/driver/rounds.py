@@ -42,12 +42,14 @@ class Rounds:
         device_checks_batch (bool): the device check reads the loss and the inputs with the
             gradients (used when there is one round).
         counters (Counters): ``batches`` and ``passes`` move here.
+        state (callable or None, default None): returns the Variables the step writes
+            (:class:`ForwardState`'s), which are state, not inputs: never checked nor replayed.
     """
 
     def __init__(
         self, solver, loss, data_feeder, accum_grad: int, clear_buffer: bool, enabled: bool,
         params: Callable[[], Dict[str, nn.Variable]], unchecked_inputs: list,
-        device_checks_batch: bool, counters,
+        device_checks_batch: bool, counters, state: Callable[[], list] | None = None,
     ):  # fmt: skip
         self.solver = solver
         self.loss = loss
@@ -59,6 +61,7 @@ class Rounds:
         self.unchecked_inputs = unchecked_inputs
         self.device_checks_batch = device_checks_batch
         self.counters = counters
+        self._state = state
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
         self._checked: List[nn.Variable] | None = None  # and those checked, with their limits
         self._limits: List[float] = []
@@ -78,9 +81,10 @@ class Rounds:
         return not self._bad_inputs
 
     def inputs(self) -> List[nn.Variable]:
-        """The graph's inputs: its leaves that are not parameters (found once)."""
+        """The graph's inputs: its leaves that are neither parameters nor state (found once)."""
         if self._inputs is None:
-            self._inputs = input_leaves(self.loss, self._params())
+            state = self._state() if self._state is not None else ()
+            self._inputs = input_leaves(self.loss, self._params(), state)
         return self._inputs
 
     def checked_inputs(self) -> List[nn.Variable]:

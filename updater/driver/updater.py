@@ -109,11 +109,14 @@ class DynamicLossScalingUpdater:
             what the steps read). All decide exactly as ``solver.check_inf_or_nan_grad()``.
         enabled (bool, default True): False turns loss scaling off (as PyTorch's
             ``GradScaler(enabled=False)``): seed 1, no check, every step applied.
-        restore_on_skip (bool, default True): a skipped step puts back what its forward pass
-            wrote (:func:`updater.driver.arrays.forward_written`); False keeps it moved, as
-            nnabla's updater does.
+        restore_on_skip (bool, default True): a skipped step puts back the state its passes
+            wrote (:func:`updater.driver.written.forward_written`, and ``forward_state``); False
+            keeps it moved, as nnabla's updater does.
         unchecked_inputs (list of nnabla.Variable, default ()): inputs that may hold inf on
             purpose (a -inf attention mask), left out of the bad-data check.
+        forward_state (list of nnabla.Variable, default ()): Variables that a function of
+            yours (a ``PythonFunction``) writes in its forward pass: kept and put back as the
+            state found in the graph, never checked as data; no function's outputs.
         on_nonfinite_statistics (str, default "warn"): a running statistic that became
             inf/NaN is reported once: "warn" logs it, "raise" raises
             :class:`updater.driver.forward_state.NonFiniteStatisticsError` from ``step()``.
@@ -140,7 +143,7 @@ class DynamicLossScalingUpdater:
         policy=None, min_scale=None, max_scale=None, on_overflow="skip", max_retries=8,
         max_consecutive_nonfinite=32, clip_grad_norm=None, average_grads=False, history=0,
         monitor=None, recorder=None, finite_check="auto", enabled=True, restore_on_skip=True,
-        unchecked_inputs=(), on_nonfinite_statistics="warn",
+        unchecked_inputs=(), on_nonfinite_statistics="warn", forward_state=(),
     ):  # fmt: skip
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         seed_type = seed_dtype(loss)
@@ -167,15 +170,16 @@ class DynamicLossScalingUpdater:
         self._work = GradientWork(
             solver, check, comm, list(grads or []), check_bool("average_grads", average_grads)
         )
+        given = check_variables("forward_state", forward_state, leaves=True)
+        state = ForwardState(loss, check.checks_extras, on_nonfinite_statistics, self._counters,
+                             given)  # fmt: skip
+        self._forward_state = state
         self._rounds = Rounds(
             solver, loss, data_feeder, check_int("accum_grad", accum_grad, 1),
             check_bool("clear_buffer", clear_buffer), self._enabled, self._work.params,
             check_variables("unchecked_inputs", unchecked_inputs), check.checks_extras,
-            self._counters,
+            self._counters, lambda: state.written,
         )  # fmt: skip
-        self._forward_state = ForwardState(
-            loss, check.checks_extras, on_nonfinite_statistics, self._counters
-        )
         self._attempts = Attempts(
             self._rounds, self._work, self._forward_state, self._counters, seed_type,
             on_overflow, check_int("max_retries", max_retries, 0),
@@ -202,6 +206,7 @@ class DynamicLossScalingUpdater:
     restore_on_skip = _read_only("_attempts", "restore_on_skip")
     recorder = _read_only("_attempts", "recorder")
     on_nonfinite_statistics = _read_only("_forward_state", "on_nonfinite_statistics")
+    forward_state = _read_only("_forward_state", "given")
     enabled = _read_only("_rounds", "enabled")
 
     @property
@@ -354,15 +359,11 @@ class DynamicLossScalingUpdater:
         self._pending = None
         step = self.steps
         record = StepRecord(
-            step=step,
-            scale=pending.seed,
-            update_applied=finite,
+            step=step, scale=pending.seed, update_applied=finite,
             new_scale=float(self._state.scale) if self._enabled else 1.0,
-            grad_absmax=pending.absmax,
-            loss_finite=pending.loss_finite,
-            attempts=pending.attempts,
-            bad_batch=pending.bad_batch,
-        )
+            grad_absmax=pending.absmax, loss_finite=pending.loss_finite,
+            attempts=pending.attempts, bad_batch=pending.bad_batch,
+        )  # fmt: skip
         counters = self._counters
         counters.steps += 1
         counters.updates_applied += finite

@@ -10,10 +10,11 @@ import nnabla.parametric_functions as PF
 import nnabla.solvers as S
 import numpy as np
 import pytest
+from nnabla.function import PythonFunction
 
 from tests.nnabla_models import cpu_context
 from updater import DynamicLossScalingUpdater, DynamicScale
-from updater.driver.arrays import forward_written
+from updater.driver.written import forward_written
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()
@@ -88,3 +89,136 @@ def test_a_skipped_step_leaves_parameters_solver_and_statistics_as_they_were(kwa
         assert stats and not all(
             np.array_equal(param_values(model.params)[k], params[k]) for k in stats
         )
+
+
+def _bn_net(hand_made: bool):
+    """affine -> BatchNormalization (PF's, or F's with nn.Variable statistics) -> affine in
+    cpu:half, Adam, the same weights either way; call 1 of the feeder scales x by 300, which
+    makes the float16 running variance inf."""
+    rng = np.random.RandomState(0)
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(f"bn_net_{next(SCOPES)}"):
+        x, t = nn.Variable((8, 4)), nn.Variable((8, 1))
+        h = PF.affine(x, 6, w_init=I.NormalInitializer(0.1, rng), name="fc1")
+        if hand_made:
+            ones, zeros = np.ones((1, 6), np.float32), np.zeros((1, 6), np.float32)
+            beta, gamma = nn.Variable.from_numpy_array(zeros), nn.Variable.from_numpy_array(ones)
+            mean, var = nn.Variable.from_numpy_array(zeros), nn.Variable.from_numpy_array(ones)
+            h = F.batch_normalization(h, beta, gamma, mean, var, batch_stat=True)
+        else:
+            h = PF.batch_normalization(h, batch_stat=True, name="bn")
+        y = PF.affine(F.tanh(h), 3, w_init=I.NormalInitializer(0.5, rng), name="fc2")
+        loss = F.mean(F.softmax_cross_entropy(y, t))
+        solver = S.Adam(0.01)
+        solver.set_parameters(nn.get_parameters(grad_only=True))
+    calls = itertools.count()
+
+    def feed():
+        call = next(calls)
+        r = np.random.RandomState(call)
+        x.d = r.randn(8, 4) * (300.0 if call == 1 else 1.0)
+        t.d = r.randint(0, 3, (8, 1))
+
+    return solver, loss, feed
+
+
+@pytest.mark.parametrize("check", ["numpy", "nnabla", "solver", "auto"])
+def test_hand_made_statistics_are_state_not_data(check):
+    """Issue 28: statistics made by hand are leaves of the graph, but the forward pass writes
+    them: they must never be checked as data. The x300 batch trains (retried at a lower
+    scale) and makes the running variance inf, reported once; every later clean batch trains,
+    as with PF's registered statistics (before: on the host paths every later batch was a "bad
+    batch"; on the device path the x300 batch itself was; "auto" raised)."""
+    runs = []
+    for hand_made in (True, False):
+        solver, loss, feed = _bn_net(hand_made)
+        upd = DynamicLossScalingUpdater(
+            solver, loss, feed, finite_check=check, on_overflow="retry",
+            max_consecutive_nonfinite=3,
+        )  # fmt: skip
+        records = [upd.update() for _ in range(5)]
+        runs.append([(r.update_applied, r.bad_batch, r.attempts) for r in records])
+        assert all(r.update_applied and not r.bad_batch for r in records), records
+        assert upd.nonfinite_statistics == 1
+    assert runs[0] == runs[1]
+
+
+class _Ema(PythonFunction):
+    """y = x; its forward keeps the mean of x's rows in a moving average (``decay``) written
+    into its second input: state that no table of nnabla's functions knows."""
+
+    def __init__(self, ctx, decay=0.5):
+        super().__init__(ctx)
+        self.decay = decay
+
+    @property
+    def name(self):
+        return "Ema"
+
+    def min_outputs(self):
+        return 1
+
+    def setup_impl(self, inputs, outputs):
+        outputs[0].reset_shape(inputs[0].shape, True)
+
+    def grad_depends_output_data(self, i, o):
+        return False
+
+    def grad_depends_input_data(self, i, j):
+        return False
+
+    def forward_impl(self, inputs, outputs):
+        x = inputs[0].data.data.astype(np.float32)
+        ema = inputs[1].data.data.astype(np.float32)
+        inputs[1].data.data = self.decay * ema + (1 - self.decay) * x.mean(axis=0)
+        outputs[0].data.data = x
+
+    def backward_impl(self, inputs, outputs, propagate_down, accum):
+        if propagate_down[0]:
+            g = outputs[0].grad.data
+            inputs[0].grad.data = inputs[0].grad.data + g if accum[0] else g
+
+
+def _ema_net():
+    rng = np.random.RandomState(0)
+    ctx = cpu_context("half")
+    with nn.context_scope(ctx), nn.parameter_scope(f"ema_{next(SCOPES)}"):
+        x, weight = nn.Variable((8, 4)), nn.Variable(())
+        ema = nn.Variable.from_numpy_array(np.zeros((3,), np.float32))
+        h = PF.affine(x, 3, w_init=I.NormalInitializer(0.5, rng), name="fc")
+        loss = F.sum(F.tanh(_Ema(ctx)(h, ema))) * weight
+        solver = S.Sgd(0.01)
+        solver.set_parameters(nn.get_parameters())
+    calls = itertools.count()
+
+    def feed():  # call 1 weighs 1000: every gradient overflows at 2**10
+        call = next(calls)
+        x.d = np.random.RandomState(call).randn(8, 4)
+        weight.d = 1000.0 if call == 1 else 1.0
+
+    return solver, loss, feed, ema
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_forward_state_puts_back_what_a_users_function_wrote(given):
+    """A skipped step puts back a PythonFunction's moving average when it is given as
+    forward_state; without it the graph cannot tell, and the skipped batch stays in it."""
+    solver, loss, feed, ema = _ema_net()
+    policy = DynamicScale(init_scale=2.0**10, growth_interval=1000)
+    upd = DynamicLossScalingUpdater(
+        solver, loss, feed, policy=policy, forward_state=[ema] if given else []
+    )
+    assert upd.update().update_applied
+    before = ema.d.copy()
+    assert not upd.update().update_applied
+    assert np.array_equal(ema.d, before) == given
+    assert upd.forward_state == ([ema] if given else [])
+
+
+def test_forward_state_is_checked():
+    solver, loss, _, ema = _ema_net()
+    with pytest.raises(TypeError, match="forward_state must be a list of nnabla.Variable"):
+        DynamicLossScalingUpdater(solver, loss, forward_state=ema)
+    with pytest.raises(TypeError, match="forward_state must be a list of nnabla.Variable"):
+        DynamicLossScalingUpdater(solver, loss, forward_state=[ema.data])
+    with pytest.raises(ValueError, match=r"forward_state\[1\] is the output of Mul"):
+        DynamicLossScalingUpdater(solver, loss, forward_state=[ema, loss])

@@ -170,3 +170,22 @@ def test_probing_leaves_an_lstm_bit_identical(tmp_path):
     assert_same_values(p0, p1)
     assert_same_values(s0, s1)
     assert rec1.probe_passes > 0 and np.isfinite(rec1.trace().overflow_scale).any()
+
+
+@pytest.mark.parametrize("probe", ["probe_overflow", "measure_flush"])
+def test_probes_keep_the_statistics_dtype(tmp_path, probe):
+    """Issue 28: after a probed recording, BatchNormalization's statistics (float16 arrays after
+    a half forward) read back as float32 arrays; they must keep their dtype and values, as after
+    the same step without a recorder."""
+    runs = []
+    for recorder in (GradientRecorder(tmp_path / "t.npz", **{probe: True}), None):
+        nn.clear_parameters()
+        model = TinyBNClassifier("probe_dtype")
+        upd = DynamicLossScalingUpdater(model.solver, model.loss, model.feeder(), recorder=recorder)
+        upd.update()
+        stats = {k: v for k, v in model.params.items() if k.endswith(("/mean", "/var"))}
+        runs.append({k: (v.d.copy(), np.dtype(v.data.dtype)) for k, v in stats.items()})
+    assert runs[0].keys() == runs[1].keys() and len(runs[0]) == 2
+    for k, (values, dtype) in runs[0].items():
+        assert dtype == runs[1][k][1] == np.float16, k
+        assert np.array_equal(values, runs[1][k][0]), k

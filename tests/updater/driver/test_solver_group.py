@@ -108,3 +108,32 @@ def test_bad_groups_are_refused():
         SolverGroup([head, head])
     with pytest.raises(TypeError, match="solvers\\[1\\] must be an nnabla solver"):
         SolverGroup([head, "adam"])
+
+
+def test_a_variable_under_two_names_is_refused():
+    """Issue 28: the overlap was checked by name, so the same Variable under another name was
+    accepted, unscaled twice, and its gradient ended at 1/1024 of its true value."""
+    loss, backbone, head = _fine_tuning()
+    name, w = next(iter(head.get_parameters().items()))
+    other = S.Sgd(0.01)
+    other.set_parameters({"alias/W": w})
+    with pytest.raises(ValueError, match=r"'alias/W' is in solvers\[0\] \(named '.*' there\)"):
+        SolverGroup([head, other])
+
+
+@pytest.mark.parametrize("check", ["numpy", "nnabla", "solver"])
+def test_an_overlap_added_later_is_refused_on_every_path(check):
+    """A parameter given to a second solver after the group was built (set_parameters with
+    reset=False) is refused by the next update() on every finite-check path, before anything
+    changed (before: "numpy" and the other paths trained differently)."""
+    loss, backbone, head = _fine_tuning()
+    group = SolverGroup([backbone, head])
+    upd = DynamicLossScalingUpdater(group, loss, None, scale=8.0, finite_check=check)
+    assert upd.update().update_applied
+    params = {**backbone.get_parameters(), **head.get_parameters()}
+    before = param_values(params)
+    name, w = next(iter(backbone.get_parameters().items()))
+    head.set_parameters({"late/" + name: w}, reset=False)
+    with pytest.raises(ValueError, match=r"'late/.*' is in solvers\[0\] .*and solvers\[1\]"):
+        upd.update()
+    assert_same_values(param_values(params), before)
