@@ -151,14 +151,13 @@ def markdown(res):
         lines.append(f"| {name} | {counts} |")
     lines += [
         "",
-        '"numpy" views each gradient array once (on the CPU a view is no copy) plus, on a '
-        "skipped step, the loss (with more than 8 small arrays it views one concatenation of "
-        'them instead); "solver" brings one small vector back from its graph (whether every '
-        "gradient, the loss and the inputs are finite, |g| max, the sum of squares); "
-        '"nnabla" reads no gradient on finite steps and every gradient for |g| max, clipping or '
-        "the names of non-finite parameters. The host paths also view each float input of the "
-        "graph once per round (the bad-batch check; this model has one, `x`: its labels are "
-        "integers).",
+        '"numpy" views each gradient array once (on the CPU a view is no copy; with more than '
+        '8 small arrays it views one concatenation of them instead); "solver" brings one small '
+        "vector back from its graph (whether every gradient, the loss and the inputs are "
+        'finite, |g| max, the sum of squares); "nnabla" reads no gradient on finite steps and '
+        "every gradient for |g| max, clipping or the names of non-finite parameters. The host "
+        "paths also view the loss and each float input of the graph once per round (the "
+        "verdict reads both; this model has one float input, `x`: its labels are integers).",
         "",
         "Python per `update()` with nnabla's work stubbed out (solver and loss calls, and the "
         "concatenating graphs' forward, replaced by no-ops; nnabla's per-array calls still "
