@@ -11,7 +11,8 @@ import numpy as np
 from sim.plots.common import save_figure
 from sim.plots.gradients import plot_histogram, plot_underflow_vs_scale
 from sim.plots.layers import plot_layer_flush
-from sim.plots.runs import plot_comparison_panels, plot_trajectory_panels
+from sim.plots.runs import plot_comparison_panels
+from sim.plots.trajectories import plot_trajectory_panels
 from sim.replay.result import RunResult
 from updater.trace import Trace
 
