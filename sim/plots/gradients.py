@@ -20,6 +20,7 @@ from sim.fp16.counts import representable_window
 from sim.fp16.scales import sweep
 from sim.fp16.underflow import pooled_flushed_share
 from sim.plots.common import (
+    DPI,
     is_pow2,
     legend_note,
     log2_ticks,
@@ -40,7 +41,7 @@ def plot_histogram(
     scales: Sequence[float] = (1.0, 8.0, 2.0**15),
     ax=None,
     title: Union[str, None] = None,
-    figsize=(8.0, 5.0),
+    figsize=(8.0, 6.0),
 ) -> Figure:
     """Gradient-magnitude histogram by binade, with float16's representable window at several
     scales.
@@ -60,7 +61,8 @@ def plot_histogram(
         ax (Axes, optional): draw here; default a new figure.
         title (str, optional): default "<trace name>: gradient magnitudes, <all steps or
             step n of N>" (steps counted from 1).
-        figsize (tuple, default (8, 5)): inches, for a new figure.
+        figsize (tuple, default (8, 6)): inches, for a new figure (strip and histogram as two
+            rows; on a given ``ax`` the strip is an inset above it).
     """
     if step is None:
         counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
@@ -71,7 +73,12 @@ def plot_histogram(
     total = counts.sum() + zeros
     if total == 0:
         raise ValueError("trace has no values to plot (all counts and zeros are 0)")
-    fig, ax = new_axes(ax, figsize)
+    if ax is None:
+        fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
+        strip, ax = fig.subplots(2, 1, sharex=True, height_ratios=[1, 4])
+    else:
+        fig = ax.figure
+        strip = ax.inset_axes([0.0, 1.03, 1.0, 0.06 + 0.05 * len(scales)], sharex=ax)
     binades = np.arange(NBINS) + EXP_MIN
     share = counts / total
     used = np.flatnonzero(counts)
@@ -90,8 +97,6 @@ def plot_histogram(
     ymax = positive.max() if positive.size else 1.0
     ax.set_ylim(ymin, ymax * 3)
     ax.yaxis.set_major_formatter(log10_share_ticks())
-    height = 0.06 + 0.05 * len(scales)
-    strip = ax.inset_axes([0.0, 1.03, 1.0, height], sharex=ax)
     for i, s in enumerate(scales):
         lo, hi = representable_window(s)
         look = scale_look(round(math.log2(s)), i)
@@ -113,11 +118,11 @@ def plot_histogram(
     ax.set_ylabel("share of all values (log scale)")
     where = "all steps" if step is None else f"step {step + 1} of {trace.steps}"
     title = title if title is not None else f"{trace.name}: gradient magnitudes, {where}"
-    ax.set_title(title, y=1.05 + height)  # above the strip
+    strip.set_title(title)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.2),
+        bbox_to_anchor=(0.5, -0.16),
         ncol=2,
         fontsize="small",
         title="kept: float16 keeps |gradient| nonzero and finite in [$2^{-24}$, 65504] / scale;\n"

@@ -11,6 +11,7 @@ come from :mod:`sim.plots.style`, files and axes from :mod:`sim.plots.common`.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import List, Sequence, Union
 
 import numpy as np
@@ -19,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MultipleLocator
 
-from sim.plots.common import DPI, log2_ticks, new_axes
+from sim.plots.common import DPI, legend_right, log2_ticks, new_axes
 from sim.plots.style import BAD_BATCH, BAND_COLOR, OVERFLOW, SMOOTHING_SHARE, policy_look
 from sim.replay.result import RunResult
 
@@ -44,13 +45,15 @@ def smoothing_window(steps: int) -> int:
     return max(3, int(steps * SMOOTHING_SHARE) | 1)
 
 
-def smoothing_note(steps: int) -> str:
-    """The sentence a figure states its smoothing with."""
-    w = smoothing_window(steps)
-    return (
-        f"a scale that changes on more than 1% of the steps: thin line every step, thick line "
-        f"its rolling median over {SMOOTHING_SHARE:.0%} of the run ({w} steps, shorter at the ends)"
+def smoothing_note(steps: int, width: int = 0) -> str:
+    """The sentence a figure states its smoothing with, wrapped at ``width`` characters (0:
+    one line)."""
+    note = (
+        f"smoothing: a scale that changes on more than 1% of the steps is thin, its rolling "
+        f"median over {SMOOTHING_SHARE:.0%} of the run ({smoothing_window(steps)} steps, fewer "
+        "at the ends) thick"
     )
+    return "\n".join(textwrap.wrap(note, width)) if width else note
 
 
 def rolling_median(x: np.ndarray, window: int) -> np.ndarray:
@@ -171,7 +174,7 @@ def plot_trajectory(
 
     Overflows are markers, or a rug along the top when there are more than
     :data:`RUG_ABOVE`; a jumpy scale or safe band is smoothed by :func:`smoothing_window`. The
-    legend sits below the axes and states the smoothing.
+    legend sits right of the axes and states the smoothing.
 
     Args:
         result (RunResult): from :func:`sim.replay.run.simulate`.
@@ -192,14 +195,13 @@ def plot_trajectory(
     _style_axes(ax, _span([result], runs[0]))
     which = ", ".join(str(r + 1) for r in runs)
     head = f"{result.label} on {result.trace_name}, run {which} of {result.runs}"
-    ax.set_title(title if title is not None else f"{head}: {'; '.join(notes)}", fontsize="medium")
+    ax.set_title(title if title is not None else f"{head}\n{'; '.join(notes)}", fontsize="medium")
     ax.set_xlabel("training step (1 = first)")
     ax.set_ylabel("loss scale")
     handles = _legend_handles([result], _jumpy(result.scale[:, runs[0]]))
     handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
-              fontsize="small", title=smoothing_note(result.steps),
-              title_fontsize="small")  # fmt: skip
+    legend_right(ax, handles=handles, title=smoothing_note(result.steps, 34),
+                 title_fontsize="small")  # fmt: skip
     return fig
 
 

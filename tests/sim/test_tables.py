@@ -20,10 +20,16 @@ from tests.paths import ROOT
 
 def test_a_pipe_inside_a_cell_is_escaped_and_the_row_keeps_its_cells():
     # reports/README.md held "mean |predicted - measured|" unescaped: the row lost its verdict
-    rows = [{"goal": "mean |predicted - measured| <= 5", "result": "mean |error| 3.2", "met": "met"}]
+    rows = [
+        {"goal": "mean |predicted - measured| <= 5", "result": "mean |error| 3.2", "met": "met"}
+    ]
     text = markdown_table(rows, ["goal", "result", "met"])
     assert assert_tables_render(text) == 1
-    assert parsed_tables(text)[0][1] == ["mean |predicted - measured| <= 5", "mean |error| 3.2", "met"]
+    assert parsed_tables(text)[0][1] == [
+        "mean |predicted - measured| <= 5",
+        "mean |error| 3.2",
+        "met",
+    ]
     assert escape_cell("a\nb | c") == "a b \\| c"
     assert escape_cell(escape_cell("|")) == "\\|"  # escaping twice changes nothing
 
