@@ -56,3 +56,16 @@ def assert_tables_render(text: str) -> int:
     stray = [line for j, line in enumerate(lines) if line.startswith("|") and j not in covered]
     assert not stray, f"lines outside any table: {stray[:3]}"
     return len(opens)
+
+
+def table_blocks(text: str) -> List[str]:
+    """The runs of consecutive lines starting with ``|`` in ``text`` (terminal output prints
+    tables right under other lines), each a markdown document of its own."""
+    blocks, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current))
+            current = []
+    return blocks

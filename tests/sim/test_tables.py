@@ -14,7 +14,7 @@ from sim.tables import (
     markdown_table,
     with_percents,
 )
-from tests.markdown_tables import assert_tables_render, parsed_tables
+from tests.markdown_tables import assert_tables_render, parsed_tables, table_blocks
 from tests.paths import ROOT
 
 
@@ -91,3 +91,29 @@ def test_the_committed_report_names_its_configuration_in_json():
     line = next(x for x in (ROOT / "reports/README.md").read_text().splitlines() if "JSON" in x)
     config = json.loads(line.split("Configuration (JSON): `")[1].split("`")[0])
     assert config["steps"] == 10000 and config["real_traces"] == "shipped"
+
+
+def test_the_studies_tables_render_with_accuracy_as_percent():
+    from sim.nnabla_studies import amp_evidence, demo
+
+    row = {"variant": "float16 | ours", "test_accuracy": 0.969, "skipped_steps": 0,
+           "batches": 600, "seconds": 12.04, "flushed_share": 0.035,
+           "final_scale": 32768.0}  # fmt: skip
+    text = demo.format_table([row])
+    assert assert_tables_render(text) == 1
+    assert parsed_tables(text)[0][1] == ["float16 | ours", "96.9%", "0", "600", "12.0", "3.50%",
+                                         "2^15"]  # fmt: skip
+    row = {"inputs": "0-1", "variant": "rewrite", "accuracy": 0.933, "final_loss": 0.25,
+           "skipped": 2, "stats_finite": True, "half_share": 0.9, "seconds": 3.0}  # fmt: skip
+    text = amp_evidence.format_table([row])
+    assert assert_tables_render(text) == 1 and "| 93.3% |" in text
+
+
+def test_the_cli_tables_render(capsys):
+    from sim.cli.main import main
+
+    assert main(["simulate", "--policy", "dynamic", "--steps", "50", "--runs", "2"]) == 0
+    argv = ["sweep", "--policy", "static", "--grid", "scale=2**15,2**3", "--steps", "20"]
+    assert main([*argv, "--runs", "1", "--families", "stationary"]) == 0
+    blocks = table_blocks(capsys.readouterr().out)
+    assert [assert_tables_render(b) for b in blocks] == [1, 1]

@@ -1,6 +1,7 @@
 """The simulation report (sim/report/build.py and the modules it runs) and the grid sweep."""
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from sim.report.tables import format_percent, format_value, with_percents
 from sim.report.text import render
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from sim.traces.real import MODELS, SHIPPED_DIR
+from tests.markdown_tables import assert_tables_render, parsed_tables
 from tests.paths import SHIPPED_TRACES
 from updater.presets import PRESETS, make_policy
 
@@ -335,3 +337,18 @@ def test_report_without_real_traces(tmp_path):
     assert "## Real models" not in text and not (tmp_path / "layers_flush.png").exists()
     assert "left out of this report" in text
     assert result["data"].real == []
+
+
+def test_every_table_of_the_report_renders_with_all_its_cells(quick_report):
+    """Issue 31: a markdown parser reads every table row with the header's cell count (the
+    goal row "mean |predicted - measured|" lost its verdict before); numbers right-aligned;
+    the configuration is JSON."""
+    text = (quick_report / "README.md").read_text()
+    assert assert_tables_render(text) >= 10
+    goals = next(t for t in parsed_tables(text) if t[0] == ["goal", "result", "goal met"])
+    row = next(r for r in goals if "mean |predicted - measured|" in r[0])
+    assert row[1].startswith("mean |error| ") and row[2] in ("met", "missed")
+    assert "|---|---|---:|---:|" in text  # the comparison table: names left, numbers right
+    config = json.loads(text.split("Configuration (JSON): `")[1].split("`")[0])
+    assert config == dataclasses.asdict(QUICK)
+    assert "e-0" not in text  # percents never in exponent form (<0.001% below 0.001%)
