@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.tables import format_percent, markdown_grid
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     # name: (context, input size, layer sizes, batch per rank, timed steps per block)
@@ -248,22 +250,25 @@ def run(ranks=(1, 2, 4), models=tuple(MODELS), blocks=6, progress=None) -> dict:
 def markdown(result: dict) -> str:
     """Render :func:`run`'s result as a markdown table with a short legend."""
     load = result["load_average"]
-    lines = [
-        "| model (params) | ranks | local step | step with comm | comm / local | wait for"
-        " slowest rank (share) | grad all-reduce (share) | agreement (share) | flag call:"
-        " checked / unchecked / bare MPI |",
-        "|---|---|---|---|---|---|---|---|---|",
+    heads = ["model (params)", "ranks", "local step", "step with comm", "comm / local",
+             "wait for slowest rank (share)", "grad all-reduce (share)", "agreement (share)",
+             "flag call: checked / unchecked / bare MPI"]  # fmt: skip
+    rows = [
+        [
+            f"{r['model']} ({r['params']})",
+            r["ranks"],
+            f"{r['step_local_s'] * 1e3:.2f} ms",
+            f"{r['step_comm_s'] * 1e3:.2f} ms",
+            f"{r['comm_overhead']:.2f}x",
+            f"{r['wait_s'] * 1e3:.3f} ms ({format_percent(r['wait_share'])})",
+            f"{r['grads_allreduce_s'] * 1e3:.3f} ms ({format_percent(r['grads_share'])})",
+            f"{r['flag_allreduce_s'] * 1e3:.3f} ms ({format_percent(r['flag_share'])})",
+            f"{r['flag_check_True_s'] * 1e6:.0f} / {r['flag_check_False_s'] * 1e6:.0f}"
+            f" / {r['raw_allreduce_s'] * 1e6:.0f} us",
+        ]
+        for r in result["rows"]
     ]
-    for r in result["rows"]:
-        lines.append(
-            f"| {r['model']} ({r['params']}) | {r['ranks']} | {r['step_local_s'] * 1e3:.2f} ms"
-            f" | {r['step_comm_s'] * 1e3:.2f} ms | {r['comm_overhead']:.2f}x"
-            f" | {r['wait_s'] * 1e3:.3f} ms ({r['wait_share']:.1%})"
-            f" | {r['grads_allreduce_s'] * 1e3:.3f} ms ({r['grads_share']:.1%})"
-            f" | {r['flag_allreduce_s'] * 1e3:.3f} ms ({r['flag_share']:.1%})"
-            f" | {r['flag_check_True_s'] * 1e6:.0f} / {r['flag_check_False_s'] * 1e6:.0f}"
-            f" / {r['raw_allreduce_s'] * 1e6:.0f} us |"
-        )
+    lines = [markdown_grid(heads, rows)]
     lines += [
         "",
         f"Machine: {result['cores']} cores, 1-minute load average {load[0]:.1f} before and "

@@ -18,6 +18,7 @@ import types
 import numpy as np
 
 from benchmarks.common import interleaved_blocks
+from sim.tables import markdown_grid
 
 DEPTHS = (22, 102, 202, 302)
 """Parameter arrays of the MLPs: ``n / 2 - 1`` hidden 64-wide layers and the output layer."""
@@ -201,31 +202,30 @@ def run(quick=False):
 
 def markdown(res):
     depth, conv = res["depth"], res["conv"]
-    head = " | ".join(["nnabla's updater", *(f'ours "{p}"' for p in PATHS)])
+    variants = ["nnabla's updater", *(f'ours "{p}"' for p in PATHS)]
+    rows = []
+    for arrays in sorted(depth):
+        r = depth[arrays]
+        cost = overheads(r["seconds"])
+        rows.append(
+            [arrays, f"{1e3 * r['seconds']['bare']:.2f} ms"]
+            + [f"{cost[n]:+.0f}" for n in VARIANTS[1:]]
+            + [r["auto"], f"{r['functions']:g} / {r['reads']:g}"]
+        )
+    heads = ["parameter arrays", "bare step", *variants, '"auto" chose',
+             "device path: nnabla functions / host reads per update"]  # fmt: skip
     lines = [
         "Cost per update over a bare `zero_grad/forward/backward/update` loop, in microseconds "
         "(64-wide MLP, batch 16, Momentum, cpu:float; medians of interleaved iterations):",
         "",
-        f'| parameter arrays | bare step | {head} | "auto" chose | device path: nnabla '
-        "functions / host reads per update |",
-        "|---|---|---|---|---|---|---|---|---|",
+        markdown_grid(heads, rows),
     ]
-    for arrays in sorted(depth):
-        r = depth[arrays]
-        cost = overheads(r["seconds"])
-        cells = " | ".join(f"{cost[n]:+.0f}" for n in VARIANTS[1:])
-        lines.append(
-            f"| {arrays} | {1e3 * r['seconds']['bare']:.2f} ms | {cells} | {r['auto']} | "
-            f"{r['functions']:g} / {r['reads']:g} |"
-        )
     slope = slopes(depth)
     lines += [
         "",
         "Slope per parameter array (least squares over the depths above), microseconds:",
         "",
-        "| " + " | ".join(["nnabla's updater", *(f'ours "{p}"' for p in PATHS)]) + " |",
-        "|" + "---|" * len(slope),
-        "| " + " | ".join(f"{slope[n]:.2f}" for n in VARIANTS[1:]) + " |",
+        markdown_grid(variants, [[f"{slope[n]:.2f}" for n in VARIANTS[1:]]]),
         "",
     ]
     cost = overheads(conv["seconds"])

@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sim.casting.scales import sweep
+from sim.tables import markdown_grid
 from updater.common.float16 import FP16_SMALLEST_NORMAL
 
 GOAL_RATIO = 20.0
@@ -143,25 +144,21 @@ def markdown(result: Dict) -> str:
         f"float16 sweep: {r['n']:,} {r['dtype']} values, {r['n_scales']} scales "
         f"2**{lo}..2**{hi}, min of {r['repeats']} interleaved rounds",
         "",
-        "| variant | time | vs copy |",
-        "|---|---:|---:|",
-        f"| `sweep` (one pass, all scales) | {r['sweep_s'] * 1e3:.1f} ms | "
-        f"{r['sweep_over_copy']:.1f}x |",
-        f"| cast once per scale (all scales) | {r['cast_loop_s'] * 1e3:.1f} ms | "
-        f"{r['cast_loop_s'] / r['copy_s']:.1f}x |",
-        f"| cast, per scale (mean) | {r['cast_per_scale_s'] * 1e3:.1f} ms | "
-        f"{r['cast_per_scale_over_copy']:.1f}x |",
+    ]
+    rows = [
+        ["`sweep` (one pass, all scales)", r["sweep_s"], r["sweep_over_copy"]],
+        ["cast once per scale (all scales)", r["cast_loop_s"], r["cast_loop_s"] / r["copy_s"]],
+        ["cast, per scale (mean)", r["cast_per_scale_s"], r["cast_per_scale_over_copy"]],
     ]
     for label, (k, seconds) in (
         ("fastest", r["cast_fastest_scale"]),
         ("slowest", r["cast_slowest_scale"]),
     ):
-        lines.append(
-            f"| cast, {label} scale (2**{k}) | {seconds * 1e3:.1f} ms | "
-            f"{seconds / r['copy_s']:.1f}x |"
-        )
+        rows.append([f"cast, {label} scale (2^{k})", seconds, seconds / r["copy_s"]])
+    rows = [[name, f"{t * 1e3:.1f} ms", f"{ratio:.1f}x"] for name, t, ratio in rows]
+    rows.append(["`x.copy()` (reference)", f"{r['copy_s'] * 1e3:.2f} ms", "1.0x"])
     lines += [
-        f"| `x.copy()` (reference) | {r['copy_s'] * 1e3:.2f} ms | 1.0x |",
+        markdown_grid(["variant", "time", "time / copy"], rows),
         "",
         f"Sweep speed-up over casting: **{r['cast_loop_over_sweep']:.1f}x** "
         f"(goal >= {r['goal_ratio']:.0f}x: {'met' if r['goal_met'] else 'NOT met'}); "

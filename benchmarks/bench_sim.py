@@ -30,6 +30,7 @@ from sim.replay.run import (
     simulate,
     simulate_scalar,
 )
+from sim.tables import markdown_grid
 from sim.traces.families import make_trace
 from updater.policy.presets import PRESETS
 
@@ -126,18 +127,21 @@ def markdown(result: Dict) -> str:
         f"{GOAL_RATE:.0e} policy-steps/s with {runs} runs together, >= {GOAL_RATIO:g}x the "
         "per-run scalar loop.",
         "",
-        "| policy | vectorized loop (policy-steps/s) | simulate() with metrics | scalar loop "
-        "| speed-up (loop / scalar) | loop us/step | loop / copy-per-step | goals met |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    rows = []
     for name, r in result["policies"].items():
         met = "rate " + ("yes" if r["goal_rate_met"] else "NO")
         met += ", ratio " + ("yes" if r["goal_ratio_met"] else "NO")
-        lines.append(
-            f"| {name} | {r['loop_rate']:.3g} | {r['simulate_rate']:.3g} | "
-            f"{r['scalar_rate']:.3g} | {r['speedup_loop']:.0f}x | {r['loop_us_per_step']:.1f} "
-            f"| {r['loop_vs_copy']:.1f}x | {met} |"
-        )
+        rows.append([
+            name, f"{r['loop_rate']:.3g}", f"{r['simulate_rate']:.3g}", f"{r['scalar_rate']:.3g}",
+            f"{r['speedup_loop']:.0f}x", f"{r['loop_us_per_step']:.1f}",
+            f"{r['loop_vs_copy']:.1f}x", met,
+        ])  # fmt: skip
+    heads = ["policy", "vectorized loop (policy-steps/s)",
+             "simulate() with metrics (policy-steps/s)", "scalar loop (policy-steps/s)",
+             "speed-up (loop / scalar)", "loop us/step", "loop / copy-per-step",
+             "goals met"]  # fmt: skip
+    lines.append(markdown_grid(heads, rows))
     lines += [
         "",
         f"Physical reference: one `numpy.copyto` of {runs} float64 per step takes "

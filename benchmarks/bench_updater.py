@@ -19,6 +19,7 @@ from benchmarks.bench_python import (
 )
 from benchmarks.bench_skips import overflow_cost, retry_cost
 from benchmarks.common import Model, interleaved_blocks
+from sim.tables import markdown_grid
 
 GOAL_RATIO = 1.03
 """Issue 13: our updater at most 1.03x the bare loop in cpu:float (784-512-512-10) ..."""
@@ -120,35 +121,35 @@ def goals_text(res) -> str:
 
 def markdown(res):
     """Render :func:`run` results as markdown."""
-    lines = [
-        "| context | model | batch | blocks x iterations | bare s/it | nnabla s/it | ours s/it "
-        "| nnabla / bare (lowest-highest block) | ours / bare (lowest-highest block) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    cost = []
     for key in ("float", "large", "half"):
         r = res[key]
         s = r["seconds"]
         lo_n, hi_n = r["range_nnabla"]
         lo_o, hi_o = r["range_ours"]
-        lines.append(
-            f"| {r['context']} | {r['model']} | {r['batch']} | {r['blocks']} x {r['iters']} | "
-            f"{s['bare']:.5f} | {s['nnabla']:.5f} | {s['ours']:.5f} | "
-            f"{r['ratio_nnabla']:.3f} ({lo_n:.3f}-{hi_n:.3f}) | "
-            f"{r['ratio_ours']:.3f} ({lo_o:.3f}-{hi_o:.3f}) |"
-        )
-    lines += ["", goals_text(res), ""]
+        cost.append([
+            r["context"], r["model"], r["batch"], f"{r['blocks']} x {r['iters']}",
+            f"{s['bare']:.5f}", f"{s['nnabla']:.5f}", f"{s['ours']:.5f}",
+            f"{r['ratio_nnabla']:.3f} ({lo_n:.3f}-{hi_n:.3f})",
+            f"{r['ratio_ours']:.3f} ({lo_o:.3f}-{hi_o:.3f})",
+        ])  # fmt: skip
+    heads = ["context", "model", "batch", "blocks x iterations", "bare s/it", "nnabla s/it",
+             "ours s/it", "nnabla / bare (lowest-highest block)",
+             "ours / bare (lowest-highest block)"]  # fmt: skip
+    lines = [markdown_grid(heads, cost), "", goals_text(res), ""]
     lines += [
         "Host reads per `update()` (`updater.driver.arrays.host_reads`: every read of an nnabla "
         "array into Python, a device-to-host copy on a GPU), counted over steps of a 16-16-16-10 "
         "MLP in cpu:float (six parameter arrays, as 784-512-512-10):",
         "",
-        "| steps | " + " | ".join(f'finite_check="{path}"' for path in PATHS) + " |",
-        "|---|" + "---|" * len(PATHS),
     ]
     names = sorted({name for name, _ in res["reads"]}, key=[n for n, _ in res["reads"]].index)
-    for name in names:
-        counts = " | ".join(f"{res['reads'][(name, path)]:g}" for path in PATHS)
-        lines.append(f"| {name} | {counts} |")
+    lines.append(
+        markdown_grid(
+            ["steps", *(f'finite_check="{path}"' for path in PATHS)],
+            [[name, *(f"{res['reads'][(name, path)]:g}" for path in PATHS)] for name in names],
+        )
+    )
     lines += [
         "",
         '"numpy" views each gradient array once (on the CPU a view is no copy; with more than '
@@ -167,13 +168,6 @@ def markdown(res):
         '(timed alone in the same rounds: `data_ptr` per array on the array-by-array "numpy" '
         "layout, `p.grad` and `hash` per array for the concatenation):",
         "",
-        "| configuration | "
-        + " | ".join(
-            f"{r['arrays']} arrays: best / median / without nnabla's calls, us"
-            for r in (res["python"], res["python_deep"])
-        )
-        + " |",
-        "|---|---|---|",
     ]
     own = {}
     cells = {}
@@ -186,8 +180,11 @@ def markdown(res):
             mine = best - views if calls else best
             own[(name, r["arrays"])] = mine
             cells.setdefault(name, []).append(f"{best:.1f} / {median:.1f} / {mine:.1f}")
-    for name, row in cells.items():
-        lines.append(f"| {name} | {' | '.join(row)} |")
+    heads = ["configuration"] + [
+        f"{r['arrays']} arrays: best / median / without nnabla's calls, us"
+        for r in (res["python"], res["python_deep"])
+    ]
+    lines.append(markdown_grid(heads, [[name, *row] for name, row in cells.items()]))
     slowest = max(own, key=own.get)
     lines += [
         "",
@@ -195,16 +192,15 @@ def markdown(res):
         f"slowest configuration ({slowest[0]}, {slowest[1]} arrays) takes {own[slowest]:.1f} us "
         f"({'met' if own[slowest] < GOAL_PYTHON_US else 'not met'}).",
         "",
-        "| updater | passes per overflow event | batches per overflow event |"
-        " persistent NaN: calls | passes | batches | raised an error |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, r in res["overflow"].items():
-        lines.append(
-            f"| {name} | {r['overflow']['passes']} | {r['overflow']['batches']} | "
-            f"{r['nan']['calls']} | {r['nan']['passes']} | {r['nan']['batches']} | "
-            f"{r['nan']['raised']} |"
-        )
+        markdown_grid(
+            ["updater", "passes per overflow event", "batches per overflow event",
+             "persistent NaN: calls", "persistent NaN: passes", "persistent NaN: batches",
+             "persistent NaN: raised an error"],
+            [[name, r["overflow"]["passes"], r["overflow"]["batches"], r["nan"]["calls"],
+              r["nan"]["passes"], r["nan"]["batches"], r["nan"]["raised"]]
+             for name, r in res["overflow"].items()],
+        ),
+    ]  # fmt: skip
     r = res["retry"]
     sec = r["seconds"]
     read = res["read"]

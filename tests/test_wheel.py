@@ -109,7 +109,7 @@ def test_dls_report_runs_from_any_folder(installed):
     out = run([bin_dir / "dls", "report", "--quick", "--out", "rep"], elsewhere, env)
     assert "wrote" in out
     text = (elsewhere / "rep" / "README.md").read_text()
-    assert "digits_conv_bn" in text and "'real_traces': 'shipped'" in text
+    assert "digits_conv_bn" in text and '"real_traces": "shipped"' in text
 
 
 @pytest.mark.parametrize("model", ["digits_conv_bn", "sequence_lstm"])

@@ -70,12 +70,12 @@ def _cmd_simulate(parser, args) -> int:
     summary = result.summary()
     print(f"policy: {describe_policy(args.policy, policy)}")
     print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
-    print(markdown_table(with_percents([summary], SHARES, digits=4), SUMMARY_COLUMNS))
+    print(markdown_table(with_percents([summary], SHARES), SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)
     if args.plot:
         from sim.plots.common import save_figure
-        from sim.plots.runs import plot_trajectory
+        from sim.plots.trajectories import plot_trajectory
 
         save_figure(plot_trajectory(result), args.plot)
         print(f"wrote {args.plot}")

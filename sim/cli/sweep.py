@@ -59,7 +59,7 @@ def run(parser, args) -> int:
         f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}, synthetic "
         f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
     )
-    print(markdown_table(with_percents(rows, SHARES, digits=4), columns))
+    print(markdown_table(with_percents(rows, SHARES), columns))
     for note in na_notes(rows):
         print(note)
     if args.csv:

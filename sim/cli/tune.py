@@ -52,7 +52,8 @@ def run(parser, args) -> int:
     rows = [{"which": "chosen", **found["chosen"]}, {"which": "default", **found["default"]}]
     for r in rows:
         r.update({k: format_value(r[k], name=k) for k in settings})
-        r["lost"], r["skipped"] = format_percent(r["lost_mean"]), f"{r['skipped_mean']:.1f}"
+        r["lost"] = format_percent(r["lost_mean"])
+        r["skipped"] = format_value(r["skipped_mean"], name="skipped")
     print(
         f"{args.policy}: {len(found['rows'])} settings x {len(traces)} trace(s) "
         f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"

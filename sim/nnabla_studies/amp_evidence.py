@@ -24,6 +24,7 @@ import numpy as np
 from sim.argtypes import nonnegative_int, positive_int
 from sim.nnabla_studies.demo import load_data
 from sim.report.provenance import current_commit
+from sim.tables import markdown_table, with_percents
 from updater.common.files import atomic_write_text
 
 INPUT_SCALES = (("0-16", 16.0), ("0-1", 1.0))
@@ -117,19 +118,31 @@ def run(steps: int = STEPS, batch: int = BATCH, seed: int = 0, test_size=None) -
     ]
 
 
+TABLE_COLUMNS = {
+    "inputs": "inputs",
+    "variant": "variant",
+    "accuracy": "test accuracy",
+    "final_loss": "final loss",
+    "skipped": "skipped steps",
+    "stats_finite": "BN running statistics finite",
+    "half_share": "multiply-adds in half",
+    "seconds": "training time (s)",
+}
+"""The columns of :func:`format_table` and their headers."""
+
+
 def format_table(rows: List[Dict]) -> str:
-    lines = [
-        "| inputs | variant | test accuracy | final loss | skipped steps | BN running "
-        "statistics finite | multiply-adds in half | training time (s) |",
-        "|---|---|---:|---:|---:|---|---:|---:|",
+    """The rows of :func:`run` as a markdown table (:mod:`sim.tables`)."""
+    cells = [
+        {
+            **r,
+            "final_loss": f"{r['final_loss']:.4f}",
+            "stats_finite": "yes" if r["stats_finite"] else "no",
+            "seconds": f"{r['seconds']:.1f}",
+        }
+        for r in with_percents(rows, ["accuracy", "half_share"])
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['inputs']} | {r['variant']} | {r['accuracy']:.1%} | {r['final_loss']:.4f} "
-            f"| {r['skipped']} | {'yes' if r['stats_finite'] else 'no'} "
-            f"| {r['half_share']:.1%} | {r['seconds']:.1f} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(cells, list(TABLE_COLUMNS), list(TABLE_COLUMNS.values()))
 
 
 def format_report(rows: List[Dict], command: str, commit: str, settings: str) -> str:

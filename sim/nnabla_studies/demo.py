@@ -32,6 +32,7 @@ from typing import Dict, List, Union
 
 import numpy as np
 
+from sim.tables import markdown_table, with_percents
 from updater.common.float16 import FP16_MAX
 from updater.common.validation import check_int, check_positive
 
@@ -231,28 +232,37 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
         matplotlib.figure.Figure: the figure drawn (built directly: no pyplot, no backend
         switch).
     """
-    from sim.plots.common import new_axes, save_figure
+    from matplotlib.ticker import MultipleLocator
+
+    from sim.plots.common import log2_ticks, new_axes, save_figure
+    from sim.plots.style import OVERFLOW, POLICY_LOOKS
 
     fig, ax = new_axes(ax, (8, 4.5))
-    styles = {"float16 + nnabla updater": ("tab:red", "--"), "float16 + this updater": ("k", "-")}
+    looks = {
+        "float16 + nnabla updater": POLICY_LOOKS["nnabla-legacy"],
+        "float16 + this updater": POLICY_LOOKS["dynamic"],
+    }
     for row in rows:
-        if row["variant"] not in styles:
+        if row["variant"] not in looks:
             continue
-        color, line = styles[row["variant"]]
+        look = looks[row["variant"]]
         log2 = np.log2(np.asarray(row["_scales"], dtype=np.float64))
         steps = np.arange(1, len(log2) + 1)
-        ax.step(steps, log2, where="post", color=color, linestyle=line, label=row["variant"])
+        ax.step(steps, log2, where="post", color=look.color, ls=look.ls, lw=1.6,
+                label=row["variant"])  # fmt: skip
         if row["_skipped_at"]:
             at = np.asarray(row["_skipped_at"])
             what = "batch dropped, new one fed" if "nnabla" in row["variant"] else "step skipped"
-            ax.plot(at + 1, log2[at], "x", color=color, markersize=7,
-                    label=f"overflow ({what})")  # fmt: skip
+            ax.plot(at + 1, log2[at], OVERFLOW.marker, color=look.color, ms=7, mfc="none",
+                    label=f"overflow, {row['variant']} ({what})")  # fmt: skip
     top = math.log2(FP16_MAX)  # 15.9993: on this axis it sits on 16, so the label says so
-    ax.axhline(top, color="tab:gray", linewidth=1, linestyle=":")
+    ax.axhline(top, color="0.4", linewidth=1, linestyle=":")
     ax.text(0.01, top - 0.08, f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
-            transform=ax.get_yaxis_transform(), color="tab:gray", fontsize=8, va="top")  # fmt: skip
-    ax.set_xlabel("training step (update() call)")
-    ax.set_ylabel("loss scale after the step (log2)")
+            transform=ax.get_yaxis_transform(), color="0.3", fontsize=8, va="top")  # fmt: skip
+    ax.yaxis.set_major_locator(MultipleLocator(1))
+    ax.yaxis.set_major_formatter(log2_ticks())
+    ax.set_xlabel("training step (update() call, 1 = first)")
+    ax.set_ylabel("loss scale after the step")
     ax.set_title("Loss scale while training on 8x8 digits in cpu:half")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(True, alpha=0.3)
@@ -315,17 +325,22 @@ def run_comparison(
     return rows
 
 
+TABLE_COLUMNS = {
+    "variant": "variant",
+    "test_accuracy": "test accuracy",
+    "skipped_steps": "skipped steps",
+    "batches": "batches consumed",
+    "seconds": "time (s)",
+    "flushed_share": "gradients flushed to zero",
+    "final_scale": "final scale",
+}
+"""The columns of :func:`format_table` and their headers."""
+
+
 def format_table(rows: List[Dict]) -> str:
-    """Render rows from :func:`run_comparison` as a markdown table."""
-    lines = [
-        "| variant | test accuracy | skipped steps | batches consumed | time (s) "
-        "| gradients flushed to zero | final scale |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+    """Render rows from :func:`run_comparison` as a markdown table (:mod:`sim.tables`)."""
+    cells = [
+        {**r, "seconds": f"{r['seconds']:.1f}"}
+        for r in with_percents(rows, ["test_accuracy", "flushed_share"])
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['variant']} | {100 * r['test_accuracy']:.1f}% | {r['skipped_steps']} "
-            f"| {r['batches']} | {r['seconds']:.1f} | {100 * r['flushed_share']:.1f}% "
-            f"| {r['final_scale']:g} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(cells, list(TABLE_COLUMNS), list(TABLE_COLUMNS.values()))

@@ -1,9 +1,10 @@
-"""What every figure of the simulator shares: new figures, figure files, colours, tick labels.
+"""What every figure of the simulator shares: new figures, figure files, legends, tick labels.
 
-The figures themselves live by subject: :mod:`sim.plots.runs` (simulated runs: scale
-trajectories, policy comparisons) and :mod:`sim.plots.gradients` (gradient distributions:
-histograms by binade, underflow against the loss scale). A new figure goes into the module of
-its subject and uses the helpers here.
+The figures themselves live by subject: :mod:`sim.plots.trajectories` (scale trajectories),
+:mod:`sim.plots.runs` (policy comparisons), :mod:`sim.plots.gradients` (gradient
+distributions: histograms by binade, underflow against the loss scale) and
+:mod:`sim.plots.layers` (per-layer underflow). Colours, markers and line styles come from
+:mod:`sim.plots.style`. A new figure goes into the module of its subject and uses both.
 
 Every figure is a :class:`matplotlib.figure.Figure` built directly: no pyplot and no backend
 switch, so importing these modules leaves the user's matplotlib session alone. Each plot
@@ -27,19 +28,6 @@ from matplotlib.ticker import FuncFormatter
 
 DPI = 100
 """Dots per inch of new figures and of :func:`save_figure`."""
-
-SCALE_COLORS = (
-    "tab:blue",
-    "tab:orange",
-    "tab:green",
-    "tab:red",
-    "tab:purple",
-    "tab:brown",
-    "tab:pink",
-    "tab:olive",
-    "tab:cyan",
-)
-"""Colours of loss scales: scale ``2**k`` always gets ``SCALE_COLORS[k % 9]``."""
 
 _NO_VERSION = {
     "png": {"Software": None},
@@ -119,17 +107,6 @@ def new_axes(ax, figsize):
         return ax.figure, ax
     fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     return fig, fig.add_subplot()
-
-
-def cycle_color(i: int) -> str:
-    """The ``i``-th colour of the current property cycle."""
-    colors = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
-    return colors[i % len(colors)]
-
-
-def scale_color(scale: float) -> str:
-    """The fixed colour of a loss scale (nearest power of two), the same in every figure."""
-    return SCALE_COLORS[round(math.log2(scale)) % len(SCALE_COLORS)]
 
 
 def legend_note(ax, text: str) -> None:

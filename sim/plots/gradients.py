@@ -11,7 +11,7 @@ colours) are those of :mod:`sim.plots.common`.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence, Union
+from typing import Dict, Mapping, Sequence, Union
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -20,15 +20,15 @@ from sim.casting.counts import representable_window
 from sim.casting.scales import sweep
 from sim.casting.underflow import pooled_flushed_share
 from sim.plots.common import (
-    cycle_color,
+    DPI,
     is_pow2,
     legend_note,
     log2_ticks,
     log10_share_ticks,
     new_axes,
     pow2_label,
-    scale_color,
 )
+from sim.plots.style import nth_look, scale_look
 from updater.common.float16 import FP16_OVERFLOW
 from updater.trace import EXP_MIN, NBINS, Trace
 
@@ -41,24 +41,28 @@ def plot_histogram(
     scales: Sequence[float] = (1.0, 8.0, 2.0**15),
     ax=None,
     title: Union[str, None] = None,
-    figsize=(8.0, 5.0),
+    figsize=(8.0, 6.0),
 ) -> Figure:
     """Gradient-magnitude histogram by binade, with float16's representable window at several
     scales.
 
     Bars give each binade's share of ALL values (exact zeros included in the total, shown in
     the legend). For each scale ``s`` the window ``[2**-24 / s, 65504 / s]`` of unscaled
-    magnitudes that stay nonzero and finite is drawn as a bracket in the scale's fixed colour
-    (:func:`scale_color`); values left of it flush to zero, values right of it overflow. The
-    legend sits below the axes.
+    magnitudes that stay nonzero and finite is drawn as a bar in a strip above the axes
+    (labelled by scale), and its flush limit as a vertical line over the histogram, in the
+    scale's look (:func:`sim.plots.style.scale_look`: colour by scale, line style by
+    position); values left of it flush to zero, values right of it overflow. The legend sits
+    below the axes.
 
     Args:
         trace (Trace): the trace.
         step (int, optional): one step to show; default all steps pooled.
         scales (sequence of float, default (1, 8, 2**15)): loss scales to draw windows for.
         ax (Axes, optional): draw here; default a new figure.
-        title (str, optional): default "<trace name>: gradient magnitudes, <all steps or step>".
-        figsize (tuple, default (8, 5)): inches, for a new figure.
+        title (str, optional): default "<trace name>: gradient magnitudes, <all steps or
+            step n of N>" (steps counted from 1).
+        figsize (tuple, default (8, 6)): inches, for a new figure (strip and histogram as two
+            rows; on a given ``ax`` the strip is an inset above it).
     """
     if step is None:
         counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
@@ -69,7 +73,12 @@ def plot_histogram(
     total = counts.sum() + zeros
     if total == 0:
         raise ValueError("trace has no values to plot (all counts and zeros are 0)")
-    fig, ax = new_axes(ax, figsize)
+    if ax is None:
+        fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
+        strip, ax = fig.subplots(2, 1, sharex=True, height_ratios=[1, 4])
+    else:
+        fig = ax.figure
+        strip = ax.inset_axes([0.0, 1.03, 1.0, 0.06 + 0.05 * len(scales)], sharex=ax)
     binades = np.arange(NBINS) + EXP_MIN
     share = counts / total
     used = np.flatnonzero(counts)
@@ -86,38 +95,38 @@ def plot_histogram(
     positive = share[share > 0]
     ymin = positive.min() / 3 if positive.size else 1e-6
     ymax = positive.max() if positive.size else 1.0
-    ax.set_ylim(ymin, ymax * (ymax / ymin) ** 0.4)  # bars fill the lower ~70%
+    ax.set_ylim(ymin, ymax * 3)
     ax.yaxis.set_major_formatter(log10_share_ticks())
     for i, s in enumerate(scales):
         lo, hi = representable_window(s)
-        c = scale_color(s)
-        y = 0.95 - 0.06 * i
-        ax.annotate(
-            "",
-            xy=(math.log2(lo), y),
-            xytext=(math.log2(hi), y),
-            xycoords=("data", "axes fraction"),
-            textcoords=("data", "axes fraction"),
-            arrowprops=dict(arrowstyle="|-|", color=c, lw=1.5, shrinkA=0, shrinkB=0),
-        )
-        ax.axvline(math.log2(lo), color=c, ls="--", lw=1.0)
+        look = scale_look(round(math.log2(s)), i)
+        kw = dict(color=look.color, ls=look.ls, lw=1.8)
+        strip.plot([math.log2(lo), math.log2(hi)], [i, i], marker="|", ms=9, **kw)
+        ax.axvline(math.log2(lo), **{**kw, "lw": 1.2})
         top = f"65504$\\cdot${pow2_label(1 / s)}" if is_pow2(s) else f"{hi:.4g}"
-        ax.plot([], [], color=c, lw=1.5, label=f"scale {pow2_label(s)}: [{pow2_label(lo)}, {top}]")
+        ax.plot([], [], **kw, label=f"scale {pow2_label(s)}: [{pow2_label(lo)}, {top}]")
+    strip.set_yticks(range(len(scales)), [pow2_label(s) for s in scales], fontsize="small")
+    strip.set_ylim(len(scales) - 0.4, -0.6)
+    strip.set_ylabel("scale", fontsize="small")
+    strip.tick_params(labelbottom=False)
+    strip.grid(True, axis="x", alpha=0.3)
     xmin = min(lo_b, *(math.log2(representable_window(s)[0]) for s in scales)) - 2
     xmax = max(hi_b + 1, *(math.log2(representable_window(s)[1]) for s in scales)) + 2
     ax.set_xlim(xmin, xmax)
     ax.xaxis.set_major_formatter(log2_ticks())
     ax.set_xlabel("|gradient|, unscaled (log2 axis)")
     ax.set_ylabel("share of all values (log scale)")
-    where = "all steps" if step is None else f"step {step}"
-    ax.set_title(title if title is not None else f"{trace.name}: gradient magnitudes, {where}")
+    where = "all steps" if step is None else f"step {step + 1} of {trace.steps}"
+    title = title if title is not None else f"{trace.name}: gradient magnitudes, {where}"
+    strip.set_title(title)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.14),
+        bbox_to_anchor=(0.5, -0.16),
         ncol=2,
         fontsize="small",
-        title="float16 keeps |gradient| nonzero and finite in [$2^{-24}$, 65504] / scale",
+        title="kept: float16 keeps |gradient| nonzero and finite in [$2^{-24}$, 65504] / scale;\n"
+        "left of a scale's vertical line its values flush to zero",
         title_fontsize="small",
     )
     return fig
@@ -166,10 +175,12 @@ def plot_underflow_vs_scale(
 ) -> Figure:
     """Share of nonzero values flushed to zero against the loss scale, one line per source.
 
-    Each source has its own colour, line style and hollow marker, so overlapping lines stay
-    visible. A dashed vertical line in the source's colour marks
+    Each source has its own colour, line style and hollow marker
+    (:func:`sim.plots.style.nth_look`), so overlapping lines stay visible. A vertical line in
+    the source's colour and line style, topped by its marker, marks
     :func:`first_overflow_scale`: from there on the largest gradient overflows, so the line
-    goes pale. A line ends where the share reaches exactly 0 (its legend entry says where).
+    goes pale; where limits coincide, their markers stack. A line ends where the share
+    reaches exactly 0 (its legend entry says where).
     The legend sits below the axes.
 
     Args:
@@ -184,25 +195,28 @@ def plot_underflow_vs_scale(
     fig, ax = new_axes(ax, figsize)
     k = np.asarray(list(exponents), dtype=np.int64)
     scales = np.exp2(k.astype(float))
-    styles = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v")]
+    stacked: Dict[float, int] = {}
     for i, (label, src) in enumerate(sources.items()):
         share = underflow_curve(src, k)
         zero = np.flatnonzero(share <= 0)
         if zero.size:
             label += f" (0 from {pow2_label(scales[zero[0]])} on)"
         share = np.where(share > 0, share, np.nan)  # a share of 0 ends the line
-        c = cycle_color(i)
-        ls, marker = styles[i % len(styles)]
+        look = nth_look(i)
         limit = first_overflow_scale(src)
         ok = scales < limit
-        kw = dict(color=c, ls=ls, marker=marker, ms=5, mfc="none", lw=1.3)
+        kw = look.line(ms=5, lw=1.3)
         ax.plot(np.where(ok, scales, np.nan), share, label=label, **kw)
         tail = ~ok
         tail[max(np.argmax(tail) - 1, 0)] |= tail.any()  # join the pale part to the line
         ax.plot(np.where(tail, scales, np.nan), share, alpha=0.3, **kw)
-        if scales[0] <= limit <= scales[-1]:  # dashes interleave where limits coincide
-            ax.axvline(limit, color=c, ls=(3 * i, (3, 3 * len(sources) - 3)), lw=1.5)
-    legend_note(ax, "vertical line: the largest gradient overflows from this scale on (line pale)")
+        if scales[0] <= limit <= scales[-1]:
+            near = next((x for x in stacked if abs(math.log2(x / limit)) < 0.3), limit)
+            j = stacked[near] = stacked.get(near, -1) + 1
+            ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
+            ax.plot([limit], [1.0 - 0.045 * j], marker=look.marker, color=look.color, ms=7,
+                    transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+    legend_note(ax, "vertical line, marker on top: the largest\ngradient overflows from there on")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_ylim(top=1.5)
@@ -210,5 +224,7 @@ def plot_underflow_vs_scale(
     ax.set_ylabel("share of nonzero values flushed to 0")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small",
+              title="a line goes pale where its largest gradient overflows",
+              title_fontsize="small")  # fmt: skip
     return fig

@@ -7,21 +7,15 @@ Conventions (``Figure`` objects, saving, colours, legends) are those of :mod:`si
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MultipleLocator
 
 from sim.casting.underflow import pooled_flushed_share
-from sim.plots.common import (
-    DPI,
-    cycle_color,
-    legend_note,
-    legend_right,
-    log2_ticks,
-    log10_share_ticks,
-)
+from sim.plots.common import DPI, legend_note, legend_right, log2_ticks, log10_share_ticks
+from sim.plots.style import nth_look
 from sim.replay.layers import (
     TOLERANCE,
     check_layers,
@@ -32,8 +26,9 @@ from sim.replay.layers import (
 )
 from updater.trace import Trace
 
-LINE_STYLES = ("-", "--", ":", "-.")
-"""Line styles of the parameter arrays of one layer (weight, bias, ...), in name order."""
+MAX_LINES = 8
+"""At most this many parameter arrays are drawn as lines per panel (those that need the
+largest scales); the rest are one grey band."""
 
 
 def plot_layer_flush(
@@ -45,14 +40,15 @@ def plot_layer_flush(
 ) -> Figure:
     """Per model, each parameter array's flushed share against the loss scale.
 
-    One panel per trace. Each parameter array is a line (arrays of one layer, i.e. one name
-    prefix such as ``fc1/affine``, share a colour and differ in line style); the whole model is
-    the thick black line. A filled circle marks where each line first falls to ``tolerance``
-    or below (:func:`sim.replay.layers.needed_exponent`, all clean recorded steps
-    pooled); the legend gives that scale. A line ends where its share reaches 0 (when it is 0 at the
-    needed scale already, a hollow circle on the tolerance line marks the scale). The grey area
-    is where the whole model's largest gradient overflows float16. Legends sit right of the
-    axes.
+    One panel per trace. The :data:`MAX_LINES` parameter arrays that need the largest scales
+    are lines, each with its own colour and line style (:func:`sim.plots.style.nth_look`),
+    named in the legend in the order of their need; the others are the grey band between
+    their smallest and largest share; the whole model is the thick black line. A filled
+    circle marks where each line first falls to ``tolerance`` or below
+    (:func:`sim.replay.layers.needed_exponent`, all clean recorded steps pooled); the legend
+    gives that scale. A line ends where its share reaches 0 (when it is 0 at the needed scale
+    already, a hollow circle on the tolerance line marks the scale). The grey area is where
+    the whole model's largest gradient overflows float16. Legends sit right of the axes.
 
     Args:
         traces (Trace or sequence of Trace): models recorded with per-parameter histograms.
@@ -60,8 +56,7 @@ def plot_layer_flush(
         exponents (sequence of int or None): scales ``2**k`` on the x axis; default ``2**0`` to
             ``2**24``, widened to one step past the smallest and largest need.
         axes (sequence of Axes or None): one per trace; default a new figure, panels stacked.
-        figsize (tuple or None): inches of a new figure; default 10 wide, 3.8 high per panel
-            (more for panels with many parameter arrays).
+        figsize (tuple or None): inches of a new figure; default 10 wide, 4.2 high per panel.
     """
     traces = [check_layers(t) for t in ([traces] if isinstance(traces, Trace) else traces)]
     if not traces:
@@ -72,9 +67,9 @@ def plot_layer_flush(
         exponents = range(min([0] + [k - 1 for k in found]), max([24] + [k + 1 for k in found]) + 1)
     k = np.asarray(list(exponents), dtype=np.int64)
     if axes is None:  # a panel's height leaves room for its legend
-        heights = [max(3.8, 0.25 * (len(t.layer_names) + 9)) for t in traces]
-        fig = Figure(figsize=figsize or (10.0, sum(heights)), dpi=DPI, layout="constrained")
-        axes = fig.subplots(len(traces), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
+        size = figsize or (10.0, 4.2 * len(traces))
+        fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(traces), 1, sharex=True, squeeze=False)[:, 0]
     if len(axes) != len(traces):
         raise ValueError(f"axes must hold one Axes per trace ({len(traces)}), got {len(axes)}")
     for ax, trace, need in zip(axes, traces, needs):
@@ -95,14 +90,16 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
     scales = np.exp2(k.astype(np.float64))
     curves = dict(zip(trace.layer_names, layer_flushed_curves(trace, scales)))
     whole = layer_view(trace, None)
-    groups: List[str] = sorted({n.rpartition("/")[0] for n in curves})
-    seen: Dict[str, int] = {}
-    for name in sorted(curves):
-        group = name.rpartition("/")[0]
-        style = LINE_STYLES[seen.get(group, 0) % len(LINE_STYLES)]
-        seen[group] = seen.get(group, 0) + 1
-        kw = dict(color=cycle_color(groups.index(group)), ls=style, lw=1.4)
+    shown, rest = _split(curves, needs, k)
+    for i, name in enumerate(shown):
+        look = nth_look(i)
+        kw = dict(color=look.color, ls=look.ls, lw=1.4)
         _curve(ax, k, curves[name], needs[name], tolerance, name, kw)
+    if rest:
+        band = np.array([curves[n] for n in rest])
+        low = np.where(band > 0, band, np.nan)
+        ax.fill_between(k, np.nanmin(low, axis=0), np.nanmax(low, axis=0), color="0.8", lw=0,
+                        label=f"the other {len(rest)} arrays (min to max)")  # fmt: skip
     kw = dict(color="black", lw=3.0)
     _curve(ax, k, pooled_flushed_share(whole, scales), needs[None], tolerance, "whole model", kw)
     ax.axhline(tolerance, color="0.3", ls=(0, (1, 2)), lw=1.2, label=f"tolerance {tolerance:g}")
@@ -114,7 +111,10 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
         ax.axvspan(
             max(safe, k[0]),
             k[-1],
-            color="0.85",
+            facecolor="none",
+            edgecolor="0.6",
+            hatch="//",
+            lw=0,
             label=f"whole model's largest gradient\noverflows above $2^{{{safe}}}$",
         )
     ax.set_yscale("log")
@@ -126,16 +126,27 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
     ax.xaxis.set_major_formatter(log2_ticks())
     ax.tick_params(labelbottom=True)
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_ylabel(
-        "share of nonzero gradient values\nflushed to zero (float16, clean\nrecorded steps pooled)"
-    )
+    ax.set_ylabel("share of nonzero gradient\nvalues flushed to zero")
     ax.set_title(
         f"{trace.name}: {len(curves)} parameter arrays, {whole.steps} of {trace.steps} "
-        "recorded steps clean (no bad batch; no overflow unless probed)",
+        "recorded steps clean (pooled)",
         fontsize="medium",
+        loc="left",
     )
     title = f"parameter array: the smallest scale\nwith flushed share $\\leq$ {tolerance:g}"
     legend_right(ax, title=title, title_fontsize="small")
+
+
+def _split(curves: Dict, needs: Dict, k: np.ndarray) -> Tuple[List[str], List[str]]:
+    """The arrays drawn as lines (largest need first, then largest flushed share) and the
+    rest."""
+
+    def order(name):
+        need = needs[name][0]
+        return (-(need if need is not None else k[0] - 1), -float(np.nansum(curves[name])), name)
+
+    ranked = sorted(curves, key=order)
+    return ranked[:MAX_LINES], ranked[MAX_LINES:]
 
 
 def _curve(ax, k, share, need_reason, tolerance, label, kw) -> None:

@@ -31,6 +31,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from sim.casting.underflow import pooled_flushed_share
+from sim.tables import markdown_table
 from updater.common.float16 import FP16_FLUSH_BINADE
 from updater.common.validation import check_instance, check_number
 from updater.policy import largest_safe_scale
@@ -217,12 +218,12 @@ def format_layer_needs(rows: List[Dict], tolerance: float = TOLERANCE) -> str:
     """
     labels = [s.stage for s in rows[0]["stages"]]
     head = ["layer", "values"] + [f"need {x}" for x in labels] + [f"max {x}" for x in labels]
-    lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * 2 * len(labels)]
+    cells = []
     for row in rows:
         need = [_pow2(s.need, f"n/a ({s.reason})") for s in row["stages"]]
         safe = [_pow2(s.safe, "any") for s in row["stages"]]
-        cells = [f"`{row['layer']}`", str(row["values"])] + need + safe
-        lines.append("| " + " | ".join(cells) + " |")
+        cells.append(dict(zip(head, [f"`{row['layer']}`", row["values"], *need, *safe])))
+    table = markdown_table(cells, head, align="lr" + "r" * 2 * len(labels))
     notes = []
     for i, label in enumerate(labels):
         stage = [(r["layer"], r["stages"][i]) for r in rows if r["layer"] != WHOLE_MODEL]
@@ -235,7 +236,7 @@ def format_layer_needs(rows: List[Dict], tolerance: float = TOLERANCE) -> str:
                 f"`{b}` overflows above 2^{k_safe}."
             )
     steps = ", ".join(f"{s.stage} {s.steps}" for s in rows[-1]["stages"])
-    text = "\n".join(lines) + (
+    text = table + (
         f"\n\nneed: the smallest scale at which at most {tolerance:g} of the layer's nonzero "
         f"gradient values flush to zero in float16; max: the largest at which its largest "
         f"gradient stays finite. Clean steps per stage (no bad batch; no overflow unless "

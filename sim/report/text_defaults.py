@@ -21,8 +21,12 @@ def _mean(rows, key: str) -> float:
 def sweep_table(rows: Sequence[Dict[str, Any]], keys: Sequence[str], families) -> str:
     """A sweep table: the settings, the signal lost per family, its mean and worst, skips."""
     columns = {k: k for k in keys}
-    columns.update({f"lost_{f}": f for f in families})
-    columns.update(lost_mean="mean", lost_worst="worst", skipped_mean="skipped / run")
+    columns.update({f"lost_{f}": f"signal lost, {f}" for f in families})
+    columns.update(
+        lost_mean="signal lost, mean",
+        lost_worst="signal lost, worst",
+        skipped_mean="skipped steps / run",
+    )
     lost = [c for c in columns if c.startswith("lost_")]
     return share_table(sorted(rows, key=lambda r: r["lost_mean"]), columns, lost)
 

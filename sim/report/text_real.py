@@ -46,7 +46,8 @@ def real_section(data: ReportData) -> str:
         return ""
     preds, config = data.predictions, data.config
     measured = with_percents(
-        [{**r, "small": r["flushed_small"]} for r in data.measured], ["flushed", "small"]
+        [{**r, "small": r["flushed_small"]} for r in data.measured],
+        ["accuracy", "flushed", "small"],
     )
     runs_table = markdown_table(
         measured,
@@ -58,7 +59,7 @@ def real_section(data: ReportData) -> str:
     goal_table = markdown_table(
         [{**g, "met": "met" if g["met"] else "missed"} for g in goals],
         ["goal", "result", "met"],
-        ["goal", "result", ""],
+        ["goal", "result", "goal met"],
     )
     misses = "\n".join(
         f"- {METRICS[g['metric']].label}: {m['model']} under {m['policy']}: {m['by']}"

@@ -163,12 +163,12 @@ def test_a_new_preset_or_policy_class_needs_no_cli_edit(monkeypatch, capsys):
         main(["sweep", "--help"])
     text = capsys.readouterr().out
     assert "tiny-static = StaticScale(scale=2^-6)" in text
-    assert "_PinnedScale(scale=0.125)" in text
+    assert "_PinnedScale(scale=2^-3)" in text
     for policy in ("tiny-static", "_PinnedScale"):
         assert main(["simulate", "--policy", policy, "--steps", "20", "--runs", "1"]) == 0
     out = capsys.readouterr().out
     assert "policy: tiny-static = StaticScale(scale=2^-6)" in out
-    assert "policy: _PinnedScale(scale=0.125)" in out
+    assert "policy: _PinnedScale(scale=2^-3)" in out
 
 
 @pytest.mark.nnabla

@@ -20,7 +20,7 @@ def test_quick_run_writes_the_report(tmp_path, capsys):
     rows = {(c[0], c[1]): c for c in cells if len(c) == 8}
     assert rows["0-16", "all-half"][5] == "no"  # running variance overflowed in float16
     assert rows["0-16", "rewrite"][5] == "yes" and rows["0-16", "rewrite"][4] == "0"
-    assert rows["0-16", "rewrite"][6] == "100.0%" and rows["0-16", "float32"][6] == "0.0%"
+    assert rows["0-16", "rewrite"][6] == "100%" and rows["0-16", "float32"][6] == "0%"
     assert "| Convolution | half |" in text and "| BatchNormalization | float |" in text
     assert "| 0-16 | rewrite |" in capsys.readouterr().out
 

@@ -10,16 +10,19 @@ import sys
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from matplotlib.collections import LineCollection
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from sim.plots import common as plot_common
 from sim.plots import gradients as plot_gradients
 from sim.plots import runs as plot_runs
+from sim.plots import style
+from sim.plots import trajectories as plot_traj
 from sim.replay.run import simulate, simulate_many
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from updater.common.float16 import FP16_OVERFLOW
-from updater.policy.presets import PRESETS
+from updater.policy.presets import PRESETS, make_policy
 
 NAMES = ["nnabla-legacy", "pytorch", "dynamic", "headroom"]
 
@@ -106,14 +109,15 @@ def test_check_figure_path_rejects_a_missing_folder_and_non_paths(tmp_path):
 
 
 def test_save_figure_writes_the_format_of_the_extension(tmp_path, ssd):
-    fig = plot_runs.plot_trajectory(ssd[2])
+    fig = plot_traj.plot_trajectory(ssd[2])
     magic = {"png": b"\x89PNG", "pdf": b"%PDF", "svg": b"<?xml", "jpg": b"\xff\xd8"}
     for fmt, head in magic.items():
         path = plot_common.save_figure(fig, tmp_path / f"t.{fmt}")
         assert path.read_bytes().startswith(head)
     assert b"Matplotlib v" not in (tmp_path / "t.pdf").read_bytes()
     first = (tmp_path / "t.png").read_bytes()
-    assert plot_common.save_figure(fig, tmp_path / "t.png").read_bytes() == first  # same bytes
+    again = plot_traj.plot_trajectory(ssd[2])  # a rerun makes the figure anew
+    assert plot_common.save_figure(again, tmp_path / "t.png").read_bytes() == first
     with pytest.raises(ValueError, match="xyz"):
         plot_common.save_figure(fig, tmp_path / "t.xyz")
     assert not (tmp_path / "t.xyz").exists()
@@ -123,65 +127,87 @@ def test_save_figure_writes_the_format_of_the_extension(tmp_path, ssd):
 
 
 def test_trajectory_png(tmp_path, nan_results):
-    fig = plot_runs.plot_trajectory(nan_results[1], runs=(0, 1))
+    fig = plot_traj.plot_trajectory(nan_results[1], runs=(0, 1))
     ax = fig.axes[0]
-    assert ax.get_yscale() == "log" and ax.get_xlabel() == "training step"
-    assert "log2" in ax.get_ylabel()
+    assert ax.get_xlabel() == "training step (1 = first)" and ax.get_ylabel() == "loss scale"
+    assert all(t.get_text().startswith("$2^{") for t in ax.get_yticklabels())
     labels = _legend_labels(ax.get_legend())
     assert any("safe band" in s for s in labels) and any("bad batch" in s for s in labels)
+    assert "run 1, 2 of 3" in ax.get_title()
     _check_png(plot_common.save_figure(fig, tmp_path / "traj.png"), 800, 450)
 
 
 def test_trajectory_legend_is_outside_and_markers_are_not_clipped(stationary):
-    fig = plot_runs.plot_trajectory(stationary[1])  # pytorch: overflows at steps 0 and 1
+    fig = plot_traj.plot_trajectory(stationary[1])  # pytorch: overflows at steps 1 and 2
     ax = fig.axes[0]
     assert _extent(fig, ax.get_legend()).x0 > ax.get_window_extent().x1
-    marker = _line(ax, "overflow")
-    assert marker.get_xdata()[0] == 0 and not marker.get_clip_on()
-    assert ax.get_xlim()[0] < 0  # a margin left of step 0
-    assert marker.get_ydata()[0] == 2.0**15
+    (marker,) = [ln for ln in ax.get_lines() if ln.get_marker() == style.OVERFLOW.marker]
+    assert marker.get_xdata()[0] == 1 and not marker.get_clip_on()  # steps count from 1
+    assert ax.get_xlim()[0] < 1
+    assert marker.get_ydata()[0] == 15  # log2 of the scale, labelled 2^15
 
 
-def test_jumpy_scale_is_thin_with_a_rolling_median(stationary):
+def test_one_smoothing_rule_stated_in_the_figure(stationary):
     headroom = stationary[3]
-    ax = plot_runs.plot_trajectory(headroom).axes[0]
-    thin = _line(ax, "each step")
-    median = _line(ax, "rolling median")
+    fig = plot_traj.plot_trajectory(headroom)
+    ax = fig.axes[0]
+    lines = [ln for ln in ax.get_lines() if ln.get_color() == style.POLICY_LOOKS["headroom"].color]
+    thin, median = sorted(lines, key=lambda ln: ln.get_linewidth())
     assert thin.get_linewidth() < 1 < median.get_linewidth()
-    assert "of 21 steps" in median.get_label()  # 2000 steps: about 1%, odd
+    assert plot_traj.smoothing_window(2000) == 21  # 1% of the run, odd
+    assert "1% of the run (21 steps" in ax.get_legend().get_title().get_text().replace("\n", " ")
     y = median.get_ydata()
-    s = headroom.scale[:, 0]
+    s = np.log2(headroom.scale[:, 0])
     assert y.shape == s.shape and s.min() <= y.min() and y.max() <= s.max()
     assert np.count_nonzero(np.diff(y)) < np.count_nonzero(np.diff(s)) / 5
-    # a policy that rarely changes keeps its one plain line
-    labels = [ln.get_label() for ln in plot_runs.plot_trajectory(stationary[1]).axes[0].get_lines()]
-    assert "scale" in labels and not any("median" in s for s in labels)
+    panels = plot_traj.plot_trajectory_panels(stationary)
+    assert "(21 steps" in panels.legends[0].get_title().get_text()
+
+
+def test_the_rolling_median_does_not_fall_at_the_last_step():
+    # trajectories_digits_conv_bn.png: the median fell to the axis bottom at the last step
+    x = np.array([10.0] * 100 + [0.0])
+    assert plot_traj.rolling_median(x, 21)[-1] == 10.0
+    assert plot_traj.rolling_median(x[::-1], 21)[0] == 10.0
 
 
 def test_safe_band_says_whether_it_is_capped(ssd):
     legacy, pytorch = ssd[0], ssd[1]
-    band = _legend_labels(plot_runs.plot_trajectory(legacy).axes[0].get_legend())[0]
-    assert "no max_scale: not capped" in band
-    band = _legend_labels(plot_runs.plot_trajectory(pytorch).axes[0].get_legend())[0]
-    assert "capped at max_scale $2^{15}$" in band
-    top = plot_runs.plot_trajectory(pytorch).axes[0].collections[0].get_paths()[0].vertices[:, 1]
-    assert top.max() == 2.0**15
+    assert (
+        "safe band not capped (no max_scale)"
+        in plot_traj.plot_trajectory(legacy).axes[0].get_title()
+    )
+    ax = plot_traj.plot_trajectory(pytorch).axes[0]
+    assert "safe band capped at max_scale $2^{15}$" in ax.get_title()
+    assert ax.collections[0].get_paths()[0].vertices[:, 1].max() == 15
 
 
-def test_flat_and_coinciding_trajectories_are_noted(tmp_path, ssd):
-    fig = plot_runs.plot_trajectory_panels(ssd)
+def test_panels_share_one_range_one_legend_and_merge_identical_runs(tmp_path, ssd):
+    fig = plot_traj.plot_trajectory_panels(ssd)
     axes = fig.axes
-    assert [ax.get_title() for ax in axes] == [f"{n} on ssd (run 0)" for n in NAMES]
-    notes = [_legend_labels(ax.get_legend()) for ax in axes]
-    assert "scale flat at $2^{3}$, all 300 steps" in notes[0]
-    assert "safe scale flat at $2^{15}$ = max_scale" in notes[1]
-    assert "same scale at every step\nas pytorch" in notes[2]
-    assert not any("same scale" in s for s in notes[3])  # headroom starts at 2^10
-    low, high = axes[1].get_ylim()
-    assert low < 2.0**14 and high > 2.0**15  # a flat line is not drawn on the frame
-    one = plot_runs.plot_trajectory(ssd[1], runs=(0, 1)).axes[0]
-    assert "runs 0, 1 coincide" in _legend_labels(one.get_legend())
-    _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1100, 960)
+    titles = [ax.get_title(loc="left") for ax in axes]
+    assert titles[0].startswith("nnabla-legacy: flat at $2^{3}$ (0 overflows")
+    assert titles[1].startswith("pytorch, dynamic: flat at $2^{15}$ (0 overflows")
+    assert "lines drawn 0.15 binade apart" in titles[1]
+    assert titles[2].startswith("headroom")  # starts at 2^10
+    assert len({ax.get_ylim() for ax in axes}) == 1
+    assert len({tuple(ax.get_yticks()) for ax in axes}) == 1
+    assert all(ax.get_legend() is None for ax in axes) and len(fig.legends) == 1
+    assert "run 1 of 2" in fig.legends[0].get_title().get_text()
+    a, b = axes[1].get_lines()[:2]  # pytorch, dynamic
+    assert np.ptp(a.get_ydata()) == 0 and abs(a.get_ydata()[0] - b.get_ydata()[0]) == pytest.approx(
+        0.15
+    )
+    _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1000, 730)
+
+
+def test_dense_overflows_are_a_rug():
+    # trajectories_digits_conv_bn.png: 155 markers merged into a line
+    every = simulate(make_policy("static", scale=2.0**15), make_trace("stationary", steps=200))
+    ax = plot_traj.plot_trajectory(every).axes[0]
+    assert not [ln for ln in ax.get_lines() if ln.get_marker() == style.OVERFLOW.marker]
+    (rug,) = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert len(rug.get_segments()) == 200 and "200 overflows (rug at the top)" in ax.get_title()
 
 
 # ---------------------------------------------------------------- histograms
@@ -190,7 +216,7 @@ def test_flat_and_coinciding_trajectories_are_noted(tmp_path, ssd):
 def test_histogram_png_with_windows(tmp_path):
     trace = make_trace("ssd", steps=50)
     fig = plot_gradients.plot_histogram(trace, scales=(1.0, 8.0, 2.0**15))
-    ax = fig.axes[0]
+    strip, ax = fig.axes
     labels = _legend_labels(ax.get_legend())
     assert labels[:3] == [
         "scale $2^{0}$: [$2^{-24}$, 65504$\\cdot$$2^{0}$]",
@@ -199,19 +225,20 @@ def test_histogram_png_with_windows(tmp_path):
     ]
     assert any("exact zeros: 66.8%" in s for s in labels)
     assert ax.get_yscale() == "log"
-    assert [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "--"] == [
-        -24,
-        -27,
-        -39,
-    ]
-    _check_png(plot_common.save_figure(fig, tmp_path / "hist.png"), 800, 500)
+    limits = [ln for ln in ax.get_lines() if len(set(ln.get_xdata())) == 1]
+    assert [ln.get_xdata()[0] for ln in limits] == [-24, -27, -39]
+    assert len({ln.get_linestyle() for ln in limits}) == 3  # told apart by line style too
+    _check_png(plot_common.save_figure(fig, tmp_path / "hist.png"), 800, 600)
     fig = plot_gradients.plot_histogram(trace, step=3, figsize=(6.0, 4.0))
+    assert fig.axes[0].get_title() == "ssd: gradient magnitudes, step 4 of 50"  # 1-based
+    assert not ax.texts and not [c for c in ax.get_children() if type(c).__name__ == "Annotation"]
+    assert [t.get_text() for t in strip.get_yticklabels()] == ["$2^{0}$", "$2^{3}$", "$2^{15}$"]
     _check_png(plot_common.save_figure(fig, tmp_path / "hist_step.png"), 600, 400)
 
 
 def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
     def colours(fig):
-        ax = fig.axes[0]
+        ax = fig.axes[1]
         return {
             ln.get_label().split(":")[0]: to_hex(ln.get_color())
             for ln in ax.get_lines()
@@ -225,9 +252,9 @@ def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
     a, b = colours(ssd), colours(drift)
     for k in (3, 15):
         name = f"scale $2^{{{k}}}$"
-        assert a[name] == b[name] == to_hex(plot_common.scale_color(2.0**k))
+        assert a[name] == b[name] == to_hex(style.scale_look(k).color)
     assert len(set(a.values())) == 3 and len(set(b.values())) == 3
-    ax = ssd.axes[0]
+    ax = ssd.axes[1]
     assert _extent(ssd, ax.get_legend()).y1 < ax.get_window_extent().y0
 
 
@@ -242,7 +269,7 @@ def test_underflow_vs_scale_png(tmp_path):
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     labels = _legend_labels(ax.get_legend())
     assert labels[0] == "stationary (0 from $2^{13}$ on)"  # says why the line ends
-    assert labels[-1].startswith("vertical line: the largest gradient overflows")
+    assert labels[-1].startswith("vertical line, marker on top: the largest")
     assert _extent(fig, ax.get_legend()).y1 < ax.get_window_extent().y0
     curves = [ln for ln in ax.get_lines() if ln.get_label().split(" (")[0] in sources]
     assert len({(ln.get_linestyle(), ln.get_marker()) for ln in curves}) == 2
@@ -252,6 +279,9 @@ def test_underflow_vs_scale_png(tmp_path):
     assert limit == FP16_OVERFLOW / sources["stationary"].absmax.max()
     vertical = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [limit, limit]]
     assert len(vertical) == 1 and to_hex(vertical[0].get_color()) == to_hex(curves[0].get_color())
+    assert vertical[0].get_linestyle() == curves[0].get_linestyle()
+    (top,) = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [limit]]
+    assert top.get_marker() == curves[0].get_marker()  # the source's marker tops its line
     solid = curves[0].get_xdata()
     assert np.nanmax(solid) < limit
     pale = [ln for ln in ax.get_lines() if ln.get_alpha() == 0.3][0]
@@ -316,6 +346,12 @@ def test_comparison_panels_share_one_legend_above(tmp_path, ssd, nan_results):
     fig = plot_runs.plot_comparison_panels([*ssd, *nan_results])
     assert len(fig.axes) == 4 and len(fig.legends) == 1
     assert plot_runs.SPREAD_NOTE in fig.legends[0].get_title().get_text()
+    # policies that coincide are named (pytorch and dynamic on ssd)
+    assert plot_runs.coincide_notes(ssd, ["signal_lost", "skipped"]) == [
+        "pytorch, dynamic: equal in every family (dots side by side)"
+    ]
+    markers = {c.lines[0].get_marker() for c in fig.axes[0].containers}
+    assert len(markers) == 4  # every policy its own marker, not colour alone
     assert [ax.get_yscale() for ax in fig.axes] == ["log", "linear", "log", "linear"]
     assert all("lower is better" in ax.get_title() for ax in fig.axes)
     _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1400, 850)
@@ -329,7 +365,7 @@ def test_functions_draw_on_a_given_axes(tmp_path):
     left, right = fig.subplots(1, 2)
     trace = make_trace("drifting", steps=400)
     result = simulate(PRESETS["pytorch"], trace, runs=1)
-    assert plot_runs.plot_trajectory(result, ax=left) is fig
+    assert plot_traj.plot_trajectory(result, ax=left) is fig
     assert plot_gradients.plot_histogram(trace, ax=right) is fig
     _check_png(plot_common.save_figure(fig, tmp_path / "both.png"), 1000, 400)
 
@@ -353,7 +389,7 @@ def test_demo_plot_draws_the_float16_max_at_65504(tmp_path):
 
 def test_bad_arguments(nan_results):
     with pytest.raises(ValueError, match="runs"):
-        plot_runs.plot_trajectory(nan_results[0], runs=(5,))
+        plot_traj.plot_trajectory(nan_results[0], runs=(5,))
     with pytest.raises(ValueError, match="metric"):
         plot_runs.plot_policy_comparison([nan_results[0].summary()], "speed")
     with pytest.raises(ValueError, match="yscale"):
@@ -363,4 +399,4 @@ def test_bad_arguments(nan_results):
     with pytest.raises(ValueError, match="sources"):
         plot_gradients.plot_underflow_vs_scale({})
     with pytest.raises(ValueError, match="results"):
-        plot_runs.plot_trajectory_panels([])
+        plot_traj.plot_trajectory_panels([])

@@ -120,7 +120,7 @@ def test_the_figure_has_one_line_per_layer_and_the_whole_model(tmp_path):
     axes = fig.axes
     assert len(axes) == 2
     for ax, trace in zip(axes, (a, b)):
-        assert ax.get_title().startswith(trace.name + ":")
+        assert ax.get_title(loc="left").startswith(trace.name + ":")
         names = sorted(trace.layer_names) + ["whole model"]
         labels = [line.get_label().split(":")[0] for line in ax.get_lines()]
         assert [x for x in labels if x in names] == names  # one line each, in this order

@@ -1,6 +1,7 @@
 """The simulation report (sim/report/build.py and the modules it runs) and the grid sweep."""
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from sim.report.tables import format_percent, format_value, with_percents
 from sim.report.text import render
 from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
 from sim.traces.real import MODELS, SHIPPED_DIR
+from tests.markdown_tables import assert_tables_render, parsed_tables
 from tests.paths import SHIPPED_TRACES
 from updater.policy.presets import PRESETS, make_policy
 
@@ -88,7 +90,7 @@ def test_report_writes_figures_and_readme(quick_report):
 
 def test_report_ssd_numbers_match_a_direct_float16_cast(quick_report):
     text = (quick_report / "README.md").read_text()
-    line = next(x for x in text.splitlines() if x.startswith("| 1 | "))
+    line = next(x for x in text.splitlines() if x.startswith("| 2^0 | "))
     zeros, flushed_all, flushed_nonzero = _percent_cells(line)[:3]
     values = sample_values(ssd_binade_shares(), QUICK.ssd_values, SSD_ZERO_SHARE, QUICK.seed)
     direct = classify(values, 1.0)
@@ -292,7 +294,7 @@ def test_percentages_are_formatted_in_one_place():
     assert with_percents(rows, SHARES) == [
         {"signal_lost": "12.3%", "mean_flushed": "n/a", "label": "x", "skipped": 3.0}
     ]
-    assert with_percents(rows, SHARES, digits=4)[0]["signal_lost"] == "12.35%"
+    assert format_percent(4.9e-7) == "<0.001%"  # one format: 3 significant digits, a floor
     assert rows[0]["signal_lost"] == 0.12345  # the input is left alone
     assert format_percent(None) == "n/a" and format_percent(np.float64(1.0)) == "100%"
 
@@ -335,3 +337,18 @@ def test_report_without_real_traces(tmp_path):
     assert "## Real models" not in text and not (tmp_path / "layers_flush.png").exists()
     assert "left out of this report" in text
     assert result["data"].real == []
+
+
+def test_every_table_of_the_report_renders_with_all_its_cells(quick_report):
+    """Issue 31: a markdown parser reads every table row with the header's cell count (the
+    goal row "mean |predicted - measured|" lost its verdict before); numbers right-aligned;
+    the configuration is JSON."""
+    text = (quick_report / "README.md").read_text()
+    assert assert_tables_render(text) >= 10
+    goals = next(t for t in parsed_tables(text) if t[0] == ["goal", "result", "goal met"])
+    row = next(r for r in goals if "mean |predicted - measured|" in r[0])
+    assert row[1].startswith("mean |error| ") and row[2] in ("met", "missed")
+    assert "|---|---|---:|---:|" in text  # the comparison table: names left, numbers right
+    config = json.loads(text.split("Configuration (JSON): `")[1].split("`")[0])
+    assert config == dataclasses.asdict(QUICK)
+    assert "e-0" not in text  # percents never in exponent form (<0.001% below 0.001%)
