@@ -32,16 +32,7 @@ from typing import Dict, List
 import nnabla as nn
 import nnabla.function as NF
 
-from .lists import (  # noqa: F401 (AmpLists, the lists and the contexts are public here)
-    CLASSES,
-    GROUPS,
-    AmpLists,
-    amp_contexts,
-    check_lists,
-    default_lists,
-    describe_lists,
-    function_names,
-)
+from .lists import AmpLists, amp_contexts, check_lists, default_lists
 
 logger = logging.getLogger(__name__)
 
@@ -237,18 +228,3 @@ def precision_table(output) -> str:
     lines.append("")
     lines.append(f"{half_share(output):.1%} of {total} multiply-adds run in half.")
     return "\n".join(lines)
-
-
-__all__ = [
-    "AmpLists",
-    "CLASSES",
-    "amp_contexts",
-    "default_lists",
-    "describe_lists",
-    "functions",
-    "half_share",
-    "multiply_adds",
-    "paint",
-    "precision_table",
-    "rewrite",
-]
