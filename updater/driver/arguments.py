@@ -216,13 +216,18 @@ def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):
     """Check an updater state dict (see ``DynamicLossScalingUpdater.state_dict``) before
     anything is loaded; return ``(policy, scale_state)``.
 
-    Raises ``KeyError`` for a missing key, ``ValueError`` for another format version, a scale
-    that is not finite, below 2**-24 or outside the policy's bounds, or a negative or
-    non-integer counter, naming it.
+    Raises ``KeyError`` for a missing key, ``ValueError`` for another format version, an
+    unknown key, a scale that is not finite, below 2**-24 or outside the policy's bounds, a
+    negative or non-integer counter, a state the policy never reaches
+    (``policy.check_state``), or counters that contradict each other, naming it.
     """
-    missing = [k for k in ("policy", "scale_state", "counters") if k not in state]
+    keys = ("format_version", "policy", "scale_state", "counters")
+    missing = [k for k in keys[1:] if k not in state]
     if missing:
         raise KeyError(f"updater state dict is missing keys {missing}")
+    unknown = sorted(set(state) - set(keys)) + sorted(set(state["counters"]) - set(counters))
+    if unknown:
+        raise ValueError(f"updater state dict has unknown keys {unknown}")
     found = state.get("format_version", version)
     if found != version:
         raise ValueError(
@@ -242,4 +247,12 @@ def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):
     counts.update({k: state["counters"][k] for k in counters})
     for name, value in counts.items():
         check_int(f"saved {name}", value, 0)
+    policy.check_state(scale_state)
+    c = state["counters"]
+    if c["updates_applied"] + c["skips"] != c["steps"] or c["consecutive_nonfinite"] > c["skips"]:
+        raise ValueError(
+            f"saved counters contradict each other: updates_applied {c['updates_applied']} + "
+            f"skips {c['skips']} must equal steps {c['steps']}, and consecutive_nonfinite "
+            f"{c['consecutive_nonfinite']} cannot exceed skips"
+        )
     return policy, scale_state

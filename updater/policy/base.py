@@ -45,6 +45,12 @@ def check_bounds(init_name: str, init, min_scale, max_scale) -> None:
         )
 
 
+def check_count(name: str, value, low: int, high: int) -> None:
+    """``ValueError`` unless a saved state's ``value`` is a whole number in ``[low, high]``."""
+    if not (float(value) == int(value) and low <= value <= high):
+        raise ValueError(f"saved {name} must be a whole number in [{low}, {high}], got {value!r}")
+
+
 def set_setting(policy, name: str, value) -> None:
     """Store a checked (normalised) setting on a frozen policy, e.g. 2000.0 as 2000."""
     object.__setattr__(policy, name, value)
@@ -77,6 +83,12 @@ class Policy:
     def state_dict(self) -> Dict[str, Any]:
         """Return ``{"policy": class name, **settings}``; :func:`policy_from_dict` inverts it."""
         return {"policy": type(self).__name__, **self.settings()}
+
+    def check_state(self, state: ScaleState) -> None:
+        """Raise ``ValueError`` naming a value of one run's ``state`` that this policy never
+        reaches (the scale's bounds are checked by the caller). Here: ``hysteresis_left`` is 1,
+        where policies without hysteresis keep it; a policy that moves it overrides this."""
+        check_count("hysteresis_left", state.hysteresis_left, 1, 1)
 
     def init(self, shape=()) -> ScaleState:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -44,7 +44,15 @@ from typing import Any, ClassVar, Dict
 import numpy as np
 
 from ..common.validation import check_bool, check_int, check_positive
-from .base import Policy, check_backoff, check_bounds, check_growth, set_setting, unless_bad
+from .base import (
+    Policy,
+    check_backoff,
+    check_bounds,
+    check_count,
+    check_growth,
+    set_setting,
+    unless_bad,
+)
 from .state import (
     ScaleState,
     largest_safe_scale,  # noqa: F401 (public here too)
@@ -155,6 +163,11 @@ class DynamicScale(Policy):
         check_bool("consecutive_hysteresis", self.consecutive_hysteresis)
         check_bounds("init_scale", self.init_scale, self.min_scale, self.max_scale)
 
+    def check_state(self, state: ScaleState) -> None:
+        """``hysteresis_left`` in ``[1, hysteresis]``, ``good_steps`` below ``growth_interval``."""
+        check_count("hysteresis_left", state.hysteresis_left, 1, self.hysteresis)
+        check_count("good_steps", state.good_steps, 0, self.growth_interval - 1)
+
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
         return make_state(
@@ -203,6 +216,11 @@ class NnablaLegacy(Policy):
         check_positive("scale", self.scale)
         check_growth("scaling_factor", self.scaling_factor)
         set_setting(self, "N", check_int("N", self.N, 1))
+
+    def check_state(self, state: ScaleState) -> None:
+        """``hysteresis_left`` 1, the counter at most ``N + 1`` (it grows past ``N``)."""
+        super().check_state(state)
+        check_count("good_steps", state.good_steps, 0, self.N + 1)
 
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""

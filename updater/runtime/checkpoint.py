@@ -40,6 +40,8 @@ from ..common.validation import check_bool
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+SOLVER_T_MAX = 2**31 - 1
+"""The largest solver step count nnabla holds (a C int)."""
 
 
 class CheckpointMismatchError(KeyError, ValueError):
@@ -274,8 +276,10 @@ def load_checkpoint(
             label = f"solver state '{name}/{key}'"
             solver_values[name, key] = _array(z, prefix + key, var.data, label)
         steps[name] = z.scalar(f"solver_t/{name}", "int")
-        if steps[name] < 0:
-            raise z.error(f"solver step count of {name!r} is {steps[name]}, expected >= 0")
+        if not 0 <= steps[name] <= SOLVER_T_MAX:  # nnabla holds it in a C int
+            raise z.error(
+                f"solver step count of {name!r} is {steps[name]}, expected 0 to {SOLVER_T_MAX}"
+            )
     used = {f"param/{n}" for n in param_arrays} | {f"solver_t/{n}" for n in steps}
     used |= {f"solver/{n}/{k}" for n, k in solver_values}
     unexpected = sorted(set(z.arrays) - used - {"updater_state", "format_version"})

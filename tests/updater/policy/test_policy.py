@@ -645,3 +645,36 @@ def test_array_settings_are_validated_element_by_element():
         DynamicScale(growth_interval=np.array([500, 0]))
     with pytest.raises(ValueError, match="backoff_factor"):
         HeadroomScale(backoff_factor=np.array([0.5, 1.5]))
+
+
+@given(
+    st.sampled_from(
+        [
+            StaticScale(4.0),
+            DynamicScale(init_scale=2.0**10, growth_interval=3, hysteresis=3),
+            DynamicScale(growth_interval=2, hysteresis=2, consecutive_hysteresis=True),
+            NnablaLegacy(scale=8.0, N=3),
+            HeadroomScale(),
+        ]
+    ),
+    st.lists(st.sampled_from(["finite", "overflow", "bad"]), max_size=40),
+)
+def test_every_reachable_state_passes_the_policys_check(policy, outcomes):
+    """``check_state`` (what a checkpoint's saved state must satisfy) holds for every state a
+    run reaches, so it never refuses a checkpoint the updater wrote."""
+    state = policy.init()
+    policy.check_state(state)
+    for outcome in outcomes:
+        finite = outcome == "finite"
+        absmax = 100.0 if finite else float("inf")
+        state = policy.update(state, finite, absmax, bad_batch=outcome == "bad")
+        policy.check_state(state)
+
+
+def test_a_state_no_run_reaches_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"hysteresis_left must be a whole number in \[1, 2\]"):
+        DynamicScale(hysteresis=2).check_state(ScaleState(1024.0, 0, 3))
+    with pytest.raises(ValueError, match="good_steps"):
+        NnablaLegacy(N=3).check_state(ScaleState(8.0, 5, 1))
+    with pytest.raises(ValueError, match="hysteresis_left"):
+        StaticScale(4.0).check_state(ScaleState(4.0, 0, 2))
