@@ -19,11 +19,13 @@ the arrays through checked accessors whose errors name the file and the array to
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Mapping, Union
@@ -199,21 +201,38 @@ class NpzContent:
             raise self.error(f"array {name!r} is not valid JSON ({e})") from None
 
 
-def read_npz(path: Union[str, Path], what: str) -> NpzContent:
+def memory_bytes() -> int:
+    """The machine's physical memory in bytes (8 GiB where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 8 * 2**30
+
+
+def read_npz(path: Union[str, Path], what: str, max_bytes: int | None = None) -> NpzContent:
     """Read every array of the ``.npz`` archive at ``path``, never unpickling.
 
+    Nothing is decompressed before the archive's declared sizes are checked: their sum against
+    ``max_bytes``, and each array's header against its entry's size, so a small file that
+    unpacks to gigabytes (a decompression bomb) is refused at once.
+
     Args:
-        path (str or Path): the file.
+        path (str or Path): the file: a regular file (a FIFO or a device is refused, never
+            opened).
         what (str): what the file should be, for messages ("checkpoint", "gradient trace").
+        max_bytes (int or None, default None): the most bytes the arrays may hold unpacked;
+            None: half the machine's physical memory.
 
     Returns:
         NpzContent: the arrays, with checked accessors.
 
     Raises:
-        OSError: the file is missing, a folder or unreadable (the message names it).
+        OSError: the file is missing, a folder, not a regular file or unreadable (the message
+            names it).
         ValueError: the file is empty, truncated or not an ``.npz`` archive, a single ``.npy``
-            array, or holds an array that is damaged, pickled or not a NumPy array (the message
-            names the file and the problem).
+            array, holds an entry twice, would unpack to more than ``max_bytes``, or holds an
+            array that is damaged, pickled or not a NumPy array (the message names the file and
+            the problem).
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "cut.npz"
@@ -228,18 +247,49 @@ def read_npz(path: Union[str, Path], what: str) -> NpzContent:
     test file <path>: truncated or not an .npz archive (no zip directory at its end)
     """
     path = Path(path)
+    limit = memory_bytes() // 2 if max_bytes is None else max_bytes
     try:
+        kind = os.stat(path).st_mode
+        if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # open() says what a folder is
+            raise OSError(errno.EINVAL, f"{_SPECIAL.get(stat.S_IFMT(kind), 'a special file')}, "
+                          "not a regular file")  # fmt: skip
         with open(path, "rb") as f:
-            return NpzContent(path, what, _read_archive(f, lambda p: _fail(path, what, p)))
+            arrays = _read_archive(f, lambda p: _fail(path, what, p), limit)
+            return NpzContent(path, what, arrays)
     except OSError as e:
         raise OSError(e.errno, f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}  # fmt: skip
+
+
+def _check_size(archive: zipfile.ZipFile, name: str) -> None:
+    """``ValueError`` unless entry ``name``'s array header declares as many bytes as the entry
+    holds (read_array would allocate what the header says before reading)."""
+    with archive.open(name) as entry:
+        version = np.lib.format.read_magic(entry)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0}.get(
+            version, np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read_header(entry)
+        header = entry.tell()
+    count = int(np.prod(shape, dtype=object))
+    if dtype.hasobject:
+        return  # read_array refuses pickled objects itself
+    expected = header + count * dtype.itemsize
+    size = archive.getinfo(name).file_size
+    if expected != size:
+        raise ValueError(f"its header declares {expected:,} bytes, the entry holds {size:,}")
 
 
 def _fail(path: Path, what: str, problem: str) -> ValueError:
     return ValueError(f"{what} {path}: {problem}")
 
 
-def _read_archive(f: BinaryIO, fail: Callable[[str], ValueError]) -> Dict[str, np.ndarray]:
+def _read_archive(
+    f: BinaryIO, fail: Callable[[str], ValueError], limit: int
+) -> Dict[str, np.ndarray]:
     head = f.read(6)
     if not head:
         raise fail("the file is empty (0 bytes), not an .npz archive")
@@ -252,11 +302,22 @@ def _read_archive(f: BinaryIO, fail: Callable[[str], ValueError]) -> Dict[str, n
         raise fail("truncated or not an .npz archive (no zip directory at its end)") from None
     arrays = {}
     with archive:
-        for name in archive.namelist():
+        names = archive.namelist()
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise fail(f"entries {twice} appear more than once")
+        total = sum(info.file_size for info in archive.infolist())
+        if total > limit:
+            raise fail(
+                f"its arrays would unpack to {total:,} bytes, more than the limit of {limit:,} "
+                "(max_bytes= raises it)"
+            )
+        for name in names:
             if not name.endswith(".npy"):
                 raise fail(f"entry {name!r} is not a NumPy array (.npy)")
             key = name[: -len(".npy")]
             try:
+                _check_size(archive, name)
                 with archive.open(name) as entry:
                     arrays[key] = np.lib.format.read_array(entry, allow_pickle=False)
             except OSError:

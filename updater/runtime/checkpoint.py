@@ -212,6 +212,7 @@ def load_checkpoint(
     params: Mapping[str, nn.Variable] | None = None,
     strict: bool = True,
     allow_nonfinite: bool = False,
+    max_bytes: int | None = None,
 ) -> LoadReport:
     """Restore what :func:`save_checkpoint` wrote into existing parameters, solver and updater.
 
@@ -235,6 +236,9 @@ def load_checkpoint(
             the report.
         allow_nonfinite (bool, default False): load parameters and solver states holding inf
             or NaN; by default they are refused, by name.
+        max_bytes (int or None, default None): the most bytes the file may unpack to, checked
+            before unpacking (:func:`updater.common.files.read_npz`); None: half the physical
+            memory.
 
     Returns:
         LoadReport: the loaded updater state and the entries that were not loaded.
@@ -253,7 +257,7 @@ def load_checkpoint(
     strict = check_bool("strict", strict)
     allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)
     named = checkpoint_parameters(updater, params)
-    z = read_npz(path, "checkpoint")
+    z = read_npz(path, "checkpoint", max_bytes)
     updater_state = _updater_state(z)
     missing: List[str] = []
     param_arrays = {}

@@ -241,8 +241,10 @@ class Trace:
         return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
 
     @classmethod
-    def load(cls, path: Union[str, Path]) -> Trace:
-        """Read a trace written by :meth:`save` (or by the updater's gradient recorder).
+    def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:
+        """Read a trace written by :meth:`save` (or by the updater's gradient recorder);
+        ``max_bytes`` bounds what it may unpack to (None: half the physical memory; see
+        :func:`updater.common.files.read_npz`).
 
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
@@ -255,7 +257,7 @@ class Trace:
                 arrays missing, of the wrong kind or inconsistent) or of a newer format; the
                 message names the file and the problem.
         """
-        z = read_npz(path, "gradient trace")
+        z = read_npz(path, "gradient trace", max_bytes)
         z.require("counts", "zeros", "absmax", "nonfinite", hint=": not a gradient trace")
         version = z.scalar("format_version", "int") if "format_version" in z else 1
         if version > FORMAT_VERSION:
