@@ -2,12 +2,13 @@
 it reads an ``.npz`` archive (checkpoints, gradient traces, measured runs).
 
 :func:`atomic_write` writes to a temporary file in the target's folder, named
-``<name>.<host>.<pid>.<8 hex>.part``, fsyncs it and renames it over the target, so a crash
-never leaves a truncated file under the real name. The file gets the mode of any new file
-(``0o666`` less the umask). Before writing, it deletes the temporary files that killed writers
-on this host left in the folder: those whose process no longer exists (a live writer's file is
-never touched, nor one from another host; on Windows none is deleted). A failed write raises
-the ``OSError`` with the target's path in its message.
+``<name>.dls-tmp.<host>.<PID namespace>.<pid>.<8 hex>.part``, fsyncs it and renames it over the
+target, so a crash never leaves a truncated file under the real name. The file gets the mode of
+any new file (``0o666`` less the umask). Before writing, it deletes the temporary files that
+this package's killed writers left in the folder: names with its token, this host and this PID
+namespace whose process no longer exists (a live writer's file is never touched, nor one from
+another host or PID namespace, nor any file without the token; on Windows none is deleted). A
+failed write raises the ``OSError`` with the target's path in its message.
 
 :func:`write_npz` writes what ``np.savez`` writes, without leaving a half-closed zip behind
 when the disk is full. :func:`read_npz` reads a whole ``.npz`` archive or raises an ``OSError``
@@ -33,7 +34,21 @@ from typing import Any, BinaryIO, Callable, Dict, Mapping, Union
 import numpy as np
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "host"
-_TEMP = re.compile(rf".+\.{re.escape(_HOST)}\.(\d+)\.[0-9a-f]{{8}}\.part")
+_TOKEN = "dls-tmp"
+"""Marks the temporary files only this package writes; cleanup touches no other file."""
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (the inode of ``/proc/self/ns/pid``; "0" where there is
+    none): a PID means a process only within its namespace."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+_NAMESPACE = _pid_namespace()
+_TEMP = re.compile(rf".+\.{_TOKEN}\.{re.escape(_HOST)}\.{_NAMESPACE}\.(\d+)\.[0-9a-f]{{8}}\.part")
 
 
 def _alive(pid: int) -> bool:
@@ -49,7 +64,9 @@ def _alive(pid: int) -> bool:
 
 
 def remove_orphans(folder: Union[str, Path]) -> None:
-    """Delete temporary files of killed writers on this host in ``folder`` (best effort)."""
+    """Delete the temporary files this package's killed writers left in ``folder`` (best
+    effort): only names with its token, this host and this PID namespace, whose process is
+    gone."""
     for entry in os.scandir(folder):
         match = _TEMP.fullmatch(entry.name)
         if match and not _alive(int(match.group(1))):
@@ -58,7 +75,8 @@ def remove_orphans(folder: Union[str, Path]) -> None:
 
 
 def _temp_path(path: Path) -> Path:
-    return path.parent / f"{path.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.part"
+    name = f"{path.name}.{_TOKEN}.{_HOST}.{_NAMESPACE}.{os.getpid()}.{secrets.token_hex(4)}"
+    return path.parent / f"{name}.part"
 
 
 def atomic_write(path: Union[str, Path], write: Callable[[BinaryIO], object]) -> Path:

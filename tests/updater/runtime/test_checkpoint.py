@@ -319,13 +319,15 @@ def test_a_save_never_deletes_the_temporary_file_of_a_live_save(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     live = files._temp_path(tmp_path / "b.ckpt")  # this process: alive
-    elsewhere = live.name.replace(f".{files._HOST}.", ".otherhost.", 1)
-    elsewhere = elsewhere.replace(f".{os.getpid()}.", f".{dead.pid}.", 1)  # cannot tell: keep
-    for name in (live.name, elsewhere, f"user.{dead.pid}.tmp"):
+    dead_here = live.name.replace(f".{os.getpid()}.", f".{dead.pid}.", 1)  # a killed save
+    elsewhere = dead_here.replace(f".{files._HOST}.", ".otherhost.", 1)  # cannot tell: keep
+    other_namespace = dead_here.replace(f".{files._NAMESPACE}.", ".4026531999.", 1)  # keep
+    # a user's file that only looks like the old pattern (no token): never touched
+    users = f"thesis.tex.{files._HOST}.{dead.pid}.0123abcd.part"
+    kept = [live.name, elsewhere, other_namespace, users, f"user.{dead.pid}.tmp"]
+    for name in [*kept, dead_here]:
         (tmp_path / name).write_bytes(b"being written")
     model, _, upd = build()
     upd.update()
     save_checkpoint(tmp_path / "c.ckpt", upd)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["c.ckpt", live.name, elsewhere, f"user.{dead.pid}.tmp"]
-    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["c.ckpt", *kept])
