@@ -17,7 +17,7 @@ def _without_nnabla_calls(u, solver, loss) -> None:
     """Give the updater's collaborators stand-ins that call no nnabla function (and the
     concatenating graphs a forward that runs nothing), so only its Python remains."""
     check = u._work.check
-    u.solver = u._work.solver = check.solver = u._rounds.solver = solver
+    u._work.solver = check.solver = u._rounds.solver = solver
     u._rounds.loss = loss
     if getattr(check, "flat", None) is not None:
         check.flat.forward = lambda graph: graph.output.data

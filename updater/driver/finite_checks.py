@@ -372,16 +372,3 @@ def _overflow_quiet(factor: float):
     """Silence NumPy's overflow warning when ``factor > 1``: like ``solver.scale_grad``, a
     product beyond float32's range is inf, silently."""
     return np.errstate(over="ignore") if factor > 1 else contextlib.nullcontext()
-
-
-def apply_update(solver, sumsq, clip_grad_norm, weight_decay) -> None:
-    """On unscaled gradients: clip their global L2 norm ``sqrt(sumsq)`` to ``clip_grad_norm``
-    with ``solver.scale_grad`` when it is not None, apply ``weight_decay``, then
-    ``solver.update()``."""
-    if clip_grad_norm is not None:
-        norm = math.sqrt(sumsq)
-        if norm > clip_grad_norm:
-            solver.scale_grad(clip_grad_norm / norm)
-    if weight_decay is not None:
-        solver.weight_decay(weight_decay)
-    solver.update()

@@ -1,8 +1,10 @@
 """The gradient work of one step: the solver's parameters read once per step, the all-reduce and
-the workers' agreement, and the finite check (:mod:`updater.driver.finite_checks`)."""
+the workers' agreement, the finite check (:mod:`updater.driver.finite_checks`), and clip ->
+weight decay -> ``solver.update()``."""
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List
 
 import nnabla as nn
@@ -80,6 +82,14 @@ class GradientWork:
         """Multiply every gradient by ``factor``."""
         self.check.unscale(self.params, factor)
 
-    def sumsq(self) -> float:
-        """The sum of squares of the gradients as they are now."""
-        return self.check.sumsq(self.params)
+    def apply(self, sumsq: float | None, clip_grad_norm, weight_decay) -> None:
+        """On unscaled gradients: clip their global L2 norm to ``clip_grad_norm`` with
+        ``solver.scale_grad`` when it is not None (``sumsq``: their sum of squares if measured
+        already, else measured now), apply ``weight_decay``, then ``solver.update()``."""
+        if clip_grad_norm is not None:
+            norm = math.sqrt(self.check.sumsq(self.params) if sumsq is None else sumsq)
+            if norm > clip_grad_norm:
+                self.solver.scale_grad(clip_grad_norm / norm)
+        if weight_decay is not None:
+            self.solver.weight_decay(weight_decay)
+        self.solver.update()

@@ -115,14 +115,15 @@ class Rounds:
     ) -> bool | None:
         """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's) seeded with
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
-        calling the feeder); ``count``: add the rounds to ``passes`` and check the inputs.
+        calling the feeder); ``count``: add the rounds to ``passes`` and check the loss (and,
+        unless ``replay``, the inputs); a probe or the float32 reference run counts nothing.
         Returns whether every round's loss was finite when read on the host
         (:attr:`batch_on_host`), else None."""
         loss = self.loss if loss is None else loss
         keep = keep and self.accum_grad > 1 and self.data_feeder is not None
         if keep and not replay:
             self._kept = []
-        read_loss = self.enabled and self.batch_on_host
+        read_loss = count and self.enabled and self.batch_on_host
         loss_finite = True if read_loss else None
         check_inputs = count and not replay and self.enabled and self.batch_on_host
         if check_inputs:

@@ -27,7 +27,7 @@ from .arguments import (
 )
 from .arrays import seed_dtype
 from .attempts import Attempts, Pending
-from .finite_checks import apply_update, choose_check
+from .finite_checks import choose_check
 from .forward_state import ForwardState
 from .gradient_work import GradientWork
 from .records import Counters, Monitor, NonFiniteGradientsError, StepRecord
@@ -351,10 +351,7 @@ class DynamicLossScalingUpdater:
         self.unscale()
         finite = pending.finite
         if finite:
-            sumsq = pending.sumsq
-            if self.clip_grad_norm is not None and sumsq is None:
-                sumsq = self._work.sumsq()
-            apply_update(self.solver, sumsq, self.clip_grad_norm, self.weight_decay)
+            self._work.apply(pending.sumsq, self.clip_grad_norm, self.weight_decay)
         self._state = pending.new_state
         self._pending = None
         step = self.steps
