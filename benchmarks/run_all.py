@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks import bench_comm, bench_depth, bench_fp16, bench_sim, bench_updater
 from sim.report.provenance import current_commit
-from updater.common.files import atomic_write_text
+from updater.common.writing import write_text
 
 
 def machine() -> str:
@@ -44,6 +44,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="reports/benchmarks.md", help="markdown file to write")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an --out file dls did not write"
+    )
     args = parser.parse_args(argv)
 
     started = time.time()
@@ -91,7 +94,7 @@ def main(argv=None) -> None:
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, text)
+    write_text(out, text, overwrite=args.force)
     print(f"wrote {out}")
 
 

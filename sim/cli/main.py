@@ -30,6 +30,7 @@ from sim.cli.preflight import (
     check_output_dir,
     jitter_value,
     load_trace,
+    trace_file,
 )
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
@@ -39,7 +40,7 @@ from sim.report.provenance import current_commit
 from sim.report.tables import describe_policy, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.real import MODELS, SHIPPED
-from updater.common.files import atomic_write_text
+from updater.common.writing import UnsafeOutputError, write_text
 
 # ---------------------------------------------------------------- subcommands
 
@@ -47,8 +48,9 @@ from updater.common.files import atomic_write_text
 def _cmd_simulate(parser, args) -> int:
     settings = parse_settings(parser, args.policy, args.set)
     policy = build_policy(parser, args.policy, settings)
-    if args.plot:
-        check_figure(parser, "--plot", args.plot)
+    inputs = [] if args.trace in FAMILIES else [trace_file(args.trace)]
+    if args.plot is not None:
+        check_figure(parser, "--plot", args.plot, args.force, inputs)
     if args.trace in FAMILIES:
         check_memory(parser, args.steps, args.runs)
         trace = make_trace(args.trace, steps=args.steps, seed=args.seed)
@@ -73,11 +75,11 @@ def _cmd_simulate(parser, args) -> int:
     print(markdown_table(with_percents([summary], SHARES), SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)
-    if args.plot:
+    if args.plot is not None:
         from sim.plots.common import save_figure
         from sim.plots.trajectories import plot_trajectory
 
-        save_figure(plot_trajectory(result), args.plot)
+        save_figure(plot_trajectory(result), args.plot, overwrite=args.force)
         print(f"wrote {args.plot}")
     return 0
 
@@ -95,34 +97,39 @@ def _cmd_report(parser, args) -> int:
     except FileNotFoundError as e:
         parser.error(f"--real-traces: {e}")
     with StageProgress("report") as progress:
-        result = build_report(args.out, config, progress=progress)
+        result = build_report(args.out, config, progress=progress, overwrite=args.force)
     for path in result["files"]:
         print(f"wrote {path}")
     return 0
 
 
 def _cmd_train(parser, args) -> int:
-    check_output_dir(parser, "--out", args.out)
     import sim.nnabla_studies.demo as demo
 
+    check_output_dir(parser, "--out", args.out, ("train.md", demo.PLOT_NAME), args.force)
     try:
         demo.load_data(args.seed)  # needs scikit-learn: say so before any work
     except ImportError as e:
         parser.error(str(e))
     with StageProgress("train") as progress:
         rows = demo.run_comparison(
-            steps=args.steps, seed=args.seed, out_dir=args.out, progress=progress
+            steps=args.steps,
+            seed=args.seed,
+            out_dir=args.out,
+            progress=progress,
+            overwrite=args.force,
         )
     table = demo.format_table(rows)
     print(table)
     path = Path(args.out) / "train.md"
-    atomic_write_text(
+    write_text(
         path,
         f"# `dls train --steps {args.steps} --seed {args.seed}`\n\n"
         f"Generated at commit {current_commit(args.out)}. "
         "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways; the time "
         "column is wall time on the machine that ran it, not a benchmark.\n\n"
         f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n",
+        overwrite=args.force,
     )
     print(f"wrote {path}")
     return 0
@@ -330,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
         "by scripts/report.sh)",
     )
     p.set_defaults(handler=_cmd_train, subparser=p)
+    for name in ("simulate", "sweep", "report", "train"):
+        sub.choices[name].add_argument(
+            "--force",
+            action="store_true",
+            help="replace output files dls did not write (by default dls refuses to replace "
+            "them: it replaces only files it wrote, listed in the folder's .dls-written.json)",
+        )
     for p in (parser, *sub.choices.values()):  # the raw formatter keeps examples' lines
         p.description = textwrap.fill(p.description, width=88)
     return parser
@@ -341,6 +355,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args.subparser, args)
+    except UnsafeOutputError as e:  # an output found unsafe once the work told its names
+        args.subparser.error(str(e))
+    except OSError as e:  # a write that failed (a full disk): the old file is intact
+        why = f"{e.filename}: {e.strerror}" if e.filename else (e.strerror or str(e))
+        args.subparser.exit(1, f"{args.subparser.prog}: error: {why}\n")
     except MemoryError:
         args.subparser.exit(
             1, f"{args.subparser.prog}: error: out of memory; use fewer --steps or --runs\n"

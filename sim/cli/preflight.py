@@ -14,6 +14,7 @@ from pathlib import Path
 from sim.replay.run import MAX_JITTER, memory_estimate
 from sim.traces.families import FAMILIES, Trace
 from sim.traces.real import MODELS, shipped_trace
+from updater.common.writing import UnsafeOutputError, check_target
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
 MEMORY_SHARE = 0.5
@@ -38,11 +39,16 @@ def jitter_value(text: str) -> float:
 # ---------------------------------------------------------------- traces
 
 
+def trace_file(spec: str) -> Path:
+    """The file ``--trace spec`` names: a shipped real model's trace, or the path itself."""
+    return shipped_trace(spec) if spec in MODELS else Path(spec)
+
+
 def load_trace(parser, spec: str) -> Trace:
     """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, or an
     .npz file), or a one-line error saying what is wrong with the file (missing, a folder, not
     an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s words)."""
-    path = shipped_trace(spec) if spec in MODELS else Path(spec)
+    path = trace_file(spec)
     if not path.exists() and path.suffix != ".npz":
         parser.error(
             f"--trace must be a family ({', '.join(FAMILIES)}), a shipped real trace "
@@ -76,8 +82,12 @@ def _check_writable(parser, option: str, path: str, folder: Path) -> None:
         parser.error(f"{option} {path}: cannot write into {folder}: {e.strerror}")
 
 
-def check_output_file(parser, option: str, path: str) -> None:
-    """An output file: its folder must exist and be writable; it must not be a folder."""
+def check_output_file(parser, option: str, path: str, force: bool = False, inputs=()) -> None:
+    """An output file: its folder must exist and be writable; and
+    :func:`updater.common.writing.check_target` must accept it (not a folder, a link, an input,
+    or a file dls did not write unless ``force``)."""
+    if not path:
+        parser.error(f"{option}: needs a file name, got {path!r}")
     p = Path(path)
     if p.is_dir():
         parser.error(f"{option} {path}: is a folder; give a file name")
@@ -88,12 +98,19 @@ def check_output_file(parser, option: str, path: str) -> None:
         parser.error(f"{option} {path}: {folder} is a file, not a folder")
     if p.exists() and not os.access(p, os.W_OK):
         parser.error(f"{option} {path}: the file exists and is read-only")
+    try:
+        check_target(p, force, inputs)
+    except UnsafeOutputError as e:
+        parser.error(f"{option} {e}")
     _check_writable(parser, option, path, folder)
 
 
-def check_output_dir(parser, option: str, path: str) -> None:
-    """An output folder (created if missing): not an existing file, and its nearest existing
-    ancestor is a writable folder."""
+def check_output_dir(parser, option: str, path: str, names=(), force: bool = False) -> None:
+    """An output folder (created if missing): not an existing file, its nearest existing
+    ancestor is a writable folder, and :func:`updater.common.writing.check_target` accepts
+    each of the files ``names`` in it."""
+    if not path:
+        parser.error(f"{option}: needs a folder name, got {path!r}")
     p = Path(path)
     if p.exists() and not p.is_dir():
         parser.error(f"{option} {path}: is an existing file, not a folder")
@@ -101,11 +118,16 @@ def check_output_dir(parser, option: str, path: str) -> None:
     if not existing.is_dir():
         parser.error(f"{option} {path}: cannot create it: {existing} is a file")
     _check_writable(parser, option, path, existing)
+    for name in names:
+        try:
+            check_target(p / name, force)
+        except UnsafeOutputError as e:
+            parser.error(f"{option} {path}: {e}")
 
 
-def check_figure(parser, option: str, path: str) -> None:
+def check_figure(parser, option: str, path: str, force: bool = False, inputs=()) -> None:
     """A figure file: an output file whose extension names a format matplotlib writes."""
-    check_output_file(parser, option, path)
+    check_output_file(parser, option, path, force, inputs)
     from sim.plots.common import check_figure_path  # its extension names a format matplotlib writes
 
     try:

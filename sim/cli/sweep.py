@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 
-from sim.cli.preflight import check_memory, check_output_file, load_trace
+from sim.cli.preflight import check_memory, check_output_file, load_trace, trace_file
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
 from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
+from updater.common.writing import write_text
 
 
 def run(parser, args) -> int:
@@ -37,8 +39,9 @@ def run(parser, args) -> int:
             f"got {args.families!r}"
         )
     recorded = [load_trace(parser, spec) for spec in args.trace]  # checked before any work
-    if args.csv:
-        check_output_file(parser, "--csv", args.csv)
+    inputs = [trace_file(spec) for spec in args.trace]
+    if args.csv is not None:
+        check_output_file(parser, "--csv", args.csv, args.force, inputs)
     steps = max([args.steps] * bool(families) + [t.steps for t in recorded])
     check_memory(parser, steps, args.runs, len(policies))
     synthetic = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
@@ -62,10 +65,11 @@ def run(parser, args) -> int:
     print(markdown_table(with_percents(rows, SHARES), columns))
     for note in na_notes(rows):
         print(note)
-    if args.csv:
-        with open(args.csv, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
+    if args.csv is not None:
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_text(args.csv, text.getvalue(), args.force, inputs)
         print(f"wrote {args.csv}")
     return 0

@@ -25,7 +25,7 @@ from sim.argtypes import nonnegative_int, positive_int
 from sim.nnabla_studies.demo import load_data
 from sim.report.provenance import current_commit
 from sim.tables import markdown_table, with_percents
-from updater.common.files import atomic_write_text
+from updater.common.writing import write_text
 
 INPUT_SCALES = (("0-16", 16.0), ("0-1", 1.0))
 VARIANTS = ("float32", "all-half", "rewrite")
@@ -192,6 +192,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=positive_int, default=BATCH, help="default %(default)s")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="default %(default)s")
     parser.add_argument(
+        "--force", action="store_true", help="replace an --out file dls did not write"
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"{QUICK['steps']} steps, batch {QUICK['batch']}, {QUICK['test_size']} test images",
@@ -208,7 +211,7 @@ def main(argv=None) -> int:
         f", the first {size} test images." if size else "."
     )
     text = format_report(rows, command + f" --seed {args.seed}", current_commit(args.out), settings)
-    atomic_write_text(Path(args.out), text)
+    write_text(Path(args.out), text, overwrite=args.force)
     return 0
 
 

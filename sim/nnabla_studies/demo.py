@@ -219,7 +219,9 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight) -
     }
 
 
-def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=None):
+def plot_scale_trajectories(
+    rows: List[Dict], path: Union[str, Path, None], ax=None, overwrite: bool = False
+):
     """Draw log2(loss scale) against step for the rows that have a scale trajectory.
 
     Args:
@@ -227,6 +229,7 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
             ``_scales`` and ``_skipped_at``).
         path (str or Path or None): PNG to write; None writes nothing.
         ax (matplotlib Axes or None, default None): draw into this axes; a new figure if None.
+        overwrite (bool, default False): replace a file at ``path`` dls did not write.
 
     Returns:
         matplotlib.figure.Figure: the figure drawn (built directly: no pyplot, no backend
@@ -267,7 +270,7 @@ def plot_scale_trajectories(rows: List[Dict], path: Union[str, Path, None], ax=N
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(True, alpha=0.3)
     if path is not None:
-        save_figure(fig, path)
+        save_figure(fig, path, overwrite=overwrite)
     return fig
 
 
@@ -278,6 +281,7 @@ def run_comparison(
     progress: bool = True,
     probe_every: int | None = None,
     loss_weight: float = LOSS_WEIGHT,
+    overwrite: bool = False,
 ) -> List[Dict]:
     """Train the digits MLP four ways and return one row per variant.
 
@@ -294,6 +298,8 @@ def run_comparison(
             None means ``max(1, steps // 30)``.
         loss_weight (float, default 2**-19): multiplier of the loss (the learning rate is
             divided by it), finite and > 0.
+        overwrite (bool, default False): replace a PNG at the plot's path that dls did not
+            write (:func:`updater.common.writing.write_file`).
 
     Returns:
         list of dict, one per variant with keys ``variant`` (str), ``test_accuracy`` (0..1),
@@ -321,7 +327,7 @@ def run_comparison(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        plot_scale_trajectories(rows, out / PLOT_NAME)
+        plot_scale_trajectories(rows, out / PLOT_NAME, overwrite=overwrite)
     return rows
 
 

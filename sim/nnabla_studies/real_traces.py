@@ -31,7 +31,7 @@ from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import current_commit
 from sim.report.tables import markdown_table
 from sim.traces.real import MODELS, SHIPPED_DIR
-from updater.common.files import atomic_write_text
+from updater.common.writing import write_text
 
 DEFAULT_STEPS = {
     "digits_mlp": 2000,
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
                 "against a float32 shadow at every step (`<model>.<policy>.run.npz`, read by "
                 "`dls report` to check the simulator's predictions):\n\n" + runs + "\n"
             )
-        atomic_write_text(out / "README.md", text)
+        write_text(out / "README.md", text)
     return 0
 
 

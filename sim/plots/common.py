@@ -26,6 +26,8 @@ from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from updater.common.writing import write_file
+
 DPI = 100
 """Dots per inch of new figures and of :func:`save_figure`."""
 
@@ -82,8 +84,12 @@ def check_figure_path(path: Union[str, Path]) -> str:
     return fmt
 
 
-def save_figure(fig: Figure, path: Union[str, Path], dpi: int = DPI) -> Path:
-    """Write ``fig`` in the format of ``path``'s extension (see :func:`check_figure_path`).
+def save_figure(
+    fig: Figure, path: Union[str, Path], dpi: int = DPI, overwrite: bool = False
+) -> Path:
+    """Write ``fig`` in the format of ``path``'s extension (see :func:`check_figure_path`)
+    with :func:`updater.common.writing.write_file` (atomic, never through a link; a file dls
+    did not write is replaced only with ``overwrite=True``).
 
     PNG, PDF and SVG files carry no matplotlib version, so a rerun writes the same PNG bytes.
 
@@ -91,10 +97,11 @@ def save_figure(fig: Figure, path: Union[str, Path], dpi: int = DPI) -> Path:
         fig (Figure): the figure.
         path (str or Path): output file, e.g. ``traj.png``, ``traj.pdf``, ``traj.svg``.
         dpi (int, default 100): dots per inch; a raster image is ``figsize * dpi`` pixels.
+        overwrite (bool, default False): replace a file dls did not write.
     """
     fmt = check_figure_path(path)
-    fig.savefig(path, dpi=dpi, format=fmt, metadata=_NO_VERSION.get(fmt))
-    return Path(path)
+    meta = _NO_VERSION.get(fmt)
+    return write_file(path, lambda f: fig.savefig(f, dpi=dpi, format=fmt, metadata=meta), overwrite)
 
 
 # ---------------------------------------------------------------- new figures, legends

@@ -17,8 +17,9 @@ import numpy as np
 
 from sim.replay.metrics import run_metrics
 from sim.replay.result import safe_scales
-from updater.common.files import atomic_write, read_npz, write_npz
 from updater.common.float16 import FP16_OVERFLOW
+from updater.common.npz import read_npz, write_npz
+from updater.common.writing import write_file
 from updater.policy import DynamicScale, policy_from_dict
 from updater.policy.presets import PRESETS
 
@@ -118,8 +119,9 @@ class MeasuredRun:
         m = run_metrics(*columns, ~self.loss_finite)
         return {k: float(v[0]) for k, v in m.items()}
 
-    def save(self, path: Union[str, Path]) -> Path:
-        """Write the run to ``path`` (.npz) atomically; return the path."""
+    def save(self, path: Union[str, Path], overwrite: bool = False) -> Path:
+        """Write the run to ``path`` (.npz) with :func:`updater.common.writing.write_file`;
+        return the path."""
         arrays = {
             "model": self.model,
             "label": self.label,
@@ -129,7 +131,7 @@ class MeasuredRun:
             "seconds": self.seconds,
             "about": self.about,
         }
-        return atomic_write(path, lambda f: write_npz(f, arrays, compress=True))
+        return write_file(path, lambda f: write_npz(f, arrays, compress=True), overwrite)
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> MeasuredRun:

@@ -28,10 +28,10 @@ from sim.report.experiments import (
     ssd_sample,
     tell,
 )
-from sim.report.figures import write_figures
+from sim.report.figures import figure_plan, write_figures
 from sim.report.provenance import current_commit
 from sim.report.text import render
-from updater.common.files import atomic_write_text
+from updater.common.writing import check_target, write_text
 
 __all__ = ["QUICK", "ReportConfig", "build_report", "choose"]
 
@@ -47,6 +47,7 @@ def build_report(
     out_dir: Union[str, Path] = "reports",
     config: ReportConfig = FULL,
     progress=None,
+    overwrite: bool = False,
 ) -> Dict[str, Any]:
     """Write the figures and ``README.md`` of the report into ``out_dir``.
 
@@ -56,6 +57,9 @@ def build_report(
         config (ReportConfig, default ReportConfig()): sizes and seeds.
         progress (bool or reporter, optional): tqdm bars; default when stderr is a terminal;
             or a stage reporter such as ``dls``'s StageProgress (named stages).
+        overwrite (bool, default False): replace files in ``out_dir`` that dls did not write;
+            without it such a file stops the report before any work
+            (:func:`updater.common.writing.check_target`).
 
     Returns:
         dict with ``files`` (paths written), ``data`` (the :class:`ReportData` the text was
@@ -65,16 +69,18 @@ def build_report(
     if not isinstance(config, ReportConfig):
         raise TypeError(f"config must be a ReportConfig, got {type(config).__name__}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     real = load_real_traces(config)
     traces = {**make_traces(config), **real}
+    for name in [*figure_plan(traces), "README.md"]:
+        check_target(out / name, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
     # per trace: compare, 3 sweeps; figures; SSD; predictions
     tell(progress, "start", 4 * len(traces) + 2 + bool(real))
 
     comparison = compare(traces, config, progress)
     tell(progress, "stage", "figures")
     values = ssd_sample(config)
-    files = write_figures(out, traces, comparison.results, values)
+    files = write_figures(out, traces, comparison.results, values, overwrite)
     rows = comparison.rows
     del comparison  # its trajectories are large; the rest needs only the summary rows
 
@@ -99,7 +105,9 @@ def build_report(
     data.chosen_synthetic = _chosen(
         synthetic["dynamic_sweep"], synthetic["headroom_sweep"], config.jitter
     )
-    files.append(atomic_write_text(out / "README.md", render(data, current_commit(out))))
+    files.append(
+        write_text(out / "README.md", render(data, current_commit(out)), overwrite=overwrite)
+    )
     return {
         "files": files,
         "data": data,

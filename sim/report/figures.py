@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence
+from typing import Callable, Dict, List, Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -21,29 +21,32 @@ UNDERFLOW_FAMILIES = ("stationary", "drifting", "ssd")
 """Traces whose underflow-vs-scale curves the report draws."""
 
 
-def report_figures(
-    traces: Mapping[str, Trace],
-    results: Dict[str, Sequence[RunResult]],
-    ssd_values: np.ndarray,
-) -> Dict[str, Figure]:
-    """The report's figures by file name (arguments as in :func:`write_figures`)."""
-    figures = {
-        f"trajectories_{family}.png": plot_trajectory_panels(rs) for family, rs in results.items()
-    }
-    every_run = [r for rs in results.values() for r in rs]
-    figures["policy_comparison.png"] = plot_comparison_panels(every_run)
-    figures["histogram_ssd.png"] = plot_histogram(traces["ssd"])
+def figure_plan(traces: Mapping[str, Trace]) -> Dict[str, Callable[..., Figure]]:
+    """The report's figures by file name, each as a function of ``(results, ssd_values)``
+    that draws it (arguments as in :func:`write_figures`): the names are known before the
+    experiments run."""
     drifting = traces["drifting"]
-    figures["histogram_drifting_end.png"] = plot_histogram(
+    sources: Dict[str, object] = {f: traces[f] for f in UNDERFLOW_FAMILIES}
+    plan: Dict[str, Callable[..., Figure]] = {
+        f"trajectories_{name}.png": lambda results, _, name=name: plot_trajectory_panels(
+            results[name]
+        )
+        for name in traces
+    }
+    plan["policy_comparison.png"] = lambda results, _: plot_comparison_panels(
+        [r for rs in results.values() for r in rs]
+    )
+    plan["histogram_ssd.png"] = lambda *_: plot_histogram(traces["ssd"])
+    plan["histogram_drifting_end.png"] = lambda *_: plot_histogram(
         drifting, step=drifting.steps - 1, scales=(8.0, 2.0**8, 2.0**15)
     )
-    sources: Dict[str, object] = {f: traces[f] for f in UNDERFLOW_FAMILIES}
-    sources["ssd, exact float16 counts on sampled values"] = ssd_values
-    figures["underflow_vs_scale.png"] = plot_underflow_vs_scale(sources)
+    plan["underflow_vs_scale.png"] = lambda _, values: plot_underflow_vs_scale(
+        {**sources, "ssd, exact float16 counts on sampled values": values}
+    )
     layered = [t for t in traces.values() if t.has_layers]
     if layered:
-        figures["layers_flush.png"] = plot_layer_flush(layered)
-    return figures
+        plan["layers_flush.png"] = lambda *_: plot_layer_flush(layered)
+    return plan
 
 
 def write_figures(
@@ -51,6 +54,7 @@ def write_figures(
     traces: Mapping[str, Trace],
     results: Dict[str, Sequence[RunResult]],
     ssd_values: np.ndarray,
+    overwrite: bool = False,
 ) -> List[Path]:
     """Write the report's figures into ``out`` and return their paths.
 
@@ -60,8 +64,9 @@ def write_figures(
             them); those with per-layer histograms get the per-layer figure.
         results (mapping family -> list of RunResult): the policy comparison.
         ssd_values (array): values sampled from the SSD calibration (exact float16 curve).
+        overwrite (bool, default False): replace figures dls did not write.
     """
     return [
-        save_figure(fig, out / name)
-        for name, fig in report_figures(traces, results, ssd_values).items()
+        save_figure(draw(results, ssd_values), out / name, overwrite=overwrite)
+        for name, draw in figure_plan(traces).items()
     ]

@@ -1,9 +1,10 @@
 """Save and restore a training run (parameters, solver state, loss-scaling state) in one file.
 
-The checkpoint is one uncompressed ``.npz`` written by :func:`updater.common.files.atomic_write`: a
-crash mid-save never leaves a truncated checkpoint under the real name, the file gets the mode
-of any new file, and each save first deletes the temporary files that killed saves on this host
-left in the folder. Layout (all arrays, no pickles):
+The checkpoint is one uncompressed ``.npz`` written by :func:`updater.common.writing.write_file`:
+a crash mid-save never leaves a truncated checkpoint under the real name, the file gets the mode
+of any new file, each save first deletes the temporary files that killed saves on this host
+left in the folder, and a file this package did not write is not replaced unless asked.
+Layout (all arrays, no pickles):
 
 - ``param/<name>``: each parameter's values (float32 for float16/float32 parameters, so the
   float32 master values of nnabla's half mode survive bit for bit). The parameters are those of
@@ -18,7 +19,7 @@ left in the folder. Layout (all arrays, no pickles):
 - ``updater_state``: ``updater.state_dict()`` as a JSON string;
 - ``format_version``: 1.
 
-Loading reads and checks the whole file (:func:`updater.common.files.read_npz`: names, dtypes,
+Loading reads and checks the whole file (:func:`updater.common.npz.read_npz`: names, dtypes,
 shapes, finite values, the updater state) before anything reaches nnabla: on any error nothing
 changes.
 """
@@ -34,8 +35,9 @@ from typing import Dict, List, Mapping, Union
 import nnabla as nn
 import numpy as np
 
-from ..common.files import NpzContent, atomic_write, read_npz, write_npz
+from ..common.npz import NpzContent, read_npz, write_npz
 from ..common.validation import check_bool
+from ..common.writing import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +102,10 @@ def checkpoint_parameters(
 
 
 def save_checkpoint(
-    path: Union[str, Path], updater, params: Mapping[str, nn.Variable] | None = None
+    path: Union[str, Path],
+    updater,
+    params: Mapping[str, nn.Variable] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write parameters, solver states and ``updater.state_dict()`` to ``path`` atomically.
 
@@ -114,6 +119,8 @@ def save_checkpoint(
             name; None saves ``nn.get_parameters(grad_only=False)`` (all of the current scope).
             Every other parameter the solver holds is saved too, by the solver's name
             (:func:`checkpoint_parameters`).
+        overwrite (bool, default False): replace a file at ``path`` that this package did
+            not write (a checkpoint it wrote, e.g. the previous save, is replaced anyway).
 
     Returns:
         Path: the path written.
@@ -125,6 +132,8 @@ def save_checkpoint(
     Raises:
         OSError: the write failed (e.g. a full disk); the message names ``path``, and a
             previous file at ``path`` is intact.
+        updater.common.writing.UnsafeOutputError: ``path`` is a file this package did not
+            write (without ``overwrite``), a symbolic link, or a folder; nothing was written.
     """
     path = Path(path)
     arrays: Dict[str, np.ndarray] = {"format_version": np.array(FORMAT_VERSION)}
@@ -147,7 +156,7 @@ def save_checkpoint(
             arrays[f"solver/{name}/{key}"] = _values(var.data)
         arrays[f"solver_t/{name}"] = np.array(state.t, dtype=np.int64)
     arrays["updater_state"] = np.array(json.dumps(updater.state_dict()))
-    return atomic_write(path, lambda f: write_npz(f, arrays))
+    return write_file(path, lambda f: write_npz(f, arrays), overwrite)
 
 
 @dataclass(frozen=True)
@@ -237,7 +246,7 @@ def load_checkpoint(
         allow_nonfinite (bool, default False): load parameters and solver states holding inf
             or NaN; by default they are refused, by name.
         max_bytes (int or None, default None): the most bytes the file may unpack to, checked
-            before unpacking (:func:`updater.common.files.read_npz`); None: half the physical
+            before unpacking (:func:`updater.common.npz.read_npz`); None: half the physical
             memory.
 
     Returns:

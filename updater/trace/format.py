@@ -29,7 +29,8 @@ from typing import Union
 
 import numpy as np
 
-from ..common.files import atomic_write, read_npz
+from ..common.npz import read_npz, write_npz
+from ..common.writing import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -219,8 +220,10 @@ class Trace:
         counts, zeros, absmax, finite = zip(*rows)
         return cls(np.stack(counts), zeros, absmax, ~np.asarray(finite), name=name)
 
-    def save(self, path: Union[str, Path]) -> Path:
-        """Write the trace to ``path`` (.npz) atomically; return the path."""
+    def save(self, path: Union[str, Path], overwrite: bool = False) -> Path:
+        """Write the trace to ``path`` (.npz) with :func:`updater.common.writing.write_file`
+        (atomic; a file dls did not write is replaced only with ``overwrite=True``); return
+        the path."""
         arrays = {
             "format_version": FORMAT_VERSION,
             "exp_min": EXP_MIN,
@@ -238,13 +241,13 @@ class Trace:
         if self.has_layers:
             arrays["layer_names"] = np.array(self.layer_names, dtype=str)
             arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
-        return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+        return write_file(path, lambda f: write_npz(f, arrays, compress=True), overwrite)
 
     @classmethod
     def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:
         """Read a trace written by :meth:`save` (or by the updater's gradient recorder);
         ``max_bytes`` bounds what it may unpack to (None: half the physical memory; see
-        :func:`updater.common.files.read_npz`).
+        :func:`updater.common.npz.read_npz`).
 
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of

@@ -8,7 +8,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from sim.nnabla_studies.demo import plot_scale_trajectories
 from sim.plots.common import save_figure
 from sim.report.experiments import QUICK, compare, load_real_traces, make_traces, ssd_sample
-from sim.report.figures import report_figures
+from sim.report.figures import figure_plan
 
 
 def texts_outside(fig, path):
@@ -49,7 +49,8 @@ def texts_outside(fig, path):
 def figures():
     traces = {**make_traces(QUICK), **load_real_traces(QUICK)}
     results = compare(traces, QUICK, None).results
-    figs = report_figures(traces, results, ssd_sample(QUICK))
+    values = ssd_sample(QUICK)
+    figs = {name: draw(results, values) for name, draw in figure_plan(traces).items()}
     scales = [2.0**10] * 50 + [2.0**16] + [2.0**15] * 49
     rows = [
         {"variant": "float16 + nnabla updater", "_scales": scales, "_skipped_at": [50]},

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from updater import Trace
-from updater.common.files import read_npz
+from updater.common.npz import read_npz
 
 
 def read_within(path, seconds=10, **kwargs):

@@ -21,7 +21,7 @@ from tests.nnabla_models import (
 )
 from tests.paths import ROOT
 from updater import DynamicScale
-from updater.common import files
+from updater.common import writing
 from updater.driver.updater import DynamicLossScalingUpdater
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
@@ -93,8 +93,8 @@ def test_checkpoint_is_one_file_written_atomically(tmp_path):
         upd.update()
     path = tmp_path / "a.ckpt"
     save_checkpoint(path, upd)
-    save_checkpoint(path, upd)  # overwrite in place
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
+    save_checkpoint(path, upd)  # its own file: replaced in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.MANIFEST, "a.ckpt"]
     with np.load(path, allow_pickle=False) as z:
         state = json.loads(str(z["updater_state"]))
         names = set(z.files)
@@ -113,7 +113,19 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(tmp_path):
         # a parameter that is not an nnabla Variable makes the save fail mid-way
         save_checkpoint(path, upd, params={"bad": object()})
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.MANIFEST, "a.ckpt"]
+
+
+def test_a_save_never_replaces_a_file_it_did_not_write_unless_asked(tmp_path):
+    model, _, upd = build()
+    upd.update()
+    path = tmp_path / "a.ckpt"
+    path.write_bytes(b"my own results")
+    with pytest.raises(writing.UnsafeOutputError, match="a.ckpt: not written by dls"):
+        save_checkpoint(path, upd)
+    assert path.read_bytes() == b"my own results"
+    save_checkpoint(path, upd, overwrite=True)
+    assert load_checkpoint(path, upd) is not None
 
 
 def test_loading_into_a_different_graph_fails_clearly_and_changes_nothing(tmp_path):
@@ -285,7 +297,8 @@ def test_checkpoint_file_mode_honours_the_umask(tmp_path, umask):
     finally:
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
-    assert modes == {"a.ckpt": 0o666 & ~umask, "b.npz": 0o666 & ~umask}
+    mode = 0o666 & ~umask
+    assert modes == {"a.ckpt": mode, "b.npz": mode, writing.MANIFEST: mode}
 
 
 KILLED_SAVE = """
@@ -312,22 +325,22 @@ def test_a_save_killed_midway_leaves_no_orphan_after_the_next_save(tmp_path):
     model, _, upd = build()
     upd.update()
     save_checkpoint(tmp_path / "c.ckpt", upd)  # any save in the folder removes it
-    assert [p.name for p in tmp_path.iterdir()] == ["c.ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.MANIFEST, "c.ckpt"]
 
 
 def test_a_save_never_deletes_the_temporary_file_of_a_live_save(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    live = files._temp_path(tmp_path / "b.ckpt")  # this process: alive
+    live = writing._temp_path(tmp_path / "b.ckpt")  # this process: alive
     dead_here = live.name.replace(f".{os.getpid()}.", f".{dead.pid}.", 1)  # a killed save
-    elsewhere = dead_here.replace(f".{files._HOST}.", ".otherhost.", 1)  # cannot tell: keep
-    other_namespace = dead_here.replace(f".{files._NAMESPACE}.", ".4026531999.", 1)  # keep
+    elsewhere = dead_here.replace(f".{writing._HOST}.", ".otherhost.", 1)  # cannot tell: keep
+    other_namespace = dead_here.replace(f".{writing._NAMESPACE}.", ".4026531999.", 1)  # keep
     # a user's file that only looks like the old pattern (no token): never touched
-    users = f"thesis.tex.{files._HOST}.{dead.pid}.0123abcd.part"
+    users = f"thesis.tex.{writing._HOST}.{dead.pid}.0123abcd.part"
     kept = [live.name, elsewhere, other_namespace, users, f"user.{dead.pid}.tmp"]
     for name in [*kept, dead_here]:
         (tmp_path / name).write_bytes(b"being written")
     model, _, upd = build()
     upd.update()
     save_checkpoint(tmp_path / "c.ckpt", upd)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["c.ckpt", *kept])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["c.ckpt", writing.MANIFEST, *kept])

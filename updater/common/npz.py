@@ -1,20 +1,12 @@
-"""Files: the one way this package writes a file it must not leave half done, and the one way
-it reads an ``.npz`` archive (checkpoints, gradient traces, measured runs).
+""".npz archives: the one way this package reads one (checkpoints, gradient traces, measured
+runs), and the writing of one into an open file (:mod:`updater.common.writing` makes the file).
 
-:func:`atomic_write` writes to a temporary file in the target's folder, named
-``<name>.dls-tmp.<host>.<PID namespace>.<pid>.<8 hex>.part``, fsyncs it and renames it over the
-target, so a crash never leaves a truncated file under the real name. The file gets the mode of
-any new file (``0o666`` less the umask). Before writing, it deletes the temporary files that
-this package's killed writers left in the folder: names with its token, this host and this PID
-namespace whose process no longer exists (a live writer's file is never touched, nor one from
-another host or PID namespace, nor any file without the token; on Windows none is deleted). A
-failed write raises the ``OSError`` with the target's path in its message.
-
-:func:`write_npz` writes what ``np.savez`` writes, without leaving a half-closed zip behind
-when the disk is full. :func:`read_npz` reads a whole ``.npz`` archive or raises an ``OSError``
-(missing, unreadable, a folder) or a ``ValueError`` (empty, truncated, not an archive, a damaged
-or pickled array) whose message names the file and the problem; its :class:`NpzContent` gives
-the arrays through checked accessors whose errors name the file and the array too.
+:func:`read_npz` reads a whole ``.npz`` archive or raises an ``OSError`` (missing, unreadable, a
+folder, a special file) or a ``ValueError`` (empty, truncated, not an archive, a damaged or
+pickled array, too large unpacked) whose message names the file and the problem; its
+:class:`NpzContent` gives the arrays through checked accessors whose errors name the file and
+the array too. :func:`write_npz` writes what ``np.savez`` writes, without leaving a half-closed
+zip behind when the disk is full.
 """
 
 from __future__ import annotations
@@ -23,111 +15,12 @@ import contextlib
 import errno
 import json
 import os
-import re
-import secrets
-import socket
 import stat
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Mapping, Union
 
 import numpy as np
-
-_HOST = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "host"
-_TOKEN = "dls-tmp"
-"""Marks the temporary files only this package writes; cleanup touches no other file."""
-
-
-def _pid_namespace() -> str:
-    """This process's PID namespace (the inode of ``/proc/self/ns/pid``; "0" where there is
-    none): a PID means a process only within its namespace."""
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return "0"
-
-
-_NAMESPACE = _pid_namespace()
-_TEMP = re.compile(rf".+\.{_TOKEN}\.{re.escape(_HOST)}\.{_NAMESPACE}\.(\d+)\.[0-9a-f]{{8}}\.part")
-
-
-def _alive(pid: int) -> bool:
-    if os.name != "posix":  # os.kill(pid, 0) would terminate the process on Windows
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def remove_orphans(folder: Union[str, Path]) -> None:
-    """Delete the temporary files this package's killed writers left in ``folder`` (best
-    effort): only names with its token, this host and this PID namespace, whose process is
-    gone."""
-    for entry in os.scandir(folder):
-        match = _TEMP.fullmatch(entry.name)
-        if match and not _alive(int(match.group(1))):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
-
-
-def _temp_path(path: Path) -> Path:
-    name = f"{path.name}.{_TOKEN}.{_HOST}.{_NAMESPACE}.{os.getpid()}.{secrets.token_hex(4)}"
-    return path.parent / f"{name}.part"
-
-
-def atomic_write(path: Union[str, Path], write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(f)`` on a binary file that replaces ``path`` only once it is complete.
-
-    Args:
-        path (str or Path): the target; its folder must exist.
-        write (callable): writes the content to the open binary file it is given.
-
-    Returns:
-        Path: ``path``.
-
-    Raises:
-        OSError: the write failed (a full disk, a missing folder, no permission); the message
-            names ``path`` and the reason, the previous file at ``path`` is intact and no
-            temporary file is left.
-
-    >>> import tempfile
-    >>> p = atomic_write(Path(tempfile.mkdtemp()) / "x.txt", lambda f: f.write(b"done"))
-    >>> p.read_bytes()
-    b'done'
-    """
-    path = Path(path)
-    try:
-        _write_and_rename(path, write)
-    except OSError as e:  # the temporary file's name would only confuse: name the target
-        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
-    return path
-
-
-def _write_and_rename(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    remove_orphans(path.parent)
-    tmp = _temp_path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: Union[str, Path], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` with :func:`atomic_write`."""
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
 
 # ---------------------------------------------------------------- .npz archives
 
@@ -138,7 +31,8 @@ def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) ->
     half-closed zip behind to print ``Exception ignored in: ZipFile.__del__`` later.
 
     Args:
-        f (binary file): open for writing, e.g. the file :func:`atomic_write` passes.
+        f (binary file): open for writing, e.g. the one
+            :func:`updater.common.writing.write_file` passes.
         arrays (mapping str -> array-like): the arrays by name (the archive's entries).
         compress (bool, default False): deflate the entries, as ``np.savez_compressed``.
     """

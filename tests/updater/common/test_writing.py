@@ -1,0 +1,102 @@
+"""The one writer (updater/common/writing.py): atomic, never through a link, never a file the
+package did not write unless asked, never an input; on real files."""
+
+import json
+import os
+
+import pytest
+
+from updater.common.writing import (
+    MANIFEST,
+    UnsafeOutputError,
+    check_target,
+    write_file,
+    write_text,
+)
+
+
+def _listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_a_users_file_is_refused_and_kept_unless_overwrite(tmp_path):
+    users = tmp_path / "README.md"
+    users.write_text("my notes")
+    with pytest.raises(UnsafeOutputError, match="README.md: not written by dls; not replacing"):
+        write_text(users, "report")
+    assert users.read_text() == "my notes" and _listing(tmp_path) == ["README.md"]
+    write_text(users, "report", overwrite=True)
+    assert users.read_text() == "report"
+
+
+def test_a_file_it_wrote_is_replaced_until_someone_edits_it(tmp_path):
+    path = write_text(tmp_path / "table.md", "one")
+    write_text(path, "two")  # its own file: replaced without asking
+    assert path.read_text() == "two" and _listing(tmp_path) == [MANIFEST, "table.md"]
+    files = json.loads((tmp_path / MANIFEST).read_text())["files"]
+    assert list(files) == ["table.md"] and len(files["table.md"]) == 64
+    path.write_text("two, and my edit")  # edited since: no longer only dls's
+    with pytest.raises(UnsafeOutputError, match="not written by dls"):
+        write_text(path, "three")
+    assert path.read_text() == "two, and my edit"
+
+
+def test_a_link_is_never_written_through(tmp_path):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("precious")
+    link = tmp_path / "out.txt"
+    link.symlink_to(target)
+    with pytest.raises(UnsafeOutputError, match="symbolic link .*never writes through"):
+        write_text(link, "output")
+    assert link.is_symlink() and target.read_text() == "precious"
+    write_text(link, "output", overwrite=True)  # replaces the link itself
+    assert not link.is_symlink() and link.read_text() == "output"
+    assert target.read_text() == "precious"
+
+
+def test_a_dangling_link_creates_nothing_elsewhere(tmp_path):
+    link = tmp_path / "out.txt"
+    link.symlink_to(tmp_path / "sub" / "created.txt")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(UnsafeOutputError, match="symbolic link"):
+        write_text(link, "output")
+    assert _listing(tmp_path / "sub") == [] and link.is_symlink()
+
+
+def test_an_input_is_never_the_output_even_when_asked(tmp_path):
+    trace = tmp_path / "run.npz"
+    trace.write_bytes(b"input")
+    (tmp_path / "alias").symlink_to(tmp_path, target_is_directory=True)
+    for same in (trace, tmp_path / "alias" / "run.npz", tmp_path / "." / "run.npz"):
+        with pytest.raises(UnsafeOutputError, match="an input of this command"):
+            write_text(same, "rows", overwrite=True, inputs=[trace])
+    assert trace.read_bytes() == b"input"
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_folder_or_special_file_is_refused(tmp_path, kind):
+    path = tmp_path / "out"
+    path.mkdir() if kind == "folder" else os.mkfifo(path)
+    with pytest.raises(UnsafeOutputError, match="a folder|not a regular file"):
+        check_target(path, overwrite=True)
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
+    path = write_text(tmp_path / "fig.png", "old")
+    manifest = (tmp_path / MANIFEST).read_bytes()
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match=r"cannot write .*fig.png: No space left on device"):
+        write_file(path, fail)
+    assert path.read_text() == "old" and _listing(tmp_path) == [MANIFEST, "fig.png"]
+    assert (tmp_path / MANIFEST).read_bytes() == manifest
+
+
+def test_the_manifest_forgets_files_that_are_gone(tmp_path):
+    write_text(tmp_path / "a.md", "a")
+    (tmp_path / "a.md").unlink()
+    write_text(tmp_path / "b.md", "b")
+    assert list(json.loads((tmp_path / MANIFEST).read_text())["files"]) == ["b.md"]
