@@ -18,7 +18,7 @@ import numpy as np
 
 from ..common.float16 import FP16_OVERFLOW
 from ..common.validation import check_bool, check_int, check_positive
-from .format import NBINS, Trace, binade_histogram
+from .format import NBINS, Trace, binade_histogram, check_label
 from .parts import concat_traces, merge_parts, part_files, parts_dir, write_part
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class GradientRecorder:
         self.measure_flush = check_bool("measure_flush", measure_flush)
         self.probe_passes = 0
         self.path = Path(path)
-        self.name = name if name is not None else self.path.stem
+        self.name = check_label("name", name if name is not None else self.path.stem)
         self.per_parameter = check_bool("per_parameter", per_parameter)
         self._rows: List[tuple] = []
         self._layer_names: List[str] | None = [] if self.per_parameter else None
@@ -271,6 +271,9 @@ class GradientRecorder:
                 f"{len(names)} ({len(set(names))} distinct)"
             )
         known = set(self._layer_names)
+        for name in names:
+            if name not in known:
+                check_label("names", name)
         self._layer_names.extend(x for x in names if x not in known)
         column = {x: i for i, x in enumerate(self._layer_names)}
         return np.array([column[x] for x in names], np.int64)

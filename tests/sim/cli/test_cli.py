@@ -23,6 +23,7 @@ from sim.cli.progress import StageProgress
 from sim.replay.run import memory_estimate, simulate_many
 from sim.report.tables import format_value, markdown_table
 from sim.traces.families import make_trace
+from tests.broken_files import rewrite, set_array
 from tests.paths import ROOT, SHIPPED_TRACES
 from updater.policy import POLICIES, StaticScale
 from updater.policy.presets import PRESETS, make_policy
@@ -306,6 +307,36 @@ def test_unusable_trace_files_say_what_is_wrong(make, message, name, tmp_path, c
     assert f"--trace {path}: " in err and message in err, err
     assert "GradientRecorder or Trace.save" in err
     assert "pickled" not in err and "not found" not in err
+
+
+BAD_CONTENT = {
+    "no steps": (set_array("counts", np.zeros((0, 121), np.int64)), "at least one step, got 0"),
+    "all counts negative": (set_array("counts", np.full((50, 121), -1)), "counts must be >= 0"),
+    "wrapped counts": (set_array("counts", np.full((50, 121), 2**64 - 1, np.uint64)), ">= 0"),
+    "NaN absmax": (set_array("absmax", np.full(50, np.nan)), "absmax must hold finite"),
+    "negative flush scales": (
+        lambda p: rewrite(p, lambda a: a.update(flush_scales=np.full((50, 1), -2.0**63),
+                                                flush_shares=np.full((50, 1), 0.5))),
+        "flush_scales must hold finite scales > 0",
+    ),
+    "an ANSI name": (set_array("name", np.array("\x1b[2Jx")), "name must be printable text"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune", "sweep"])
+@pytest.mark.parametrize("case", list(BAD_CONTENT))
+def test_traces_with_impossible_content_are_one_line_errors(case, command, tmp_path, capsys):
+    path = make_trace("spikes", steps=50, seed=0).save(tmp_path / "t.npz")
+    make, message = BAD_CONTENT[case]
+    make(path)
+    argv = [command, "--trace", str(path), "--runs", "2"]
+    if command == "sweep":
+        argv += ["--grid", "hysteresis=1,2"]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"--trace {path}: " in err and message in err, err
+    assert "\x1b" not in err and "Traceback" not in err
 
 
 def test_a_setting_given_twice_or_both_swept_and_fixed_is_rejected(capsys):
