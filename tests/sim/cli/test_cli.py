@@ -97,6 +97,13 @@ def test_sweep_prints_and_writes_csv(tmp_path, capsys):
         (["simulate", "--set", "growth_interval=0"], "growth_interval must be an int >= 1"),
         (["simulate", "--set", "growth_interval=1.5"], "needs an int"),
         (["simulate", "--set", "margin=2"], "unknown setting 'margin'"),
+        *[
+            (["simulate", "--set", f"{key}={text}"], f"{key} needs a finite number")
+            for key in ("growth_interval", "min_scale")
+            for text in ("nan", "inf", "-inf", "1e400", "10**400", "0**-1")
+        ],
+        (["train", "--seed", str(2**32)], "needs an int in [0, 4294967295], got '4294967296'"),
+        (["simulate", "--seed", str(2**64)], "needs an int in [0, 4294967295]"),
         (["simulate", "--set", "hysteresis"], "KEY=VALUE"),
         (["simulate", "--set", "consecutive_hysteresis=1"], "needs true or false"),
         (["simulate", "--policy", "magic"], "policy must be one of"),
@@ -185,6 +192,17 @@ def test_train_runs_the_demo(tmp_path, capsys):
     assert list(tmp_path.glob("*.png"))
     written = (tmp_path / "train.md").read_text()
     assert "| float16 + this updater |" in written and "train_scale_trajectory.png" in written
+
+
+def test_train_refuses_steps_that_would_not_finish(tmp_path):
+    cmd = [str(DLS), "train", "--steps", str(10**12), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "dls train: error: --steps 1000000000000 x 4 runs is 4,000,000,000,000 step-runs, more "
+        "than the limit of 4,000,000; use at most --steps 1000000"
+    )
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------- issue 10 part B: the CLI in use
@@ -384,6 +402,28 @@ def test_memory_estimate_covers_the_measured_peak(argv, runs, policies, capsys):
         tracemalloc.stop()
     estimate = memory_estimate(steps, runs, policies)
     assert peak <= estimate <= 2 * peak, (peak, estimate)
+
+
+DLS = Path(sys.executable).parent / "dls"
+PEAK_RSS = (
+    "import resource, subprocess, sys\n"
+    "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+)
+
+
+def _peak_rss(*args: str) -> int:
+    """Peak resident bytes of ``dls args`` run alone, in a fresh process (its own children)."""
+    cmd = [sys.executable, "-c", PEAK_RSS, str(DLS), *args]
+    return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("steps, runs", [(1, 1_000_000), (1000, 2000)])
+def test_memory_estimate_is_within_a_quarter_of_the_peak_resident_memory(steps, runs):
+    base = _peak_rss("simulate", "--steps", "1", "--runs", "1")  # the interpreter's own
+    peak = _peak_rss("simulate", "--steps", str(steps), "--runs", str(runs)) - base
+    estimate = memory_estimate(steps, runs)
+    assert 0.75 * peak <= estimate <= 1.25 * peak, (peak, estimate)
 
 
 def test_version_is_the_installed_distributions(capsys):
