@@ -29,7 +29,7 @@ from typing import Union
 
 import numpy as np
 
-from ..common.files import atomic_write, read_npz
+from ..common.files import atomic_write, read_npz, write_npz
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ class Trace:
         if self.has_layers:
             arrays["layer_names"] = np.array(self.layer_names, dtype=str)
             arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
-        return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+        return atomic_write(path, lambda f: write_npz(f, arrays, compress=True))
 
     @classmethod
     def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:
