@@ -73,6 +73,12 @@ class PartsLock:
         left in it (again: nothing)."""
         self._release()
 
+    def __enter__(self) -> PartsLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
 
 def _acquire(path: Path) -> int:
     folder = parts_dir(path)

@@ -112,10 +112,9 @@ class GradientRecorder:
             several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
 
     Raises:
-        OSError: ``path``'s folder is missing, ``path`` is a folder or ``<path>.parts`` is a
-            file (at construction, before any training).
-        RuntimeError: another recorder is recording to ``path``: each holds an exclusive lock
-            on it (``<path>.parts/lock``) from its construction to its :meth:`close`.
+        OSError: ``path``'s folder is missing, ``path`` is a folder or ``<path>.parts`` a file.
+        RuntimeError: another recorder holds ``path``'s lock (``<path>.parts/lock``, held from
+            construction to :meth:`close`).
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
@@ -280,11 +279,8 @@ class GradientRecorder:
             RuntimeError: a recorder is still writing to ``path``.
         """
         path = check_trace_path(path)
-        lock = PartsLock(path)
-        try:
+        with PartsLock(path):
             return merge_parts(path)
-        finally:
-            lock.release()
 
     def _columns(self, names, n: int) -> np.ndarray:
         """The trace columns of ``names`` (checked), adding names not seen before."""
@@ -322,8 +318,8 @@ class GradientRecorder:
         are merged.
 
         Raises:
-            OSError: the write failed (a full disk); the lock stays held and the steps stay
-                recorded (a later ``close()`` or the exit hook tries again).
+            OSError: the write failed (a full disk); the lock and the steps are kept (a later
+                ``close()`` or the exit hook tries again).
         """
         if self._parts[0]:
             if self._rows:
@@ -396,8 +392,7 @@ def _write_at_exit(
         kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
         sys.stderr.write(
             f"ERROR: GradientRecorder could not write {path} at exit, {len(rows)} recorded "
-            f"steps are lost{kept}: {e}\n(close() the recorder, or use a with block, to get "
-            "this error where it can be handled)\n"
+            f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
         )
         return
     if lock:
