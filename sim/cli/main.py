@@ -20,14 +20,16 @@ import textwrap
 from pathlib import Path
 
 from sim import __version__
-from sim.argtypes import nonnegative_int, positive_int
+from sim.argtypes import positive_int, seed_int
 from sim.cli import sweep as sweep_cmd
 from sim.cli import tune as tune_cmd
 from sim.cli.preflight import (
     MEMORY_SHARE,
+    TRAIN_MAX_STEP_RUNS,
     check_figure,
     check_memory,
     check_output_dir,
+    check_work,
     jitter_value,
     load_trace,
     trace_file,
@@ -106,6 +108,7 @@ def _cmd_report(parser, args) -> int:
 def _cmd_train(parser, args) -> int:
     import sim.nnabla_studies.demo as demo
 
+    check_work(parser, args.steps, len(demo.VARIANTS), TRAIN_MAX_STEP_RUNS)
     check_output_dir(parser, "--out", args.out, ("train.md", demo.PLOT_NAME), args.force)
     try:
         demo.load_data(args.seed)  # needs scikit-learn: say so before any work
@@ -180,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"runs per setting, advanced together (default {runs_default})",
         )
         p.add_argument(
-            "--seed", type=nonnegative_int, default=0, help="seed of traces and jitter (default 0)"
+            "--seed", type=seed_int, default=0, help="seed of traces and jitter (default 0)"
         )
         p.add_argument(
             "--jitter",
@@ -328,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     p.add_argument("--steps", type=positive_int, default=300, help="training steps (default 300)")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed (default 0)")
     p.add_argument(
         "--out",
         default="train_out",

@@ -136,6 +136,22 @@ def check_figure(parser, option: str, path: str, force: bool = False, inputs=())
         parser.error(f"{option}: {e}")
 
 
+# ---------------------------------------------------------------- work
+
+TRAIN_MAX_STEP_RUNS = 4 * 10**6
+"""Most steps x runs ``dls train`` starts: 10**6 steps of its four variants, about 14 hours at
+the 12 ms a step-run takes on two cores (300 steps take about 15 s)."""
+
+
+def check_work(parser, steps: int, runs: int, limit: int) -> None:
+    """Refuse ``steps`` x ``runs`` beyond ``limit``: work that would not finish."""
+    if steps * runs > limit:
+        parser.error(
+            f"--steps {steps} x {runs} runs is {steps * runs:,} step-runs, more than the "
+            f"limit of {limit:,}; use at most --steps {limit // runs}"
+        )
+
+
 # ---------------------------------------------------------------- memory
 
 

@@ -10,6 +10,7 @@ line naming the setting).
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from typing import Dict, List, Sequence
@@ -67,15 +68,20 @@ def policy_list() -> str:
 
 
 def parse_number(text: str) -> float:
-    """Parse ``1000``, ``0.5``, ``1e-3``, ``2**15``, ``2^15`` or ``2**-24``.
+    """Parse ``1000``, ``0.5``, ``1e-3``, ``2**15``, ``2^15`` or ``2**-24`` to a finite float;
+    anything else (``nan``, ``inf``, ``1e400``, ``10**400``, ``0**-1``) raises ``ValueError``.
 
     >>> parse_number("2^15"), parse_number("2**-24") == 2.0**-24, parse_number("0.5")
     (32768.0, True, 0.5)
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(?:\*\*|\^)\s*(-?\d+)\s*", text)
-    if m:
-        return float(m.group(1)) ** int(m.group(2))
-    return float(text)
+    try:
+        value = float(m.group(1)) ** int(m.group(2)) if m else float(text)
+    except (OverflowError, ZeroDivisionError):
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text!r}")
+    return value
 
 
 def _convert(parser, policy: str, key: str, text: str, types: Dict[str, type]):
@@ -88,7 +94,7 @@ def _convert(parser, policy: str, key: str, text: str, types: Dict[str, type]):
     try:
         value = parse_number(text)
     except ValueError:
-        parser.error(f"setting {key} needs a number (e.g. 1000, 0.5, 2**15), got {text!r}")
+        parser.error(f"setting {key} needs a finite number (e.g. 1000, 0.5, 2**15), got {text!r}")
     if types[key] is int:
         if value != int(value):
             parser.error(f"setting {key} needs an int, got {text!r}")

@@ -21,7 +21,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from sim.argtypes import nonnegative_int, positive_int
+from sim.argtypes import positive_int, seed_int
 from sim.nnabla_studies.demo import load_data
 from sim.report.provenance import current_commit
 from sim.tables import markdown_table, with_percents
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="reports/amp.md", help="report (default %(default)s)")
     parser.add_argument("--steps", type=positive_int, default=STEPS, help="default %(default)s")
     parser.add_argument("--batch", type=positive_int, default=BATCH, help="default %(default)s")
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="default %(default)s")
+    parser.add_argument("--seed", type=seed_int, default=0, help="default %(default)s")
     parser.add_argument(
         "--force", action="store_true", help="replace an --out file dls did not write"
     )

@@ -143,7 +143,7 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight) -
     x_probe.d = x_train[:PROBE_SIZE]
     t_probe.d = y_train[:PROBE_SIZE, None]
     params = list(solver.get_parameters().values())
-    feed = _Batches(x, t, x_train, y_train, seed + 1)
+    feed = _Batches(x, t, x_train, y_train, (seed + 1) % 2**32)
 
     updater = None
     if key == "fp16_nnabla":
@@ -309,7 +309,7 @@ def run_comparison(
         ``_skipped_at`` (per-step trajectory, for plotting).
     """
     steps = check_int("steps", steps, 1)
-    seed = check_int("seed", seed, 0)
+    seed = check_int("seed", seed, 0, 2**32 - 1)  # NumPy's RandomState takes no more
     probe_every = check_int("probe_every", probe_every, 1, none_ok=True) or max(1, steps // 30)
     loss_weight = check_positive("loss_weight", loss_weight)
     if out_dir is not None:  # a bad output folder fails now, not after the training

@@ -25,7 +25,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Union
 
-from sim.argtypes import nonnegative_int, positive_int
+from sim.argtypes import positive_int, seed_int
 from sim.nnabla_studies.real_runs import measure_run
 from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import current_commit
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
         f"{', '.join(f'{k} {v}' for k, v in DEFAULT_STEPS.items())})",
     )
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps per model")
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed (default 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed (default 0)")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument(
         "--traces-only", action="store_true", help="record the traces, not the checked runs"

@@ -111,6 +111,8 @@ class NpzContent:
             return json.loads(text)
         except ValueError as e:
             raise self.error(f"array {name!r} is not valid JSON ({e})") from None
+        except RecursionError:
+            raise self.error(f"array {name!r} is nested too deeply to be read") from None
 
 
 def memory_bytes() -> int:

@@ -18,6 +18,7 @@ import numpy as np
 from ..common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, SEED_MAX
 from ..common.validation import check_int, check_positive
 from ..policy.policies import DynamicScale, ScaleState, check_policy, policy_from_dict
+from .arrays import graph_leaves
 from .solver_group import check_solver
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
@@ -135,11 +136,20 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     return policy
 
 
-def check_variables(name: str, values, leaves: bool = False) -> list:
+def check_variables(name: str, values, leaves: bool = False, inputs_of=None) -> list:
     """``values`` as a list, when it is a list or tuple of ``nnabla.Variable``; else TypeError;
-    with ``leaves``, ValueError for a Variable that a function computes (it has a parent)."""
+    with ``leaves``, ValueError for a Variable that a function computes (it has a parent);
+    with ``inputs_of`` (a loss), ValueError for a Variable that does not feed its graph."""
     if not isinstance(values, (list, tuple)) or not all(isinstance(v, nn.Variable) for v in values):
         raise TypeError(f"{name} must be a list of nnabla.Variable, got {values!r}")
+    if inputs_of is not None:
+        inputs = {hash(v) for v in graph_leaves(inputs_of)}
+        for i, v in enumerate(values):
+            if hash(v) not in inputs:
+                raise ValueError(
+                    f"{name}[{i}] (shape {tuple(v.shape)}) is not an input of the loss's graph: "
+                    "give the Variables the data feeder writes"
+                )
     for i, v in enumerate(values):
         if leaves and v.parent is not None:
             raise ValueError(

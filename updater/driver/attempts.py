@@ -10,7 +10,8 @@ the graph) move exactly once per batch, retried or not: copied before the batch 
 each retry and after a skipped step (``restore_on_skip``, the default), or, with
 ``restore_on_skip=False`` (nnabla's behaviour: a skipped batch moves them), copied after the first
 attempt and restored after the last. A retry happens only when the policy lowered the seed and the
-batch was not bad on any worker; otherwise the step is skipped.
+batch was not bad on any worker; otherwise the step is skipped. An attempt that raises (a
+feeder that fails in a later accumulation round) puts them back too, with ``restore_on_skip``.
 
 Each attempt ends in one verdict (:func:`updater.driver.records.verdict`, the same on every
 path and every ``accum_grad``): applied when the gradients are finite, whatever the loss (an
@@ -133,42 +134,47 @@ class Attempts:
         keep = self._replays(step)
         attempts, overflow_scale, moved = 0, None, None
         before = self.forward_state.save("before") if self.restore_on_skip else None
-        while True:
-            attempts += 1
-            seed = self.seed(state.scale, policy)
-            loss_finite = rounds.run(seed, replay=attempts > 1, keep=keep)
-            work.all_reduce()
-            found = self._inspect(1.0 / seed if fuse else None, fuse and need_sumsq)
-            arrays, finite, absmax, bad = found[:4]
-            if loss_finite is None:  # the device check read it
-                loss_finite = found.loss_finite
-            inputs_ok = found.inputs_finite
-            inputs_ok = rounds.inputs_finite if inputs_ok is None else inputs_ok
-            if work.comm is not None:
-                finite, bad_loss, bad_input = work.agree(finite, not loss_finite, not inputs_ok)
-                loss_finite, inputs_ok = not bad_loss, not bad_input
-            outcome = verdict(finite, loss_finite, inputs_ok)
-            applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
-            if not finite and absmax is not None:
-                absmax = math.inf
-            new_state = policy.update(
-                state, finite, absmax if policy.needs_grad_absmax else None, bad_batch
-            )
-            retry = (
-                outcome == OVERFLOW
-                and self.on_overflow == "retry"
-                and attempts <= self.max_retries
-                and self.seed(new_state.scale, policy) < seed
-            )
-            self.counters.overflows += not finite
-            if not retry:
-                break
-            state = new_state
-            overflow_scale = seed
-            if before is not None:  # the retry starts from the statistics before the batch
+        try:
+            while True:
+                attempts += 1
+                seed = self.seed(state.scale, policy)
+                loss_finite = rounds.run(seed, replay=attempts > 1, keep=keep)
+                work.all_reduce()
+                found = self._inspect(1.0 / seed if fuse else None, fuse and need_sumsq)
+                arrays, finite, absmax, bad = found[:4]
+                if loss_finite is None:  # the device check read it
+                    loss_finite = found.loss_finite
+                inputs_ok = found.inputs_finite
+                inputs_ok = rounds.inputs_finite if inputs_ok is None else inputs_ok
+                if work.comm is not None:
+                    finite, bad_loss, bad_input = work.agree(finite, not loss_finite, not inputs_ok)
+                    loss_finite, inputs_ok = not bad_loss, not bad_input
+                outcome = verdict(finite, loss_finite, inputs_ok)
+                applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
+                if not finite and absmax is not None:
+                    absmax = math.inf
+                new_state = policy.update(
+                    state, finite, absmax if policy.needs_grad_absmax else None, bad_batch
+                )
+                retry = (
+                    outcome == OVERFLOW
+                    and self.on_overflow == "retry"
+                    and attempts <= self.max_retries
+                    and self.seed(new_state.scale, policy) < seed
+                )
+                self.counters.overflows += not finite
+                if not retry:
+                    break
+                state = new_state
+                overflow_scale = seed
+                if before is not None:  # the retry starts from the statistics before the batch
+                    before.restore()
+                elif moved is None:
+                    moved = self.forward_state.save("moved")
+        except BaseException:  # a feeder or forward that raised: the batches fed so far leave
+            if before is not None:  # no trace in the statistics (restore_on_skip)
                 before.restore()
-            elif moved is None:
-                moved = self.forward_state.save("moved")
+            raise
         if self.recorder is not None and self.recorder.wants(step):
             self._record(step, arrays, seed, finite, not bad_batch, overflow_scale)
         if applied and not loss_finite:

@@ -113,7 +113,8 @@ class DynamicLossScalingUpdater:
             wrote (:func:`updater.driver.written.forward_written`, and ``forward_state``); False
             keeps it moved, as nnabla's updater does.
         unchecked_inputs (list of nnabla.Variable, default ()): inputs that may hold inf on
-            purpose (a -inf attention mask), left out of the bad-data check.
+            purpose (a -inf attention mask), left out of the bad-data check; each must feed the
+            graph of ``loss`` (else ``ValueError``).
         forward_state (list of nnabla.Variable, default ()): Variables that a function of
             yours (a ``PythonFunction``) writes in its forward pass: kept and put back as the
             state found in the graph, never checked as data; no function's outputs.
@@ -177,8 +178,8 @@ class DynamicLossScalingUpdater:
         self._rounds = Rounds(
             solver, loss, data_feeder, check_int("accum_grad", accum_grad, 1),
             check_bool("clear_buffer", clear_buffer), self._enabled, self._work.params,
-            check_variables("unchecked_inputs", unchecked_inputs), check.checks_extras,
-            self._counters, lambda: state.written,
+            check_variables("unchecked_inputs", unchecked_inputs, inputs_of=loss),
+            check.checks_extras, self._counters, lambda: state.written,
         )  # fmt: skip
         self._attempts = Attempts(
             self._rounds, self._work, self._forward_state, self._counters, seed_type,

@@ -57,7 +57,10 @@ class CheckpointMismatchError(KeyError, ValueError):
 def _values(array: nn.NdArray) -> np.ndarray:
     if array.zeroing:  # zero() and no write since (possibly never allocated: no dtype yet)
         return np.zeros(array.shape, dtype=np.float32)
-    dtype = np.float64 if array.dtype == np.float64 else np.float32
+    try:
+        dtype = np.float64 if array.dtype == np.float64 else np.float32
+    except RuntimeError:  # fill()ed and never allocated: no dtype yet, its value reads as any
+        dtype = np.float32
     return np.array(array.get_data("r", dtype=dtype), copy=True)
 
 
@@ -200,6 +203,28 @@ def _nonfinite(values: np.ndarray) -> str:
     return " and ".join(found)
 
 
+NONNEGATIVE_STATES = {
+    **dict.fromkeys(("Adam", "AdamW", "AdaBelief", "AdaBound", "Lamb"), ("var",)),
+    **dict.fromkeys(("AMSGRAD", "AMSBound"), ("v", "v_hat")),
+    **dict.fromkeys(("Adagrad", "RMSprop"), ("v",)),
+    "Adadelta": ("e_sqr_delta", "e_sqr_grad"),
+    "RMSpropGraves": ("n",),
+    "Adamax": ("u",),
+}
+"""Solver states (by nnabla solver name) that hold squares or magnitudes: never below 0."""
+
+
+def _check_squares(z: NpzContent, solver: str, values: Mapping[tuple, np.ndarray]) -> None:
+    """``ValueError`` if a state of :data:`NONNEGATIVE_STATES` holds a negative value (the next
+    update would take its square root: NaN parameters)."""
+    for (name, key), v in values.items():
+        if key in NONNEGATIVE_STATES.get(solver, ()) and (v < 0).any():
+            raise z.error(
+                f"solver state '{name}/{key}' holds negative values ({v.min():.3g}); {solver} "
+                "keeps squares or magnitudes there, never below 0"
+            )
+
+
 def _updater_state(z: NpzContent) -> Dict:
     z.require(
         "format_version", "updater_state", hint=": not a checkpoint written by save_checkpoint"
@@ -293,6 +318,7 @@ def load_checkpoint(
             raise z.error(
                 f"solver step count of {name!r} is {steps[name]}, expected 0 to {SOLVER_T_MAX}"
             )
+    _check_squares(z, getattr(updater.solver, "name", ""), solver_values)
     used = {f"param/{n}" for n in param_arrays} | {f"solver_t/{n}" for n in steps}
     used |= {f"solver/{n}/{k}" for n, k in solver_values}
     unexpected = sorted(set(z.arrays) - used - {"updater_state", "format_version"})
@@ -314,8 +340,8 @@ def load_checkpoint(
             )
     try:  # the updater state validates itself before changing anything
         updater.load_state_dict(updater_state)
-    except (KeyError, TypeError, ValueError) as e:
-        reason = e.args[0] if isinstance(e, KeyError) and e.args else e
+    except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as e:
+        reason = e.args[0] if isinstance(e, KeyError) and e.args else e  # e.g. 10**400: overflow
         raise z.error(f"updater state rejected: {reason}") from e
     for name, values in param_arrays.items():
         _write(named[name].data, values)

@@ -35,13 +35,17 @@ How ``all_reduce`` works:
   ranks), and the updater's "identical parameters on every rank" rests on it.
 
 Failures: a Python exception on one rank does not end an MPI job by itself; the other ranks wait
-in their next collective forever. Call :func:`abort_on_exception` at the start of a training
-script (or launch it as ``python -m mpi4py train.py``) so that an unhandled exception on any
-rank prints its traceback and ends the whole job with a non-zero exit status.
+in their next collective forever. Constructing an :class:`MPICommunicator` therefore installs
+:func:`abort_on_exception` (an unhandled exception on any rank prints its traceback and ends the
+whole job with a non-zero exit status) and an exit watch: a rank that ends (``sys.exit(0)``,
+the end of its script, an exception) waits up to ``exit_grace`` seconds for every rank to end
+too, on a duplicate of the communicator, and otherwise aborts the job, naming itself (a rank
+that ended early, e.g. after fewer steps, leaves the others waiting in a collective forever).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import sys
 import time
@@ -49,7 +53,7 @@ import time
 import nnabla as nn
 import numpy as np
 
-from ..common.validation import check_bool
+from ..common.validation import check_bool, check_positive
 from ..driver.arrays import array_dtype, host_view
 
 _INSTALL_HINT = (
@@ -88,6 +92,9 @@ class MPICommunicator:
         check_arguments (bool, default True): check on every ``all_reduce`` call, with one
             extra two-word reduction, that all ranks passed the same shapes, dtypes and flags,
             and raise ``ValueError`` on every rank when not. False skips it.
+        exit_grace (float, default 10.0): seconds a rank that ends waits for the others to
+            end before it aborts the job (see the module doc); > 0. Raise it when ranks
+            legitimately end far apart (rank 0 writing reports after training).
 
     Attributes:
         rank (int): this process's rank in ``comm``, in [0, size).
@@ -101,7 +108,7 @@ class MPICommunicator:
             a bool.
     """
 
-    def __init__(self, comm=None, check_arguments: bool = True):
+    def __init__(self, comm=None, check_arguments: bool = True, exit_grace: float = 10.0):
         MPI = _import_mpi()
         self._MPI = MPI
         if comm is None:
@@ -122,6 +129,9 @@ class MPICommunicator:
         self._valid = set()  # signatures whose types were checked
         self._check_words = np.zeros(2, dtype=np.int64)
         self._buffer = np.empty(0, dtype=np.float32)
+        self.exit_grace = check_positive("exit_grace", exit_grace)
+        abort_on_exception(comm)
+        atexit.register(_wait_for_all_at_exit, comm.Dup(), self.rank, self.exit_grace)
 
     @property
     def mpi_comm(self):
@@ -353,3 +363,22 @@ def abort_on_exception(comm=None, exit_code: int = 1) -> None:
 
     hook._aborts_mpi_job = True
     sys.excepthook = hook
+
+
+def _wait_for_all_at_exit(exit_comm, rank: int, grace: float) -> None:
+    """At this rank's exit: a barrier that every rank's exit joins; if it does not complete
+    within ``grace`` seconds, another rank is still working and would wait for this one in a
+    collective forever: abort the job, saying why."""
+    request = exit_comm.Ibarrier()
+    deadline = time.monotonic() + grace
+    while not request.Test():
+        if time.monotonic() > deadline:
+            sys.stderr.write(
+                f"MPICommunicator: rank {rank} ended while other ranks did not end within "
+                f"{grace:g} s (they would wait for it forever): aborting the job\n"
+            )
+            sys.stderr.flush()
+            time.sleep(_ABORT_GRACE_S)  # let the message reach mpiexec's output first
+            exit_comm.Abort(1)
+        time.sleep(0.01)
+    exit_comm.Free()

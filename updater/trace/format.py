@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Union
 
 import numpy as np
 
@@ -72,6 +72,55 @@ def binade_histogram(values) -> tuple:
     counts = np.bincount(binade, minlength=NBINS).astype(np.int64)
     absmax = float(nonzero.max()) if nonzero.size else 0.0
     return counts, int(a.size - nonzero.size), absmax, all_finite
+
+
+def check_label(what: str, text) -> str:
+    """``text`` if it is printable text (a name shown in tables and messages), else
+    ``TypeError``/``ValueError`` naming ``what``: no newlines, ANSI escapes or other control
+    characters.
+
+    >>> check_label("name", "fc1/affine/W")
+    'fc1/affine/W'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, got {text!r}")
+    if not text.isprintable():
+        raise ValueError(
+            f"{what} must be printable text (no newlines or control characters), got {text!r}"
+        )
+    return text
+
+
+MAX_COUNT = 2**53
+"""Most values one step may count (its bins and zeros together): beyond it a file's counts are
+wrapped or made up, and sums of them would lose exactness."""
+
+
+def _check_counts(name: str, counts: np.ndarray, zeros: np.ndarray | None = None) -> None:
+    """``ValueError`` unless every count is >= 0 and each step's total (with ``zeros``) stays
+    within :data:`MAX_COUNT`."""
+    if (counts < 0).any():
+        step = np.argwhere(counts < 0)[0]
+        raise ValueError(f"{name} must be >= 0; step {step[0]} holds {counts[tuple(step)]}")
+    if zeros is not None:
+        total = counts.reshape(counts.shape[0], -1).sum(axis=1, dtype=np.float64)
+        total += zeros.reshape(zeros.shape[0], -1).sum(axis=1, dtype=np.float64)
+        if (total > MAX_COUNT).any():
+            step = int(np.flatnonzero(total > MAX_COUNT)[0])
+            raise ValueError(
+                f"{name} with zeros count {total[step]:.3g} values at step {step}, more than "
+                f"{MAX_COUNT:.3g}: wrapped or made up"
+            )
+
+
+def _check_magnitudes(name: str, values: np.ndarray) -> None:
+    """``ValueError`` unless every value is finite and >= 0."""
+    bad = ~((values >= 0) & (values < np.inf))  # NaN fails both
+    if bad.any():
+        step = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name} must hold finite magnitudes >= 0; step {step[0]} holds {values[tuple(step)]!r}"
+        )
 
 
 @dataclass
@@ -127,6 +176,9 @@ class Trace:
         steps = self.counts.shape[0]
         if self.counts.ndim != 2 or self.counts.shape[1] != NBINS:
             raise ValueError(f"counts must have shape (steps, {NBINS}), got {self.counts.shape}")
+        if steps == 0:
+            raise ValueError("a trace needs at least one step, got 0")
+        check_label("name", self.name)
         if self.overflow_scale is None:
             self.overflow_scale = np.full(steps, np.inf)
         self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
@@ -140,6 +192,9 @@ class Trace:
                 f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
                 f"got {bad!r}"
             )
+        _check_counts("counts", self.counts, self.zeros)
+        _check_counts("zeros", self.zeros)
+        _check_magnitudes("absmax", self.absmax)
         given = [getattr(self, name) is not None for name in _LAYER_FIELDS]
         if any(given) and not all(given):
             raise ValueError(
@@ -160,6 +215,12 @@ class Trace:
                     f"flush_scales and flush_shares must both have shape ({steps}, K), got "
                     f"{shape} and {self.flush_shares.shape}"
                 )
+            scales = self.flush_scales[~np.isnan(self.flush_scales)]
+            if not ((scales > 0) & (scales < np.inf)).all():
+                raise ValueError(
+                    "flush_scales must hold finite scales > 0 (NaN: not measured), got "
+                    f"{scales[~((scales > 0) & (scales < np.inf))][0]!r}"
+                )
             shares = self.flush_shares[~np.isnan(self.flush_shares)]
             if ((shares < 0) | (shares > 1)).any():
                 raise ValueError("flush_shares must hold shares in [0, 1] (NaN: not measured)")
@@ -174,6 +235,8 @@ class Trace:
         if isinstance(names, str) or not all(isinstance(n, str) for n in names):
             raise TypeError(f"layer_names must be a sequence of str, got {names!r}")
         names = tuple(names)
+        for name in names:
+            check_label("layer_names", name)
         if len(set(names)) != len(names):
             raise ValueError(f"layer_names must be distinct, got {names!r}")
         self.layer_names = names
@@ -188,6 +251,9 @@ class Trace:
         ):
             if getattr(self, name).shape != want:
                 raise ValueError(f"{name} must have shape {want}, got {getattr(self, name).shape}")
+        _check_counts("layer_counts", self.layer_counts, self.layer_zeros)
+        _check_counts("layer_zeros", self.layer_zeros)
+        _check_magnitudes("layer_absmax", self.layer_absmax)
         same = (self.layer_counts.sum(axis=1) == self.counts).all(axis=1)
         same &= self.layer_zeros.sum(axis=1) == self.zeros
         if not same.all():
@@ -224,6 +290,10 @@ class Trace:
         """Write the trace to ``path`` (.npz) with :func:`updater.common.writing.write_file`
         (atomic; a file dls did not write is replaced only with ``overwrite=True``); return
         the path."""
+        return write_file(path, self.write_to, overwrite)
+
+    def write_to(self, f: BinaryIO) -> None:
+        """Write the trace's ``.npz`` archive into the open binary file ``f``."""
         arrays = {
             "format_version": FORMAT_VERSION,
             "exp_min": EXP_MIN,
@@ -241,7 +311,7 @@ class Trace:
         if self.has_layers:
             arrays["layer_names"] = np.array(self.layer_names, dtype=str)
             arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
-        return write_file(path, lambda f: write_npz(f, arrays, compress=True), overwrite)
+        write_npz(f, arrays, compress=True)
 
     @classmethod
     def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:

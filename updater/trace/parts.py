@@ -1,16 +1,31 @@
 """A trace written in parts while it is recorded: each part is a :class:`updater.trace.Trace`
 file in the folder ``<trace path>.parts``, written atomically; merging them (in order) gives the
-trace, written atomically to its path, and then the parts are removed. NumPy only."""
+trace, written atomically to its path, and then the parts are removed. NumPy only.
+
+One writer per trace path: :class:`PartsLock` takes an exclusive ``flock`` on the file ``lock``
+in the parts folder (held by a recorder from its construction to its close, and by a merge).
+"""
 
 from __future__ import annotations
 
-import shutil
+import contextlib
+import errno
+import os
+import weakref
 from pathlib import Path
 from typing import List, Union
 
 import numpy as np
 
+from ..common.writing import atomic_write, check_target
 from .format import NBINS, Trace
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock
+    fcntl = None
+
+LOCK_NAME = "lock"
 
 
 def parts_dir(path: Union[str, Path]) -> Path:
@@ -23,11 +38,107 @@ def part_files(path: Union[str, Path]) -> List[Path]:
     return sorted(parts_dir(path).glob("part-*.npz"))
 
 
+def check_trace_path(path: Union[str, Path]) -> Path:
+    """``path`` as a Path if a trace can be recorded there: its folder exists, it is not a
+    folder and ``<path>.parts`` is not a file, else an ``OSError`` naming the problem; and
+    :func:`updater.common.writing.check_target` accepts it (not a link, not a file dls did
+    not write: an :class:`updater.common.writing.UnsafeOutputError`)."""
+    path = Path(path)
+    problem = None
+    if not path.parent.is_dir():
+        what = "is not a folder" if path.parent.exists() else "does not exist"
+        problem = (errno.ENOENT, f"folder {path.parent} {what}")
+    elif path.is_dir():
+        problem = (errno.EISDIR, "it is a folder; give a file name")
+    elif parts_dir(path).exists() and not parts_dir(path).is_dir():
+        problem = (errno.ENOTDIR, f"{parts_dir(path)} is a file, not the folder of its parts")
+    if problem:
+        raise OSError(problem[0], f"cannot record a trace to {path}: {problem[1]}")
+    return check_target(path)  # not a link, not a file dls did not write
+
+
+class PartsLock:
+    """The exclusive lock of the trace at ``path``: an ``flock`` on ``<path>.parts/lock``
+    (creating the folder), held until :meth:`release` or until the object is collected.
+    Without ``flock`` (not POSIX) it holds nothing.
+
+    Raises:
+        RuntimeError: another recorder (or a merge) holds it.
+    """
+
+    def __init__(self, path: Union[str, Path]):
+        self.path = Path(path)
+        fd = _acquire(self.path) if fcntl is not None else None
+        self._release = weakref.finalize(self, _unlock, self.path, fd)
+
+    def release(self) -> None:
+        """Release the lock, removing the lock file, and the parts folder when no part is
+        left in it (again: nothing)."""
+        self._release()
+
+    def __enter__(self) -> PartsLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _acquire(path: Path) -> int:
+    folder = parts_dir(path)
+    while True:
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(
+                f"another GradientRecorder (or a merge of its parts) is writing {path}: "
+                f"{folder / LOCK_NAME} is locked; give each recorder its own path"
+            ) from None
+        with contextlib.suppress(OSError):  # the lock file we hold is still the folder's
+            if os.fstat(fd).st_ino == os.stat(folder / LOCK_NAME).st_ino:
+                return fd
+        os.close(fd)  # its holder removed it while we waited: take the new one
+
+
+def _unlock(path: Path, fd: int | None) -> None:
+    if fd is None:
+        return
+    folder = parts_dir(path)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_ino == os.stat(folder / LOCK_NAME).st_ino:
+            os.unlink(folder / LOCK_NAME)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only if empty
+    os.close(fd)
+
+
+def load_parts(path: Union[str, Path]) -> List[Trace]:
+    """The parts of the trace at ``path``, read in order and checked to be of one recording
+    (per-layer statistics in all or none, flush curves of one width); a ``ValueError``
+    naming the first part that is not."""
+    files = part_files(path)
+    traces = [Trace.load(f) for f in files]
+    widths = {t.flush_scales.shape[1] for t in traces if t.has_flush}
+    for f, t in zip(files, traces):
+        mixed = t.has_layers != traces[0].has_layers
+        if mixed or (t.has_flush and len(widths) > 1):
+            what = "per-layer statistics" if mixed else "flush curves of another width"
+            raise ValueError(
+                f"trace part {f}: {what} than {files[0].name}: parts of different recordings "
+                f"are mixed in {parts_dir(path)}; move the others out and merge again"
+            )
+    return traces
+
+
 def write_part(path: Union[str, Path], index: int, trace: Trace) -> Path:
     """Write ``trace`` as part number ``index`` of the trace at ``path``."""
     folder = parts_dir(path)
     folder.mkdir(exist_ok=True)
-    return trace.save(folder / f"part-{index:08d}.npz")
+    part = folder / f"part-{index:08d}.npz"
+    atomic_write(part, trace.write_to)  # the recorder's own working file: no manifest
+    return part
 
 
 def concat_traces(traces: List[Trace], name: str) -> Trace:
@@ -76,13 +187,16 @@ def concat_traces(traces: List[Trace], name: str) -> Trace:
 def merge_parts(path: Union[str, Path], name: str | None = None) -> Path:
     """Write the trace at ``path`` from its parts, then remove them; return ``path``.
 
+    The caller holds the path's :class:`PartsLock`; releasing it removes the folder.
+
     Raises:
         FileNotFoundError: ``path`` has no parts.
+        ValueError: a part is damaged or of another recording (named).
     """
-    files = part_files(path)
-    if not files:
+    if not part_files(path):
         raise FileNotFoundError(f"{parts_dir(path)} holds no trace parts to merge")
-    traces = [Trace.load(f) for f in files]
+    traces = load_parts(path)
     merged = concat_traces(traces, traces[0].name if name is None else name).save(path)
-    shutil.rmtree(parts_dir(path))
+    for f in part_files(path):
+        f.unlink()
     return merged

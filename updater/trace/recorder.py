@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 import weakref
 from pathlib import Path
@@ -18,8 +19,17 @@ import numpy as np
 
 from ..common.float16 import FP16_OVERFLOW
 from ..common.validation import check_bool, check_int, check_positive
-from .format import NBINS, Trace, binade_histogram
-from .parts import concat_traces, merge_parts, part_files, parts_dir, write_part
+from .format import NBINS, Trace, binade_histogram, check_label
+from .parts import (
+    PartsLock,
+    check_trace_path,
+    concat_traces,
+    load_parts,
+    merge_parts,
+    part_files,
+    parts_dir,
+    write_part,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +111,16 @@ class GradientRecorder:
         measure_flush (bool, default False): measure each recorded step's flushed share at
             several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
 
+    Raises:
+        OSError: ``path``'s folder is missing, ``path`` is a folder, a link or a file dls did
+            not write (UnsafeOutputError), or ``<path>.parts`` is a file.
+        RuntimeError: another recorder holds ``path``'s lock (``<path>.parts/lock``, held from
+            construction to :meth:`close`).
+
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
+        steps (list of int): the ``update()`` numbers of the recorded steps held in memory
+            (emptied when they are written as a part).
     """
 
     def __init__(
@@ -122,13 +140,15 @@ class GradientRecorder:
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
         self.probe_passes = 0
-        self.path = Path(path)
-        self.name = name if name is not None else self.path.stem
+        self.path = check_trace_path(path)
+        self.name = check_label("name", name if name is not None else self.path.stem)
         self.per_parameter = check_bool("per_parameter", per_parameter)
         self._rows: List[tuple] = []
         self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
+        self._lock = [PartsLock(self.path)]  # emptied while released (after close)
         if part_files(self.path):
+            self._lock.pop().release()
             raise ValueError(
                 f"{parts_dir(self.path)} holds the parts of an interrupted recording: merge them "
                 f"into {self.path} with GradientRecorder.recover({str(self.path)!r}), or remove "
@@ -144,6 +164,7 @@ class GradientRecorder:
             self._rows,
             self._written,
             self._parts,
+            self._lock,
             self.path,
             self.name,
             self._layer_names,
@@ -222,6 +243,8 @@ class GradientRecorder:
         layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
         if flush is not None:
             flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
+        if not self._lock:  # recording again after close()
+            self._lock.append(PartsLock(self.path))
         self._rows.append((counts, zeros, absmax, bad, over, layers, flush))
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
@@ -239,6 +262,7 @@ class GradientRecorder:
         write_part(self.path, self._parts[0], self._recent())
         self._parts[0] += 1
         self._rows.clear()
+        self.steps.clear()
         self._written[0] = 0
         self._last_write = time.monotonic()
 
@@ -252,8 +276,12 @@ class GradientRecorder:
 
         Raises:
             FileNotFoundError: there are no parts.
+            ValueError: a part is damaged, not a regular file or of another recording (named).
+            RuntimeError: a recorder is still writing to ``path``.
         """
-        return merge_parts(path)
+        path = check_trace_path(path)
+        with PartsLock(path):
+            return merge_parts(path)
 
     def _columns(self, names, n: int) -> np.ndarray:
         """The trace columns of ``names`` (checked), adding names not seen before."""
@@ -271,30 +299,42 @@ class GradientRecorder:
                 f"{len(names)} ({len(set(names))} distinct)"
             )
         known = set(self._layer_names)
+        for name in names:
+            if name not in known:
+                check_label("names", name)
         self._layer_names.extend(x for x in names if x not in known)
         column = {x: i for i, x in enumerate(self._layer_names)}
         return np.array([column[x] for x in names], np.int64)
 
     def trace(self) -> Trace:
         """Return the steps recorded so far as a :class:`Trace` (the parts written included)."""
-        parts = [Trace.load(f) for f in part_files(self.path)]
+        parts = load_parts(self.path)
         if not parts:
             return self._recent()
         return concat_traces(parts + ([self._recent()] if self._rows else []), self.name)
 
     def close(self) -> Path | None:
-        """Write the trace (atomically) and return its path; None when nothing was recorded.
-        With parts written, the rest becomes the last part and the parts are merged."""
+        """Write the trace (atomically), release the path's lock and return the path; None when
+        nothing was recorded. With parts written, the rest becomes the last part and the parts
+        are merged.
+
+        Raises:
+            OSError: the write failed (a full disk); the lock and the steps are kept (a later
+                ``close()`` or the exit hook tries again).
+        """
         if self._parts[0]:
             if self._rows:
                 self._write_part()
+            path = merge_parts(self.path, self.name)
             self._parts[0], self._merged = 0, True
-            return merge_parts(self.path, self.name)
-        if not self._rows:
+        elif not self._rows:
             logger.warning("GradientRecorder %s recorded no steps; nothing written", self.path)
-            return None
-        path = self.trace().save(self.path)
-        self._written[0] = len(self._rows)
+            path = None
+        else:
+            path = self.trace().save(self.path)
+            self._written[0] = len(self._rows)
+        if self._lock:
+            self._lock.pop().release()
         return path
 
     def __enter__(self) -> GradientRecorder:
@@ -331,18 +371,30 @@ def _write_at_exit(
     rows: List[tuple],
     written: List[int],
     parts: List[int],
+    lock: list,
     path: Path,
     name: str,
     layer_names: List[str] | None,
     probed: bool,
 ) -> None:
-    """A recorder's exit hook: write the steps recorded since its last write, if any, and merge
-    the parts written."""
-    if parts[0]:
-        if rows:
-            write_part(path, parts[0], _trace_of(rows, name, layer_names, probed))
-        merge_parts(path, name)
-        logger.info("GradientRecorder merged its parts into %s at exit", path)
-    elif len(rows) > written[0]:
-        _trace_of(rows, name, layer_names, probed).save(path)
-        logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
+    """A recorder's exit hook: write the steps recorded since its last write, if any, merge
+    the parts written and release the lock; a failure is printed to stderr, loudly, with what
+    was lost and what is left."""
+    try:
+        if parts[0]:
+            if rows:
+                write_part(path, parts[0], _trace_of(rows, name, layer_names, probed))
+            merge_parts(path, name)
+            logger.info("GradientRecorder merged its parts into %s at exit", path)
+        elif len(rows) > written[0]:
+            _trace_of(rows, name, layer_names, probed).save(path)
+            logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
+    except Exception as e:
+        kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
+        sys.stderr.write(
+            f"ERROR: GradientRecorder could not write {path} at exit, {len(rows)} recorded "
+            f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
+        )
+        return
+    if lock:
+        lock.pop().release()

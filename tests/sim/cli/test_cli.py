@@ -23,6 +23,7 @@ from sim.cli.progress import StageProgress
 from sim.replay.run import memory_estimate, simulate_many
 from sim.report.tables import format_value, markdown_table
 from sim.traces.families import make_trace
+from tests.broken_files import rewrite, set_array
 from tests.paths import ROOT, SHIPPED_TRACES
 from updater.policy import POLICIES, StaticScale
 from updater.policy.presets import PRESETS, make_policy
@@ -96,6 +97,13 @@ def test_sweep_prints_and_writes_csv(tmp_path, capsys):
         (["simulate", "--set", "growth_interval=0"], "growth_interval must be an int >= 1"),
         (["simulate", "--set", "growth_interval=1.5"], "needs an int"),
         (["simulate", "--set", "margin=2"], "unknown setting 'margin'"),
+        *[
+            (["simulate", "--set", f"{key}={text}"], f"{key} needs a finite number")
+            for key in ("growth_interval", "min_scale")
+            for text in ("nan", "inf", "-inf", "1e400", "10**400", "0**-1")
+        ],
+        (["train", "--seed", str(2**32)], "needs an int in [0, 4294967295], got '4294967296'"),
+        (["simulate", "--seed", str(2**64)], "needs an int in [0, 4294967295]"),
         (["simulate", "--set", "hysteresis"], "KEY=VALUE"),
         (["simulate", "--set", "consecutive_hysteresis=1"], "needs true or false"),
         (["simulate", "--policy", "magic"], "policy must be one of"),
@@ -184,6 +192,17 @@ def test_train_runs_the_demo(tmp_path, capsys):
     assert list(tmp_path.glob("*.png"))
     written = (tmp_path / "train.md").read_text()
     assert "| float16 + this updater |" in written and "train_scale_trajectory.png" in written
+
+
+def test_train_refuses_steps_that_would_not_finish(tmp_path):
+    cmd = [str(DLS), "train", "--steps", str(10**12), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "dls train: error: --steps 1000000000000 x 4 runs is 4,000,000,000,000 step-runs, more "
+        "than the limit of 4,000,000; use at most --steps 1000000"
+    )
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------- issue 10 part B: the CLI in use
@@ -308,6 +327,36 @@ def test_unusable_trace_files_say_what_is_wrong(make, message, name, tmp_path, c
     assert "pickled" not in err and "not found" not in err
 
 
+BAD_CONTENT = {
+    "no steps": (set_array("counts", np.zeros((0, 121), np.int64)), "at least one step, got 0"),
+    "all counts negative": (set_array("counts", np.full((50, 121), -1)), "counts must be >= 0"),
+    "wrapped counts": (set_array("counts", np.full((50, 121), 2**64 - 1, np.uint64)), ">= 0"),
+    "NaN absmax": (set_array("absmax", np.full(50, np.nan)), "absmax must hold finite"),
+    "negative flush scales": (
+        lambda p: rewrite(p, lambda a: a.update(flush_scales=np.full((50, 1), -2.0**63),
+                                                flush_shares=np.full((50, 1), 0.5))),
+        "flush_scales must hold finite scales > 0",
+    ),
+    "an ANSI name": (set_array("name", np.array("\x1b[2Jx")), "name must be printable text"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune", "sweep"])
+@pytest.mark.parametrize("case", list(BAD_CONTENT))
+def test_traces_with_impossible_content_are_one_line_errors(case, command, tmp_path, capsys):
+    path = make_trace("spikes", steps=50, seed=0).save(tmp_path / "t.npz")
+    make, message = BAD_CONTENT[case]
+    make(path)
+    argv = [command, "--trace", str(path), "--runs", "2"]
+    if command == "sweep":
+        argv += ["--grid", "hysteresis=1,2"]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"--trace {path}: " in err and message in err, err
+    assert "\x1b" not in err and "Traceback" not in err
+
+
 def test_a_setting_given_twice_or_both_swept_and_fixed_is_rejected(capsys):
     cases = [
         (["sweep", "--grid", "hysteresis=1,2", "--grid", "hysteresis=3"], "given twice"),
@@ -353,6 +402,28 @@ def test_memory_estimate_covers_the_measured_peak(argv, runs, policies, capsys):
         tracemalloc.stop()
     estimate = memory_estimate(steps, runs, policies)
     assert peak <= estimate <= 2 * peak, (peak, estimate)
+
+
+DLS = Path(sys.executable).parent / "dls"
+PEAK_RSS = (
+    "import resource, subprocess, sys\n"
+    "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+)
+
+
+def _peak_rss(*args: str) -> int:
+    """Peak resident bytes of ``dls args`` run alone, in a fresh process (its own children)."""
+    cmd = [sys.executable, "-c", PEAK_RSS, str(DLS), *args]
+    return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("steps, runs", [(1, 1_000_000), (1000, 2000)])
+def test_memory_estimate_is_within_a_quarter_of_the_peak_resident_memory(steps, runs):
+    base = _peak_rss("simulate", "--steps", "1", "--runs", "1")  # the interpreter's own
+    peak = _peak_rss("simulate", "--steps", str(steps), "--runs", str(runs)) - base
+    estimate = memory_estimate(steps, runs)
+    assert 0.75 * peak <= estimate <= 1.25 * peak, (peak, estimate)
 
 
 def test_version_is_the_installed_distributions(capsys):

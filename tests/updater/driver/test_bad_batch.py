@@ -193,6 +193,15 @@ def test_an_input_that_holds_inf_on_purpose_can_be_left_unchecked(check):
     assert not rec.bad_batch and not rec.update_applied and rec.new_scale == rec.scale / 2
     with pytest.raises(TypeError, match="unchecked_inputs must be a list of nnabla.Variable"):
         DynamicLossScalingUpdater(solver, loss, feed, unchecked_inputs=[mask.data])
+    other = nn.Variable((1, 3))  # feeds no function of the graph: was accepted, checked nothing
+    with pytest.raises(
+        ValueError, match=r"unchecked_inputs\[1\] \(shape \(1, 3\)\) is not an input"
+    ):
+        DynamicLossScalingUpdater(solver, loss, feed, unchecked_inputs=[mask, other])
+    with pytest.raises(
+        ValueError, match=r"unchecked_inputs\[0\] \(shape \(4, 3\)\) is not an input"
+    ):
+        DynamicLossScalingUpdater(solver, loss, feed, unchecked_inputs=[y])  # an output
 
 
 @pytest.mark.nnabla

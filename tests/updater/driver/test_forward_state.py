@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from nnabla.function import PythonFunction
 
-from tests.nnabla_models import cpu_context
+from tests.nnabla_models import TinyBNClassifier, cpu_context
 from updater import DynamicLossScalingUpdater, DynamicScale
 from updater.driver.written import forward_written
 
@@ -222,3 +222,32 @@ def test_forward_state_is_checked():
         DynamicLossScalingUpdater(solver, loss, forward_state=[ema.data])
     with pytest.raises(ValueError, match=r"forward_state\[1\] is the output of Mul"):
         DynamicLossScalingUpdater(solver, loss, forward_state=[ema, loss])
+
+
+class FeedFailed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("accum_grad", [2, 3])
+def test_a_feeder_that_raises_in_a_later_round_leaves_the_statistics_as_they_were(accum_grad):
+    """Round 1's forward moved BatchNormalization's running statistics; the feeder then raised in
+    the last round: the step never happened, so the statistics must be as before it."""
+    model = TinyBNClassifier(f"raise_bn_{next(SCOPES)}")
+    feed = model.feeder()
+    calls = [0]
+
+    def failing():
+        calls[0] += 1
+        if calls[0] == accum_grad + accum_grad:  # the last round of the second update
+            raise FeedFailed("the data loader died")
+        feed()
+
+    upd = DynamicLossScalingUpdater(model.solver, model.loss, failing, accum_grad=accum_grad)
+    upd.update()
+    stats = {k: v for k, v in model.params.items() if "mean" in k or "var" in k}
+    before = {k: v.d.copy() for k, v in stats.items()}
+    with pytest.raises(FeedFailed):
+        upd.update()
+    for name, values in before.items():
+        assert np.array_equal(stats[name].d, values), name
+    assert upd.update().update_applied  # and training goes on

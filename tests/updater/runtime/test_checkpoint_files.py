@@ -97,6 +97,55 @@ BROKEN = {
         set_array(f"param/{W1}", np.zeros((8, 4), np.float32)),
         f"parameter '{W1}' has shape (8, 4) in the file but (4, 8) in the current model",
     ),
+    "a state nested too deeply": (
+        set_array(
+            "updater_state",
+            np.array('{"format_version": 1, "x": ' + "[" * 10**5 + "]" * 10**5 + "}"),
+        ),
+        "array 'updater_state' is nested too deeply",
+    ),
+    "a scale of 10**400": (
+        set_state(lambda s: s["scale_state"].__setitem__("scale", 10**400)),
+        "updater state rejected: ",
+    ),
+    "a policy setting of 10**400": (
+        set_state(lambda s: s["policy"].__setitem__("growth_factor", 10**400)),
+        "updater state rejected: ",
+    ),
+    "a policy setting of 1e400": (
+        lambda p: rewrite(
+            p,
+            lambda a: a.__setitem__(
+                "updater_state",
+                np.array(
+                    str(a["updater_state"]).replace(
+                        '"growth_factor": 2.0', '"growth_factor": 1e400'
+                    )
+                ),
+            ),
+        ),
+        "updater state rejected: ",
+    ),
+    "a counter of 10**400": (
+        set_state(lambda s: s["counters"].__setitem__("steps", 10**400)),
+        "updater state rejected: ",
+    ),
+    "counters that are a list": (
+        set_state(lambda s: s.__setitem__("counters", [1, 2])),
+        "updater state rejected: ",
+    ),
+    "a policy that is a list": (
+        set_state(lambda s: s.__setitem__("policy", [1, 2])),
+        "updater state rejected: ",
+    ),
+    "a scale state that is a string": (
+        set_state(lambda s: s.__setitem__("scale_state", "big")),
+        "updater state rejected: ",
+    ),
+    "a negative Adam variance": (
+        plant("solver/fc1/affine/W/var", (2, 3), -1e-3),
+        "solver state 'fc1/affine/W/var' holds negative values (-0.001); Adam keeps",
+    ),
     "negative step count": (
         set_array("solver_t/fc1/affine/W", np.array(-1)),
         "solver step count of 'fc1/affine/W' is -1",
@@ -239,3 +288,20 @@ def test_a_failed_save_names_the_path_and_prints_nothing_but_the_exception(tmp_p
     reason = f"[Errno {code}] cannot write {path}: {os.strerror(code)}"
     assert lines[-1] == f"OSError: {reason}", proc.stderr
     assert proc.stderr.count("Traceback") == 1 and "Exception ignored" not in proc.stderr
+
+
+def test_a_solver_state_filled_before_the_first_update_is_saved_with_its_value(tmp_path):
+    """nnabla keeps a fill() lazy (no dtype until read): saving read its dtype and raised
+    RuntimeError: unclassified error in dtype, naming nothing."""
+    model, _, upd = build()
+    states = model.solver.get_states()
+    states["fc1/affine/W"].pstate["var"].data.fill(0.25)
+    model.solver.set_states(states)
+    path = save_checkpoint(tmp_path / "filled.ckpt", upd)
+    with np.load(path) as z:
+        assert (z["solver/fc1/affine/W/var"] == 0.25).all()
+        assert (z["solver/fc1/affine/W/mean"] == 0).all()
+    nn.clear_parameters()
+    model, _, fresh = build(seed=99)
+    load_checkpoint(path, fresh)
+    assert (model.solver.get_states()["fc1/affine/W"].pstate["var"].d == 0.25).all()

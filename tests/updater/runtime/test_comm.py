@@ -216,6 +216,23 @@ def test_a_failing_rank_ends_the_whole_job(tmp_path, ranks):
     assert not any((tmp_path / f"rank{r}.finished").exists() for r in range(ranks))
 
 
+@pytest.mark.parametrize("mode", ["exit0", "raise", "fewer"])
+def test_a_rank_that_ends_early_ends_the_whole_job(tmp_path, mode):
+    """Without abort_on_exception() in the script: sys.exit(0), an exception or fewer steps on
+    one rank hung the others in all_reduce; now the job ends with a non-zero status."""
+    status, out, _ = run_job("rank_ends.py", 2, tmp_path, mode)
+    assert status != 0, out
+    if mode != "raise":  # an exception aborts at once, through the excepthook
+        assert "MPICommunicator: rank 1 ended while other ranks did not end within 2 s" in out
+    assert not (tmp_path / "rank0.finished").exists()
+
+
+def test_ranks_that_end_together_exit_cleanly(tmp_path):
+    status, out, _ = run_job("rank_ends.py", 2, tmp_path, "together")
+    assert status == 0 and "aborting" not in out, out
+    assert (tmp_path / "rank0.finished").exists() and (tmp_path / "rank1.finished").exists()
+
+
 def test_missing_mpi4py_gives_an_install_hint():
     code = (
         "import sys; sys.modules['mpi4py'] = None\n"
