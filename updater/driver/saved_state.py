@@ -1,5 +1,5 @@
 """The updater's own state as plain data, for checkpoints (:mod:`updater.runtime.checkpoint`):
-policy, scale state and counters."""
+policy, scale state and counters; and what data-parallel ranks must run alike."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from .arguments import check_seed_holds, checked_state
 from .records import COUNTERS, Counters
 
 STATE_FORMAT_VERSION = 1
+RANK_SETTINGS = ("accum_grad", "average_grads", "finite_check", "weight_decay", "clip_grad_norm",
+                 "on_overflow", "max_retries", "restore_on_skip", "enabled",
+                 "max_consecutive_nonfinite")  # fmt: skip
+"""The updater settings (besides its state) every rank of a data-parallel run must share."""
 
 
 def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
@@ -22,6 +26,15 @@ def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
         "scale_state": scale_state.to_dict(),
         "counters": {name: int(getattr(counters, name)) for name in COUNTERS},
     }
+
+
+def rank_settings(updater) -> Dict[str, Any]:
+    """What every rank must run alike: the state (``policy.growth_interval``,
+    ``scale_state.scale``, ``counters.steps``, ...) and :data:`RANK_SETTINGS`, flat."""
+    state = updater.state_dict()
+    flat = {f"{k}.{name}": v for k in ("policy", "scale_state", "counters")
+            for name, v in state[k].items()}  # fmt: skip
+    return {**flat, **{name: getattr(updater, name) for name in RANK_SETTINGS}}
 
 
 def loaded_state(state: Dict[str, Any], seed_type):

@@ -313,6 +313,7 @@ class DynamicLossScalingUpdater:
                 "step() (or call update(), which runs backward(), unscale() and step())"
             )
         self._work.new_step()
+        self._work.agree_settings(lambda: saved_state.rank_settings(self))
         if not self._enabled:
             self._pending = self._attempts.unscaled_run(self._state)
         else:

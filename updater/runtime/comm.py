@@ -49,6 +49,7 @@ import atexit
 import hashlib
 import sys
 import time
+from typing import Any, Mapping
 
 import nnabla as nn
 import numpy as np
@@ -194,6 +195,24 @@ class MPICommunicator:
                 self._reduce_one(array, division)
         else:
             self._reduce_packed(arrays, division)
+
+    def check_same(self, settings: Mapping[str, Any], what: str = "settings") -> None:
+        """Raise ``ValueError`` on every rank unless every rank passed equal ``settings``
+        (collective: every rank must call it; one ``allgather`` of the small mapping). The
+        message names the first setting that differs and the ranks' values. With one rank
+        there is nothing to compare.
+        """
+        if self.size == 1:
+            return
+        every = self._comm.allgather(dict(settings))
+        for rank, other in enumerate(every):
+            for key in sorted(set(every[0]) | set(other), key=str):
+                if other.get(key) != every[0].get(key):
+                    raise ValueError(
+                        f"ranks run different {what}: {key} is {other.get(key)!r} on rank "
+                        f"{rank} and {every[0].get(key)!r} on rank 0; every rank must run the "
+                        "same (they would train different models)"
+                    )
 
     # ------------------------------------------------------------------ internals
 

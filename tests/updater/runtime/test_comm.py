@@ -370,3 +370,18 @@ def test_a_parameter_added_to_the_solver_later_is_all_reduced(tmp_path):
     for key in results[0]:
         a, b = results[0][key], results[1][key]
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), key
+
+
+@pytest.mark.parametrize("mode", ["growth_interval", "accum_grad"])
+def test_ranks_with_different_settings_refuse_to_start(tmp_path, mode):
+    status, out, _ = run_job("rank_settings.py", 2, tmp_path, mode)
+    assert status != 0, out
+    setting = "policy.growth_interval" if mode == "growth_interval" else "accum_grad"
+    assert f"ranks run different updater settings: {setting} is" in out, out
+    assert not list(tmp_path.glob("rank*.steps"))  # no rank trained a step
+
+
+def test_ranks_with_the_same_settings_train(tmp_path):
+    status, out, _ = run_job("rank_settings.py", 2, tmp_path, "same")
+    assert status == 0, out
+    assert [p.read_text() for p in sorted(tmp_path.glob("rank*.steps"))] == ["3", "3"]
