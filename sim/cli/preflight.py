@@ -11,8 +11,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from sim.cli.names import did_you_mean, match_name
 from sim.replay.run import MAX_JITTER, memory_estimate
-from sim.traces.families import FAMILIES, Trace
+from sim.traces.families import FAMILIES, Trace, make_trace
 from sim.traces.real import MODELS, shipped_trace
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
@@ -38,15 +39,38 @@ def jitter_value(text: str) -> float:
 # ---------------------------------------------------------------- traces
 
 
+def family_name(spec: str):
+    """The trace family ``--trace spec`` names (case-insensitive), or None.
+
+    >>> family_name("Spikes"), family_name("run.npz")
+    ('spikes', None)
+    """
+    return match_name(spec, list(FAMILIES))
+
+
+def trace_for(parser, spec: str, steps: int, seed: int) -> Trace:
+    """The trace ``--trace spec`` names: a family's (:func:`family_name`; ``steps`` and
+    ``seed`` make it) or :func:`load_trace`'s."""
+    family = family_name(spec)
+    if family is not None:
+        return make_trace(family, steps=steps, seed=seed)
+    return load_trace(parser, spec)
+
+
 def load_trace(parser, spec: str) -> Trace:
-    """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, or an
-    .npz file), or a one-line error saying what is wrong with the file (missing, a folder, not
-    an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s words)."""
-    path = shipped_trace(spec) if spec in MODELS else Path(spec)
+    """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, in any
+    case, or an .npz file), or a one-line error saying what is wrong with the file (missing, a
+    folder, not an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s
+    words); a name that is neither suggests the closest family or model."""
+    path = Path(spec)
+    model = match_name(spec, MODELS) if spec in MODELS or not path.exists() else None
+    if model is not None:
+        path = shipped_trace(model)
     if not path.exists() and path.suffix != ".npz":
+        names = [*FAMILIES, *MODELS]
         parser.error(
             f"--trace must be a family ({', '.join(FAMILIES)}), a shipped real trace "
-            f"({', '.join(MODELS)}) or an .npz trace file, got {spec!r}"
+            f"({', '.join(MODELS)}) or an .npz trace file, got {spec!r}" + did_you_mean(spec, names)
         )
     if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
         parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")

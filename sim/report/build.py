@@ -29,7 +29,7 @@ from sim.report.experiments import (
     tell,
 )
 from sim.report.figures import write_figures
-from sim.report.provenance import current_commit
+from sim.report.provenance import provenance
 from sim.report.text import render
 from updater.common.files import atomic_write_text
 
@@ -99,7 +99,7 @@ def build_report(
     data.chosen_synthetic = _chosen(
         synthetic["dynamic_sweep"], synthetic["headroom_sweep"], config.jitter
     )
-    files.append(atomic_write_text(out / "README.md", render(data, current_commit(out))))
+    files.append(atomic_write_text(out / "README.md", render(data, provenance(out))))
     return {
         "files": files,
         "data": data,
