@@ -21,6 +21,10 @@ log = logging.getLogger("dls")
 LOG_FORMAT = "[%(name)s][%(levelname)s]: %(message)s"
 """How ``dls`` prints a log line on stderr (nnabla's own format, without its time stamp)."""
 
+OWN_LOGGERS = ("dls", "sim", "updater")
+"""The loggers ``-v`` opens to DEBUG (other libraries' debug lines, e.g. matplotlib's, stay
+hidden)."""
+
 PAIR_OPTIONS = ("--set", "--grid")
 """Options whose value is one ``KEY=VALUE`` word."""
 
@@ -43,20 +47,23 @@ def add_verbosity(p: argparse.ArgumentParser) -> None:
         dest="verbosity",
         action="store_const",
         const=1,
-        help="also print debug log lines",
+        help="also print this package's debug log lines",
     )
 
 
 def setup_logging(verbosity: int) -> None:
-    """Log level WARNING (``-q``), INFO (default) or DEBUG (``-v``) on the root logger, which
-    gets a stderr handler in :data:`LOG_FORMAT` unless one is already set up (nnabla's import
-    then finds it and adds none of its own)."""
+    """Log level WARNING (``-q``) or INFO on the root logger, and DEBUG on
+    :data:`OWN_LOGGERS` with ``-v``. The root logger gets a stderr handler in
+    :data:`LOG_FORMAT` unless one is already set up (nnabla's import then finds it and adds
+    none of its own)."""
     root = logging.getLogger()
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(handler)
-    root.setLevel({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}[verbosity])
+    root.setLevel(logging.WARNING if verbosity < 0 else logging.INFO)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbosity > 0 else logging.NOTSET)
 
 
 def _command(parser, commands: Sequence[str], argv: List[str]) -> List[str]:

@@ -164,9 +164,9 @@ def _version():
 @pytest.mark.slow
 def test_train_logs_each_context_once_and_above_the_bars(tmp_path):
     # on a terminal, nnabla's log lines were written into the bar's line, and the context was
-    # logged twice per stage
+    # logged twice per stage (-v: the context lines show at INFO or DEBUG)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([*DLS, "train", "--steps", "3", "--out", str(tmp_path)],
+    proc = subprocess.Popen([*DLS, "train", "--steps", "3", "--out", str(tmp_path), "-v"],
                             stdout=subprocess.PIPE, stderr=follower, cwd=tmp_path)  # fmt: skip
     os.close(follower)
     chunks = []
@@ -183,7 +183,7 @@ def test_train_logs_each_context_once_and_above_the_bars(tmp_path):
     assert proc.returncode == 0
     err = b"".join(chunks).decode(errors="replace")
     err = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", err)
-    pieces = [p for p in re.split(r"[\r\n]", err) if "[INFO]" in p]
+    pieces = [p for p in re.split(r"[\r\n]", err) if "][INFO]" in p or "][DEBUG]" in p]
     assert pieces, err
     assert not any("%|" in p or "stage/s" in p for p in pieces), pieces  # never in a bar's line
     contexts = [p for p in pieces if "nnabla context:" in p]
