@@ -84,10 +84,15 @@ def _command(parser, commands: Sequence[str], argv: List[str]) -> List[str]:
 def _unrecognized(sub, argv: List[str], extras: List[str]) -> None:
     """Report arguments the subcommand does not take through its own parser: a ``KEY VALUE``
     given to ``--set``/``--grid`` as two words, an unknown option with the closest ones."""
-    for j, word in enumerate(argv[:-2]):
-        key, value = argv[j + 1], argv[j + 2]
-        if word in PAIR_OPTIONS and "=" not in key and value in extras:
-            sub.error(f"{word} takes KEY=VALUE as one word: write {word} {key}={value}")
+    for j, word in enumerate(argv):
+        option, inline, key = word.partition("=")  # --set KEY VALUE or --set=KEY VALUE
+        if option not in PAIR_OPTIONS:
+            continue
+        rest = argv[j + 1 :]
+        if not inline:
+            key, rest = (rest[0], rest[1:]) if rest else ("", [])
+        if key and "=" not in key and rest and rest[0] in extras:
+            sub.error(f"{option} takes KEY=VALUE as one word: write {option} {key}={rest[0]}")
     options = [o for o in extras if o.startswith("-")]
     if options:
         name = options[0].split("=")[0]

@@ -33,6 +33,7 @@ SUBCOMMAND_USAGE = "usage: dls simulate [-h]"
     [
         (["simulate", "--stpes", "5"], "unknown option --stpes (did you mean '--steps'"),
         (["simulate", "--set", "growth_interval", "500"], "write --set growth_interval=500"),
+        (["simulate", "--set=growth_interval", "500"], "write --set growth_interval=500"),
         (["simulate", "--set", "growth_interval"], "write --set growth_interval=VALUE"),
         (["simulate", "--policy", "dynamik"], "unknown policy 'dynamik' (did you mean 'dynamic'"),
         (["simulate", "--trace", "digits_conv"], "(did you mean 'digits_conv_bn'"),
