@@ -1,8 +1,10 @@
-"""Numbers and markdown tables as people read them: the project's one table writer.
+"""Numbers and tables as people read them: the project's one table writer.
 
 One writer makes every markdown table of the project (:func:`markdown_table`): cells escaped,
-numeric columns right-aligned. One format per quantity: shares as percents to
-:data:`PERCENT_DIGITS` significant digits (:func:`format_percent`, ``<0.001%`` below
+numeric columns right-aligned; :func:`terminal_table` lays the same cells out for a terminal
+with tabulate (a small, dependency-free, long-maintained library; rich would bring a console
+renderer and Pygments for what plain aligned text does). One format per quantity: shares as
+percents to :data:`PERCENT_DIGITS` significant digits (:func:`format_percent`, ``<0.001%`` below
 :data:`PERCENT_FLOOR`), scales as ``2^k`` (:func:`format_value`), counts as integers.
 """
 
@@ -19,6 +21,9 @@ PERCENT_DIGITS = 3
 
 PERCENT_FLOOR = 1e-5
 """Shares below this (0.001%) print as ``<0.001%``."""
+
+HEAD_WIDTH = 16
+"""Longest line of a terminal table's head; longer heads wrap onto more lines."""
 
 _NUMERIC = re.compile(r"^[-+<>~]?(\d|\.\d|2\^|inf\b|n/a\b)")
 
@@ -135,9 +140,22 @@ def markdown_table(
     | 16 | 2^4 | a\\|b |
     """
     headers = [escape_cell(h) for h in (headers or columns)]
+    body, align = _cells(rows, columns, headers, align)
+    body = [[escape_cell(cell) for cell in cells] for cells in body]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "".join(_RULE[a] for a in align)]
+    lines.extend("| " + " | ".join(cells) + " |" for cells in body)
+    return "\n".join(lines)
+
+
+_RULE = {"l": "---|", "r": "---:|"}
+
+
+def _cells(rows, columns, headers, align):
+    """The cells of ``rows`` (:func:`format_value` per column) and each column's alignment:
+    ``r`` where every cell starts like a number, unless ``align`` says otherwise."""
     if len(headers) != len(columns):
         raise ValueError(f"headers must hold {len(columns)} cells, got {len(headers)}")
-    body = [[escape_cell(format_value(row.get(c, ""), name=c)) for c in columns] for row in rows]
+    body = [[format_value(row.get(c, ""), name=c) for c in columns] for row in rows]
     if align is None:
         align = "".join(
             "r" if body and all(_NUMERIC.match(r[i]) for r in body if r[i]) else "l"
@@ -145,12 +163,30 @@ def markdown_table(
         )
     if len(align) != len(columns) or set(align) - set("lr"):
         raise ValueError(f"align must hold one of 'l', 'r' per column, got {align!r}")
-    lines = ["| " + " | ".join(headers) + " |", "|" + "".join(_RULE[a] for a in align)]
-    lines.extend("| " + " | ".join(cells) + " |" for cells in body)
-    return "\n".join(lines)
+    return body, align
 
 
-_RULE = {"l": "---|", "r": "---:|"}
+def terminal_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None) -> str:
+    """:func:`markdown_table`'s cells and alignment as plain aligned text for a terminal
+    (tabulate's ``simple`` format: no markdown pipes).
+
+    >>> print(terminal_table([{"skipped": 16.0, "final_scale": 16.0}], ["skipped", "final_scale"]))
+      skipped    final_scale
+    ---------  -------------
+           16            2^4
+    """
+    from tabulate import tabulate
+
+    headers = list(headers or columns)
+    body, align = _cells(rows, columns, headers, None)
+    return tabulate(
+        body,
+        headers=headers,
+        tablefmt="simple",
+        colalign=["right" if a == "r" else "left" for a in align],
+        disable_numparse=True,
+        maxheadercolwidths=HEAD_WIDTH,
+    )
 
 
 def markdown_grid(headers: Sequence[str], rows: Iterable[Sequence[Any]], align=None) -> str:

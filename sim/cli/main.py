@@ -23,6 +23,7 @@ from sim import __version__
 from sim.argtypes import positive_int, seed_int
 from sim.cli import sweep as sweep_cmd
 from sim.cli import tune as tune_cmd
+from sim.cli.parsing import add_verbosity, log, parse_args, setup_logging
 from sim.cli.preflight import (
     MEMORY_SHARE,
     TRAIN_MAX_STEP_RUNS,
@@ -30,19 +31,21 @@ from sim.cli.preflight import (
     check_memory,
     check_output_dir,
     check_work,
+    family_name,
     jitter_value,
-    load_trace,
     trace_file,
+    trace_for,
 )
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
-from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
+from sim.replay.metrics import SUMMARY_COLUMNS
 from sim.replay.run import simulate
-from sim.report.provenance import current_commit
-from sim.report.tables import describe_policy, markdown_table, na_notes, with_percents
-from sim.traces.families import FAMILIES, make_trace
+from sim.report.provenance import provenance
+from sim.report.tables import describe_policy, na_notes, summary_table
+from sim.traces.families import FAMILIES
 from sim.traces.real import MODELS, SHIPPED
 from updater.common.writing import UnsafeOutputError, write_text
+from updater.policy.presets import names
 
 # ---------------------------------------------------------------- subcommands
 
@@ -50,16 +53,14 @@ from updater.common.writing import UnsafeOutputError, write_text
 def _cmd_simulate(parser, args) -> int:
     settings = parse_settings(parser, args.policy, args.set)
     policy = build_policy(parser, args.policy, settings)
-    inputs = [] if args.trace in FAMILIES else [trace_file(args.trace)]
+    inputs = [] if family_name(args.trace) else [trace_file(args.trace)]
     if args.plot is not None:
         check_figure(parser, "--plot", args.plot, args.force, inputs)
-    if args.trace in FAMILIES:
+    if family_name(args.trace):
         check_memory(parser, args.steps, args.runs)
-        trace = make_trace(args.trace, steps=args.steps, seed=args.seed)
-    else:
-        trace = load_trace(parser, args.trace)
-        check_memory(parser, trace.steps, args.runs)
-    with StageProgress("simulate") as progress:
+    trace = trace_for(parser, args.trace, args.steps, args.seed)
+    check_memory(parser, trace.steps, args.runs)
+    with StageProgress("simulate", quiet=args.verbosity < 0) as progress:
         progress.start(1)
         progress.stage(f"{args.policy} on {trace.name}: {args.runs} runs x {trace.steps} steps")
         result = simulate(
@@ -74,7 +75,7 @@ def _cmd_simulate(parser, args) -> int:
     summary = result.summary()
     print(f"policy: {describe_policy(args.policy, policy)}")
     print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
-    print(markdown_table(with_percents([summary], SHARES), SUMMARY_COLUMNS))
+    print(summary_table([summary], SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)
     if args.plot is not None:
@@ -98,7 +99,7 @@ def _cmd_report(parser, args) -> int:
         check_real_traces(config)
     except FileNotFoundError as e:
         parser.error(f"--real-traces: {e}")
-    with StageProgress("report") as progress:
+    with StageProgress("report", quiet=args.verbosity < 0) as progress:
         result = build_report(args.out, config, progress=progress, overwrite=args.force)
     for path in result["files"]:
         print(f"wrote {path}")
@@ -114,7 +115,7 @@ def _cmd_train(parser, args) -> int:
         demo.load_data(args.seed)  # needs scikit-learn: say so before any work
     except ImportError as e:
         parser.error(str(e))
-    with StageProgress("train") as progress:
+    with StageProgress("train", quiet=args.verbosity < 0) as progress:
         rows = demo.run_comparison(
             steps=args.steps,
             seed=args.seed,
@@ -122,16 +123,15 @@ def _cmd_train(parser, args) -> int:
             progress=progress,
             overwrite=args.force,
         )
-    table = demo.format_table(rows)
-    print(table)
+    print(demo.format_table(rows, terminal=True))
     path = Path(args.out) / "train.md"
     write_text(
         path,
         f"# `dls train --steps {args.steps} --seed {args.seed}`\n\n"
-        f"Generated at commit {current_commit(args.out)}. "
-        "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways; the time "
-        "column is wall time on the machine that ran it, not a benchmark.\n\n"
-        f"{table}\n\n![scale trajectories]({demo.PLOT_NAME})\n",
+        f"Generated with {provenance(args.out)}. "
+        "Digits (scikit-learn's bundled 8x8 set), the same MLP trained four ways (wall times "
+        "are printed on the terminal only, so a rerun writes the same file).\n\n"
+        f"{demo.format_table(rows)}\n\n![scale trajectories]({demo.PLOT_NAME})\n",
         overwrite=args.force,
     )
     print(f"wrote {path}")
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the scale trajectory of run 0 (the extension names the format: png, "
         "pdf, svg, ...; the folder must exist)",
     )
-    p.set_defaults(handler=_cmd_simulate, subparser=p)
+    p.set_defaults(handler=_cmd_simulate, subparser=p, policies=names())
 
     p = sub.add_parser(
         "sweep",
@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--csv", metavar="FILE.csv", help="also write every row as CSV (the folder must exist)"
     )
-    p.set_defaults(handler=sweep_cmd.run, subparser=p)
+    p.set_defaults(handler=sweep_cmd.run, subparser=p, policies=names())
     tune_cmd.add_parser(sub, common, fmt)
 
     p = sub.add_parser(
@@ -347,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="replace output files dls did not write (by default dls refuses to replace "
             "them: it replaces only files it wrote, listed in the folder's .dls-written.json)",
         )
+    for p in sub.choices.values():
+        add_verbosity(p)
     for p in (parser, *sub.choices.values()):  # the raw formatter keeps examples' lines
         p.description = textwrap.fill(p.description, width=88)
     return parser
@@ -355,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Entry point of ``dls``; returns the exit status (argument errors exit with 2)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
+    setup_logging(args.verbosity)
+    shown = {k: v for k, v in vars(args).items() if k not in ("handler", "subparser", "policies")}
+    log.debug("dls %s with %s", args.command, shown)
     try:
         return args.handler(args.subparser, args)
     except UnsafeOutputError as e:  # an output found unsafe once the work told its names

@@ -11,8 +11,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from sim.cli.names import did_you_mean, match_name
 from sim.replay.run import MAX_JITTER, memory_estimate
-from sim.traces.families import FAMILIES, Trace
+from sim.traces.families import FAMILIES, Trace, make_trace
 from sim.traces.real import MODELS, shipped_trace
 from updater.common.writing import UnsafeOutputError, check_target
 
@@ -39,20 +40,42 @@ def jitter_value(text: str) -> float:
 # ---------------------------------------------------------------- traces
 
 
+def family_name(spec: str):
+    """The trace family ``--trace spec`` names (case-insensitive), or None.
+
+    >>> family_name("Spikes"), family_name("run.npz")
+    ('spikes', None)
+    """
+    return match_name(spec, list(FAMILIES))
+
+
+def trace_for(parser, spec: str, steps: int, seed: int) -> Trace:
+    """The trace ``--trace spec`` names: a family's (:func:`family_name`; ``steps`` and
+    ``seed`` make it) or :func:`load_trace`'s."""
+    family = family_name(spec)
+    if family is not None:
+        return make_trace(family, steps=steps, seed=seed)
+    return load_trace(parser, spec)
+
+
 def trace_file(spec: str) -> Path:
-    """The file ``--trace spec`` names: a shipped real model's trace, or the path itself."""
-    return shipped_trace(spec) if spec in MODELS else Path(spec)
+    """The file ``--trace spec`` names: a shipped real model's trace (its name in any case,
+    when no such file exists here), or the path itself."""
+    model = match_name(spec, MODELS) if spec in MODELS or not Path(spec).exists() else None
+    return Path(spec) if model is None else shipped_trace(model)
 
 
 def load_trace(parser, spec: str) -> Trace:
-    """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, or an
-    .npz file), or a one-line error saying what is wrong with the file (missing, a folder, not
-    an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s words)."""
+    """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, in any
+    case, or an .npz file), or a one-line error saying what is wrong with the file (missing, a
+    folder, not an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s
+    words); a name that is neither suggests the closest family or model."""
     path = trace_file(spec)
     if not path.exists() and path.suffix != ".npz":
+        names = [*FAMILIES, *MODELS]
         parser.error(
             f"--trace must be a family ({', '.join(FAMILIES)}), a shipped real trace "
-            f"({', '.join(MODELS)}) or an .npz trace file, got {spec!r}"
+            f"({', '.join(MODELS)}) or an .npz trace file, got {spec!r}" + did_you_mean(spec, names)
         )
     if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
         parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")

@@ -3,7 +3,9 @@
 ``dls`` passes a :class:`StageProgress` as the ``progress`` argument of library functions
 (:func:`sim.replay.run.simulate`, :func:`sim.report.build.build_report`,
 :func:`sim.nnabla_studies.demo.run_comparison`): tqdm bars on a terminal, one status line per
-stage otherwise (a file or a pipe), so long commands are never silent.
+stage otherwise (a file or a pipe), so long commands are never silent. While bars are drawn,
+log lines are written above them (``tqdm.contrib.logging.logging_redirect_tqdm``), never into a
+bar's line.
 """
 
 from __future__ import annotations
@@ -12,8 +14,14 @@ import sys
 import time
 
 
-def _seconds(t: float) -> str:
-    return f"{t:.0f} s" if t < 60 else f"{int(t // 60)} min {t % 60:.0f} s"
+def seconds_text(t: float) -> str:
+    """A duration as people say it, rounded to the second first.
+
+    >>> seconds_text(59.4), seconds_text(119.6), seconds_text(3600.2)
+    ('59 s', '2 min 0 s', '60 min 0 s')
+    """
+    whole = round(t)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
 
 
 class StageProgress:
@@ -32,12 +40,15 @@ class StageProgress:
         command (str): the subcommand, shown in every line.
         stream (file, optional): default ``sys.stderr``.
         tty (bool, optional): draw bars; default: whether ``stream`` is a terminal.
+        quiet (bool, default False): show nothing (``dls -q``).
     """
 
-    def __init__(self, command: str, stream=None, tty: bool | None = None):
+    def __init__(self, command: str, stream=None, tty: bool | None = None, quiet: bool = False):
         self.command = command
         self.stream = sys.stderr if stream is None else stream
-        self.tty = bool(self.stream.isatty()) if tty is None else tty
+        self.quiet = quiet
+        self.tty = not quiet and (bool(self.stream.isatty()) if tty is None else tty)
+        self._logs = None
         self.total: int | None = None
         self.index = 0
         self.name = ""
@@ -53,8 +64,10 @@ class StageProgress:
         self.index += 1
         self.name = name
         of = f"/{self.total}" if self.total else ""
+        if self.quiet:
+            return
         if not self.tty:
-            elapsed = _seconds(time.monotonic() - self._t0)
+            elapsed = seconds_text(time.monotonic() - self._t0)
             print(
                 f"dls {self.command}: [{self.index}{of}] {name}; {elapsed} so far",
                 file=self.stream,
@@ -64,6 +77,10 @@ class StageProgress:
         from tqdm.auto import tqdm
 
         if self._overall is None:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            self._logs = logging_redirect_tqdm()  # log lines above the bars from now on
+            self._logs.__enter__()
             self._overall = tqdm(
                 total=self.total,
                 desc=f"dls {self.command}",
@@ -96,13 +113,16 @@ class StageProgress:
 
     def close(self) -> None:
         """The command is done: complete the overall bar (left on screen) or say so."""
-        elapsed = _seconds(time.monotonic() - self._t0)
+        elapsed = seconds_text(time.monotonic() - self._t0)
+        if self._logs is not None:
+            self._logs.__exit__(None, None, None)
+            self._logs = None
         if self._overall is not None:
             self._overall.n = self.total or self.index
             self._overall.set_postfix_str(f"done in {elapsed}", refresh=True)
             self._overall.close()
             self._overall = None
-        elif not self.tty and self.index:
+        elif not self.tty and not self.quiet and self.index:
             print(f"dls {self.command}: done in {elapsed}", file=self.stream, flush=True)
 
     def __enter__(self) -> StageProgress:

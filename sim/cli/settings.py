@@ -15,6 +15,7 @@ import re
 import textwrap
 from typing import Dict, List, Sequence
 
+from sim.cli.names import did_you_mean
 from sim.report.tables import describe_policy
 from updater.policy.presets import PRESETS, make_policy, names, setting_types
 
@@ -86,7 +87,10 @@ def parse_number(text: str) -> float:
 
 def _convert(parser, policy: str, key: str, text: str, types: Dict[str, type]):
     if key not in types:
-        parser.error(f"unknown setting {key!r} for policy {policy}; accepted: {sorted(types)}")
+        parser.error(
+            f"unknown setting {key!r} for policy {policy}{did_you_mean(key, list(types))}; "
+            f"accepted: {sorted(types)}"
+        )
     if types[key] is bool:
         if text.strip().lower() not in ("true", "false"):
             parser.error(f"setting {key} needs true or false, got {text!r}")
@@ -118,7 +122,7 @@ def parse_settings(parser, policy: str, pairs: Sequence[str]) -> Dict[str, objec
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep:
-            parser.error(f"--set needs KEY=VALUE (e.g. growth_interval=200), got {pair!r}")
+            parser.error(f"--set needs KEY=VALUE, got {pair!r}: write --set {key}=VALUE")
         if key in given:
             parser.error(f"--set {key} given twice ({given[key]} and {pair}); give it once")
         given[key] = pair

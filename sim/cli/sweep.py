@@ -6,12 +6,13 @@ import csv
 import io
 import itertools
 
-from sim.cli.preflight import check_memory, check_output_file, load_trace, trace_file
+from sim.cli.names import resolve
+from sim.cli.preflight import check_memory, check_output_file, family_name, trace_file, trace_for
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
-from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
+from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
 from sim.replay.sweep import grid_points, run_sweep
-from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
+from sim.report.tables import describe_policy, format_value, na_notes, summary_table
 from sim.traces.families import FAMILIES, make_trace
 from updater.common.writing import write_text
 
@@ -31,15 +32,12 @@ def run(parser, args) -> int:
         )
     combos = grid_points(grid)
     policies = [build_policy(parser, args.policy, {**fixed, **c}) for c in combos]
-    families = [f.strip() for f in args.families.split(",") if f.strip()]
-    bad = [f for f in families if f not in FAMILIES]
-    if bad or not (families or args.trace):
-        parser.error(
-            f"--families must be a comma list of {', '.join(FAMILIES)} (or '' with --trace), "
-            f"got {args.families!r}"
-        )
-    recorded = [load_trace(parser, spec) for spec in args.trace]  # checked before any work
-    inputs = [trace_file(spec) for spec in args.trace]
+    given = [f.strip() for f in args.families.split(",") if f.strip()]
+    families = [resolve(parser, "--families", f, list(FAMILIES), "family") for f in given]
+    if not (families or args.trace):
+        parser.error(f"--families must name at least one of {', '.join(FAMILIES)} without --trace")
+    recorded = [trace_for(parser, s, args.steps, args.seed) for s in args.trace]  # before work
+    inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
     if args.csv is not None:
         check_output_file(parser, "--csv", args.csv, args.force, inputs)
     steps = max([args.steps] * bool(families) + [t.steps for t in recorded])
@@ -47,7 +45,7 @@ def run(parser, args) -> int:
     synthetic = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
     traces = itertools.chain(synthetic, recorded)
     names = families + [t.name for t in recorded]
-    with StageProgress("sweep") as progress:
+    with StageProgress("sweep", quiet=args.verbosity < 0) as progress:
         progress.start(len(names))
         rows = run_sweep(
             policies, combos, traces, runs=args.runs, seed=args.seed, jitter=args.jitter,
@@ -62,14 +60,21 @@ def run(parser, args) -> int:
         f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}, synthetic "
         f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
     )
-    print(markdown_table(with_percents(rows, SHARES), columns))
+    print(summary_table(rows, columns))
     for note in na_notes(rows):
         print(note)
     if args.csv is not None:
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_text(args.csv, text.getvalue(), args.force, inputs)
+        write_csv(args.csv, rows, columns, args.force, inputs)
         print(f"wrote {args.csv}")
     return 0
+
+
+def write_csv(path, rows, columns, force: bool = False, inputs=()) -> None:
+    """Every row as CSV: each column under its one name with its unit
+    (:func:`sim.replay.metrics.csv_head`: shares in percent, ``signal lost (%)``), written by
+    :func:`updater.common.writing.write_text` (``force``, ``inputs``: its rules)."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow([csv_head(c) for c in columns])
+    writer.writerows([csv_value(c, r[c]) for c in columns] for r in rows)
+    write_text(path, text.getvalue(), force, inputs)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from sim.cli.preflight import check_memory, load_trace
+from sim.cli.preflight import check_memory, family_name, trace_for
 from sim.cli.progress import StageProgress
-from sim.replay.metrics import METRICS
 from sim.replay.tune import TUNED, tune
-from sim.report.tables import format_percent, format_value, markdown_table
+from sim.report.tables import summary_table
 
 
 def add_parser(sub, common, fmt) -> None:
@@ -30,35 +29,35 @@ def add_parser(sub, common, fmt) -> None:
         action="append",
         required=True,
         metavar="FILE",
-        help="a recorded trace (.npz) or a shipped real model's name; repeatable",
+        help="a recorded trace (.npz), a shipped real model's name or a trace family "
+        "(--steps long); repeatable",
     )
-    p.add_argument("--policy", choices=list(TUNED), default="dynamic", help="the policy to tune")
+    p.add_argument("--policy", default="dynamic", help=f"the policy to tune: {', '.join(TUNED)}")
     common(p, runs_default=16)
-    p.set_defaults(handler=run, subparser=p)
+    p.set_defaults(handler=run, subparser=p, policies=list(TUNED))
 
 
 def run(parser, args) -> int:
     """The ``tune`` subcommand: check, tune, print."""
+    if any(family_name(spec) for spec in args.trace):
+        check_memory(parser, args.steps, args.runs, len(TUNED[args.policy][1]) * 8)
     traces = {}
     for spec in args.trace:
-        trace = load_trace(parser, spec)
+        trace = trace_for(parser, spec, args.steps, args.seed)
         traces[trace.name if trace.name not in traces else spec] = trace
     steps = max(t.steps for t in traces.values())
     check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
-    with StageProgress("tune") as progress:
+    with StageProgress("tune", quiet=args.verbosity < 0) as progress:
         progress.start(len(traces))
         found = tune(traces, args.policy, args.runs, args.seed, args.jitter, progress)
     settings = list(TUNED[args.policy][1])
     rows = [{"which": "chosen", **found["chosen"]}, {"which": "default", **found["default"]}]
     for r in rows:
-        r.update({k: format_value(r[k], name=k) for k in settings})
-        r["lost"] = format_percent(r["lost_mean"])
-        r["skipped"] = format_value(r["skipped_mean"], name="skipped")
+        r.update(signal_lost=r["lost_mean"], skipped=r["skipped_mean"])
     print(
         f"{args.policy}: {len(found['rows'])} settings x {len(traces)} trace(s) "
         f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"
     )
-    heads = [METRICS["signal_lost"].head, METRICS["skipped"].label]
-    print(markdown_table(rows, ["which", *settings, "lost", "skipped"], ["", *settings, *heads]))
+    print(summary_table(rows, ["which", *settings, "signal_lost", "skipped"]))
     print(found["line"])
     return 0

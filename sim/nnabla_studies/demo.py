@@ -32,7 +32,7 @@ from typing import Dict, List, Union
 
 import numpy as np
 
-from sim.tables import markdown_table, with_percents
+from sim.tables import markdown_table, terminal_table, with_percents
 from updater.common.float16 import FP16_MAX
 from updater.common.validation import check_int, check_positive
 
@@ -109,7 +109,7 @@ def _mlp(x, seed):
     return PF.affine(h, 10, w_init=w2, name="fc2")
 
 
-def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight) -> Dict:
+def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight, contexts) -> Dict:
     import nnabla as nn
     import nnabla.functions as F
     import nnabla.solvers as S
@@ -118,11 +118,11 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight) -
     )
     from tqdm import tqdm
 
-    from updater import DynamicLossScalingUpdater, get_context
+    from updater import DynamicLossScalingUpdater
 
     x_train, y_train, x_test, y_test = data
-    ctx = get_context("cpu:float" if key == "float32" else "cpu:half")
-    float_ctx = get_context("cpu:float")
+    ctx = contexts["cpu:float" if key == "float32" else "cpu:half"]
+    float_ctx = contexts["cpu:float"]
     scope = f"dls_demo/{key}"
     with nn.parameter_scope(scope):
         nn.clear_parameters()
@@ -317,12 +317,17 @@ def run_comparison(
     data = load_data(seed)
     if hasattr(progress, "stage"):  # a stage reporter (dls train's): one stage per variant
         progress.start(len(VARIANTS))
+    from updater import get_context
+
+    contexts = {kind: get_context(kind) for kind in ("cpu:half", "cpu:float")}  # logged once
     rows = []
     for key, label in VARIANTS:
         if hasattr(progress, "stage"):
             progress.stage(f"{label}: {steps} steps")
         rows.append(
-            _train_variant(key, data, steps, seed, progress, probe_every, float(loss_weight))
+            _train_variant(
+                key, data, steps, seed, progress, probe_every, float(loss_weight), contexts
+            )
         )
     if out_dir is not None:
         out = Path(out_dir)
@@ -343,10 +348,23 @@ TABLE_COLUMNS = {
 """The columns of :func:`format_table` and their headers."""
 
 
-def format_table(rows: List[Dict]) -> str:
-    """Render rows from :func:`run_comparison` as a markdown table (:mod:`sim.tables`)."""
+TABLE_LEGEND = (
+    "legend: test accuracy = share of the test set classified right, %; gradients flushed to "
+    "zero = share of gradient values nonzero in float32 but zero in the variant, %; time (s) = "
+    "wall time of the training steps on this machine (terminal only, not in train.md)"
+)
+"""The legend line under the terminal table."""
+
+
+def format_table(rows: List[Dict], terminal: bool = False) -> str:
+    """Render rows from :func:`run_comparison` as a markdown table (:mod:`sim.tables`), or for
+    a terminal (with the wall times and :data:`TABLE_LEGEND`); markdown leaves the wall times
+    out, so a rerun writes the same file."""
+    columns = {k: v for k, v in TABLE_COLUMNS.items() if terminal or k != "seconds"}
     cells = [
         {**r, "seconds": f"{r['seconds']:.1f}"}
         for r in with_percents(rows, ["test_accuracy", "flushed_share"])
     ]
-    return markdown_table(cells, list(TABLE_COLUMNS), list(TABLE_COLUMNS.values()))
+    if terminal:
+        return terminal_table(cells, list(columns), list(columns.values())) + "\n" + TABLE_LEGEND
+    return markdown_table(cells, list(columns), list(columns.values()))

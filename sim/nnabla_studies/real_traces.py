@@ -28,7 +28,7 @@ from typing import Dict, List, Union
 from sim.argtypes import positive_int, seed_int
 from sim.nnabla_studies.real_runs import measure_run
 from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
-from sim.report.provenance import current_commit
+from sim.report.provenance import provenance
 from sim.report.tables import markdown_table
 from sim.traces.real import MODELS, SHIPPED_DIR
 from updater.common.writing import write_text
@@ -213,8 +213,8 @@ def main(argv=None) -> int:
         )
         text = (
             "# Gradient traces of real nnabla models\n\n"
-            f"Recorded by `{command}` at commit "
-            f"{current_commit(out)} (cpu:half, DynamicScale(), seed {args.seed}; every step "
+            f"Recorded by `{command}` with "
+            f"{provenance(out)} (cpu:half, DynamicScale(), seed {args.seed}; every step "
             "recorded, with per-parameter histograms, and measured against a float32 shadow of "
             "the model: `<model>.recorded.run.npz`). Replay one with "
             "`dls simulate --trace <file>` (the shipped ones also by name: "

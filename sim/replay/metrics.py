@@ -68,6 +68,52 @@ SUMMARY_COLUMNS = ("label", "trace", "runs", *METRICS)
 SHARES = tuple(name for name, m in METRICS.items() if m.kind == "share")
 """Metrics printed as percentages."""
 
+LABEL_HEADS = {"label": "policy", "trace": "trace", "runs": "runs"}
+"""Heads of a summary table's columns that say what ran."""
+
+
+def head(column: str) -> str:
+    """The one name of a summary column: a metric's :attr:`Metric.head` (the report's, the
+    terminal's and the CSV's), a label column's :data:`LABEL_HEADS` entry, else the column
+    itself (a setting's name, as typed).
+
+    >>> head("signal_lost"), head("label"), head("growth_interval")
+    ('signal lost', 'policy', 'growth_interval')
+    """
+    if column in METRICS:
+        return METRICS[column].head
+    return LABEL_HEADS.get(column, column)
+
+
+def csv_head(column: str) -> str:
+    """:func:`head` with the unit of a CSV cell: shares are written in percent, ``(%)``.
+
+    >>> csv_head("signal_lost"), csv_head("skipped")
+    ('signal lost (%)', 'skipped')
+    """
+    return f"{head(column)} (%)" if column in SHARES else head(column)
+
+
+def csv_value(column: str, value):
+    """A CSV cell: shares in percent (the unit :func:`csv_head` names), others as they are."""
+    return 100.0 * value if column in SHARES else value
+
+
+def legend(columns) -> str:
+    """The legend line under a terminal table: each metric column's head, then its label and
+    unit.
+
+    >>> legend(["trace", "skipped", "overflows"])
+    'skipped = skipped steps per run; overflows = overflows per run'
+    >>> legend(["below_half_safe"])
+    'steps below safe/2 = share of steps below half the safe scale, %'
+    """
+    return "; ".join(
+        f"{m.head} = {m.label}" + (", %" if m.kind == "share" else "")
+        for m in (METRICS[c] for c in columns if c in METRICS)
+        if m.label != m.head or m.kind == "share"
+    )
+
 
 def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str, np.ndarray]:
     """Per-run metrics from (steps, runs) trajectories.

@@ -29,7 +29,7 @@ from sim.report.experiments import (
     tell,
 )
 from sim.report.figures import figure_plan, write_figures
-from sim.report.provenance import current_commit
+from sim.report.provenance import provenance
 from sim.report.text import render
 from updater.common.writing import check_target, write_text
 
@@ -105,9 +105,7 @@ def build_report(
     data.chosen_synthetic = _chosen(
         synthetic["dynamic_sweep"], synthetic["headroom_sweep"], config.jitter
     )
-    files.append(
-        write_text(out / "README.md", render(data, current_commit(out)), overwrite=overwrite)
-    )
+    files.append(write_text(out / "README.md", render(data, provenance(out)), overwrite=overwrite))
     return {
         "files": files,
         "data": data,

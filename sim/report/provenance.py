@@ -1,4 +1,10 @@
-"""Where a generated report came from: the commit it was made at."""
+"""Where a generated report came from: the package version, and the commit of the code when
+it runs from this project's own checkout.
+
+The commit named is the last one that changed the code (:data:`CODE_PATHS`), not ``HEAD``: a
+commit that only adds regenerated reports does not change it, so rerunning a report command at
+the same commit rewrites the same bytes and leaves git clean.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +12,64 @@ import subprocess
 from pathlib import Path
 from typing import Union
 
+from sim import __version__
+
 ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding the ``sim`` package: the checkout's root, or site-packages."""
+
+PROJECT = "nnabla-dls"
+CODE_PATHS = ("sim", "updater", "pyproject.toml")
+"""What makes the numbers: a commit touching none of these does not change a report."""
 
 
-def current_commit(output: Union[str, Path, None] = None) -> str:
-    """The short commit id of the checkout this package runs from, ``+dirty`` when tracked
-    files differ from it, or ``"unknown"`` outside a git checkout.
+def _git(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+
+def is_project_checkout() -> bool:
+    """Whether the package runs from this project's own git checkout: :data:`ROOT` holds the
+    project's ``pyproject.toml`` and is the top of a git work tree (an installed package inside
+    a user's repository, e.g. in a ``.venv`` there, is not)."""
+    pyproject = ROOT / "pyproject.toml"
+    try:
+        if f'name = "{PROJECT}"' not in pyproject.read_text():
+            return False
+        top = _git("rev-parse", "--show-toplevel")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return top.returncode == 0 and Path(top.stdout.strip()).resolve() == ROOT
+
+
+def code_commit(output: Union[str, Path, None] = None) -> str | None:
+    """The short id of the last commit that changed :data:`CODE_PATHS`, ``+dirty`` when those
+    differ from it; None outside this project's checkout (:func:`is_project_checkout`).
 
     Args:
         output (str or Path or None, default None): the file or folder being generated; its
-            own changes do not count as dirty (a report rewrites its figures before its text).
+            own changes do not count as dirty.
     """
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
-
-    spec = ["--", "."]
-    if output is not None:
+    if not is_project_checkout():
+        return None
+    spec = ["--", *CODE_PATHS]
+    if output is not None and ROOT in Path(output).resolve().parents:  # git refuses paths outside
         spec.append(f":(exclude){Path(output).resolve()}")
     try:
-        head = git("rev-parse", "--short", "HEAD")
-        if head.returncode != 0:
-            return "unknown"
-        dirty = git("status", "--porcelain", "--untracked-files=no", *spec).stdout.strip()
+        last = _git("log", "-1", "--format=%h", "--", *CODE_PATHS)
+        dirty = _git("status", "--porcelain", "--untracked-files=no", *spec).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+        return None
+    if last.returncode != 0 or not last.stdout.strip():
+        return None
+    return last.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def provenance(output: Union[str, Path, None] = None) -> str:
+    """``nnabla-dls 0.1.0, code at commit abc1234``; without the commit outside this project's
+    checkout (:func:`code_commit`).
+
+    >>> provenance().startswith("nnabla-dls ")
+    True
+    """
+    commit = code_commit(output)
+    where = f", code at commit {commit}" if commit else ""
+    return f"{PROJECT} {__version__}{where}"

@@ -1,15 +1,19 @@
-"""The report's tables: policies described, notes on cells that could not be measured, and
-the formats and table writer of :mod:`sim.tables`, which every table goes through."""
+"""The report's tables: policies described, notes on cells that could not be measured, summary
+tables for the terminal, and the formats and table writer of :mod:`sim.tables`, which every
+table goes through."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Dict, List, Sequence
 
+from sim.replay.metrics import METRICS, SHARES, head, legend
 from sim.tables import (
     escape_cell,
     format_percent,
     format_value,
     markdown_table,
+    terminal_table,
     with_percents,
 )
 
@@ -22,6 +26,7 @@ __all__ = [
     "markdown_table",
     "na_notes",
     "share_table",
+    "summary_table",
     "with_percents",
 ]
 
@@ -52,14 +57,26 @@ def na_notes(rows: List[Dict[str, object]]) -> List[str]:
     notes = []
     if any(r["mean_flushed"] != r["mean_flushed"] for r in rows):
         notes.append(
-            "mean_flushed n/a: every step of every run was skipped (overflow or bad batch), so "
-            "no applied step had values to flush; signal_lost counts those steps as lost."
+            f"{head('mean_flushed')} n/a: every step of every run was skipped (overflow or bad "
+            f"batch), so no applied step had values to flush; {head('signal_lost')} counts "
+            "those steps as lost."
         )
     if any(r["steps_to_safe"] != r["steps_to_safe"] for r in rows):
         notes.append(
-            "steps_to_safe n/a: no run came within a factor 2 of the safe scale (never_safe)."
+            f"{head('steps_to_safe')} n/a: no run came within a factor 2 of the safe scale "
+            f"({head('never_safe')})."
         )
     return notes
+
+
+def summary_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> str:
+    """Summary rows as a terminal table: each column under its one name
+    (:func:`sim.replay.metrics.head`, as in the report), shares in percent, and the legend
+    (:func:`sim.replay.metrics.legend`) underneath, wrapped to 100 characters."""
+    table = terminal_table(with_percents(rows, SHARES), columns, [head(c) for c in columns])
+    if not any(c in METRICS for c in columns):
+        return table
+    return table + "\n" + textwrap.fill(legend(columns), width=100, initial_indent="legend: ")
 
 
 def share_table(rows, columns: Dict[str, str], shares: Sequence[str] = ()) -> str:

@@ -197,14 +197,9 @@ class MPICommunicator:
             self._reduce_packed(arrays, division)
 
     def check_same(self, settings: Mapping[str, Any], what: str = "settings") -> None:
-        """Raise ``ValueError`` on every rank unless every rank passed equal ``settings``
-        (collective: every rank must call it; one ``allgather`` of the small mapping). The
-        message names the first setting that differs and the ranks' values. With one rank
-        there is nothing to compare.
-        """
-        if self.size == 1:
-            return
-        every = self._comm.allgather(dict(settings))
+        """Collective (one ``allgather``): ``ValueError`` on every rank, naming the first
+        setting that differs, unless every rank passed equal ``settings``."""
+        every = self._comm.allgather(dict(settings)) if self.size > 1 else []
         for rank, other in enumerate(every):
             for key in sorted(set(every[0]) | set(other), key=str):
                 if other.get(key) != every[0].get(key):

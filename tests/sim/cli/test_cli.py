@@ -32,6 +32,11 @@ from updater.policy.presets import names as policy_names
 REPO = ROOT
 
 
+def _words(out: str):
+    """The lines of a terminal table, each cell separated by one space."""
+    return [" ".join(line.split()) for line in out.splitlines()]
+
+
 def test_simulate_prints_metrics_and_writes_a_plot(tmp_path, capsys):
     plot = tmp_path / "traj.png"
     code = main([
@@ -42,7 +47,7 @@ def test_simulate_prints_metrics_and_writes_a_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "growth_interval=50" in out and "init_scale=2^12" in out
-    assert "| dynamic | spikes | 3 |" in out
+    assert any(line.startswith("dynamic spikes 3 ") for line in _words(out))
     assert mpimg.imread(plot).shape[:2] == (450, 800)
 
 
@@ -86,7 +91,8 @@ def test_sweep_prints_and_writes_csv(tmp_path, capsys):
     # a short growth interval probes (and overflows) more often than a long one
     skipped = {(r["growth_interval"], r["trace"]): float(r["skipped"]) for r in rows}
     assert skipped[("20", "stationary")] > skipped[("200", "stationary")]
-    assert "| growth_interval | hysteresis | trace |" in capsys.readouterr().out
+    words = _words(capsys.readouterr().out)
+    assert any(w.startswith("growth_interval hysteresis trace runs ") for w in words)
 
 
 @pytest.mark.parametrize(
@@ -106,12 +112,12 @@ def test_sweep_prints_and_writes_csv(tmp_path, capsys):
         (["simulate", "--seed", str(2**64)], "needs an int in [0, 4294967295]"),
         (["simulate", "--set", "hysteresis"], "KEY=VALUE"),
         (["simulate", "--set", "consecutive_hysteresis=1"], "needs true or false"),
-        (["simulate", "--policy", "magic"], "policy must be one of"),
+        (["simulate", "--policy", "magic"], "unknown policy 'magic'"),
         (["simulate", "--runs", "0"], "--runs"),
         (["simulate", "--jitter", "-1"], "--jitter"),
         (["sweep", "--families", "stationary"], "at least one --grid"),
         (["sweep", "--grid", "hysteresis=1", "--families", "moon"], "--families"),
-        (["fly"], "invalid choice"),
+        (["fly"], "unknown command 'fly'"),
         ([], "required"),
     ],
 )
@@ -185,7 +191,7 @@ def test_train_runs_the_demo(tmp_path, capsys):
     pytest.importorskip("sim.nnabla_studies.demo")
     assert main(["train", "--steps", "3", "--seed", "1", "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert "| variant |" in out and "float16 + this updater" in out
+    assert "variant" in out and "float16 + this updater" in out and "legend:" in out
     # issue 10: not on a terminal, one status line per variant (stage) on stderr
     assert "dls train: [1/4] float32: 3 steps" in err
     assert "dls train: [4/4] float16 + this updater: 3 steps" in err
@@ -219,8 +225,8 @@ def test_counts_print_as_integers_and_scales_as_powers_of_two(capsys):
     argv = ["sweep", "--policy", "static", "--grid", "scale=2**15,2**14", "--steps", "16"]
     assert main([*argv, "--runs", "1", "--families", "stationary"]) == 0
     out = capsys.readouterr().out
-    assert "| 2^15 | stationary | 1 | 16 | 16 |" in out
-    assert "| 2^14 | stationary | 1 | 16 | 16 |" in out
+    assert any(line.startswith("2^15 stationary 1 16 16 ") for line in _words(out))
+    assert any(line.startswith("2^14 stationary 1 16 16 ") for line in _words(out))
 
 
 def test_simulate_explains_mean_flushed_when_no_step_was_applied(capsys):
@@ -229,8 +235,8 @@ def test_simulate_explains_mean_flushed_when_no_step_was_applied(capsys):
     assert main([*argv, "--runs", "2"]) == 0
     out = capsys.readouterr().out
     assert "nan%" not in out
-    assert "| static | stationary | 2 | 100 | 100 | n/a | 100% |" in out
-    assert "mean_flushed n/a: every step of every run was skipped" in out
+    assert any(line.startswith("static stationary 2 100 100 n/a 100% ") for line in _words(out))
+    assert "flushed (applied steps) n/a: every step of every run was skipped" in out
 
 
 @pytest.fixture
@@ -240,8 +246,8 @@ def no_work(monkeypatch):
     def work(*args, **kwargs):
         raise AssertionError("the work started before the arguments were checked")
 
-    for name in ("simulate", "make_trace"):
-        monkeypatch.setattr(f"sim.cli.main.{name}", work)
+    monkeypatch.setattr("sim.cli.main.simulate", work)
+    monkeypatch.setattr("sim.cli.preflight.make_trace", work)
     monkeypatch.setattr("sim.replay.sweep.simulate_many", work)
     monkeypatch.setattr("sim.report.build.build_report", work)
     demo = types.ModuleType("sim.nnabla_studies.demo")

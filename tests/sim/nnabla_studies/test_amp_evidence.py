@@ -15,7 +15,7 @@ def test_quick_run_writes_the_report(tmp_path, capsys):
     out = tmp_path / "amp.md"
     assert amp_evidence.main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
-    assert "at commit " in text and "--quick --seed 0" in text
+    assert "with nnabla-dls " in text and "--quick --seed 0" in text
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
     rows = {(c[0], c[1]): c for c in cells if len(c) == 8}
     assert rows["0-16", "all-half"][5] == "no"  # running variance overflowed in float16
