@@ -3,12 +3,14 @@ policy, scale state and counters."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict
 
 from .arguments import check_seed_holds, checked_state
 from .records import COUNTERS, Counters
 
 STATE_FORMAT_VERSION = 1
+logger = logging.getLogger(__name__)
 
 
 def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
@@ -24,11 +26,16 @@ def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
     }
 
 
-def loaded_state(state: Dict[str, Any], seed_type):
-    """``(policy, scale state, counters)`` of :func:`state_dict` output, all checked: a missing
-    key raises ``KeyError``; a scale that is not finite, below 2**-24, outside the policy's
-    bounds or beyond what ``seed_type`` holds, or a negative or non-integer counter, raises
-    ``ValueError`` naming it."""
-    policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
-    check_seed_holds(policy, seed_type)
-    return policy, scale_state, {name: int(state["counters"][name]) for name in COUNTERS}
+def loaded_state(state: Dict[str, Any], seed_type, policy, counters: Counters):
+    """``(policy, scale state)`` of :func:`state_dict` output, all checked before the saved
+    counters are written into ``counters``: a missing key raises ``KeyError``; a scale that is
+    not finite, below 2**-24, outside the policy's bounds or beyond what ``seed_type`` holds, or
+    a negative or non-integer counter, raises ``ValueError`` naming it. A warning is logged
+    when the saved policy differs from the current ``policy``."""
+    loaded, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
+    check_seed_holds(loaded, seed_type)
+    if loaded != policy:
+        logger.warning("loaded policy %r replaces %r", loaded, policy)
+    for name in COUNTERS:
+        setattr(counters, name, int(state["counters"][name]))
+    return loaded, scale_state
