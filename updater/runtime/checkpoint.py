@@ -29,13 +29,16 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, Union
 
 import nnabla as nn
 import numpy as np
 
 from ..common.files import NpzContent, atomic_write, read_npz, write_npz
 from ..common.validation import check_bool
+
+if TYPE_CHECKING:
+    from ..driver.updater import DynamicLossScalingUpdater
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +103,9 @@ def checkpoint_parameters(
 
 
 def save_checkpoint(
-    path: Union[str, Path], updater, params: Mapping[str, nn.Variable] | None = None
+    path: Union[str, Path],
+    updater: DynamicLossScalingUpdater,
+    params: Mapping[str, nn.Variable] | None = None,
 ) -> Path:
     """Write parameters, solver states and ``updater.state_dict()`` to ``path`` atomically.
 
@@ -208,7 +213,7 @@ def _updater_state(z: NpzContent) -> Dict:
 
 def load_checkpoint(
     path: Union[str, Path],
-    updater,
+    updater: DynamicLossScalingUpdater,
     params: Mapping[str, nn.Variable] | None = None,
     strict: bool = True,
     allow_nonfinite: bool = False,
