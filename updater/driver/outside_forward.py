@@ -1,17 +1,21 @@
 """A forward pass of the loss run outside the updater between its steps, refused where it moves
 state twice.
 
-The updater runs ``loss.forward()`` itself in every round. A script that also calls it (the
-habit of a hand-written nnabla loop: ``loss.forward(); updater.update()``) runs two forward
-passes per step, and every function that writes state in its forward (BatchNormalization's
-running mean and variance, ...: :func:`updater.driver.written.forward_written`) moves it twice.
+The updater runs ``loss.forward()`` itself in every round. A script without a data feeder that
+also calls it (the habit of a hand-written nnabla loop: set the inputs, ``loss.forward()``,
+``updater.update()``) runs two forward passes per step, and every function that writes state in
+its forward (BatchNormalization's running mean and variance, ...:
+:func:`updater.driver.written.forward_written`) moves it twice. With a data feeder nothing is
+watched: the feeder sets the inputs, and a forward run there or before the call is taken as
+meant (a GAN's generator run for the discriminator's step moves its statistics on purpose).
 
 How it is seen: with ``clear_buffer=True`` (the default) the updater's backward pass frees the
 buffers of the graph's intermediate Variables, which nnabla marks ``clear_called``; a forward pass
 run afterwards fills them again (any forward but one with ``clear_buffer=True``, which frees them
 as it goes). The Variables watched are the intermediate inputs and outputs of the functions that
 write state, those freed after the updater's last step. Reading ``.d`` of one of them also fills
-it (and reads freed memory). With ``clear_buffer=False`` nothing is freed and nothing is seen.
+it (and reads freed memory). With ``clear_buffer=False`` nothing is freed and nothing is seen;
+a forward meant to move the state runs with ``clear_buffer=True`` and is not seen either.
 """
 
 from __future__ import annotations
@@ -45,20 +49,22 @@ class OutsideForward:
 
     Args:
         loss (nnabla.Variable): the updater's loss.
-        clear_buffer (bool): the updater frees buffers (else nothing is watched).
+        rounds (Rounds): nothing is watched when its ``data_feeder`` is set or its
+            ``clear_buffer`` is False.
         written (callable): returns the state the graph writes (nothing is watched without).
     """
 
-    def __init__(self, loss, clear_buffer: bool, written: Callable[[], list]):
+    def __init__(self, loss, rounds, written: Callable[[], list]):
         self.loss = loss
-        self.clear_buffer = clear_buffer
+        self.rounds = rounds
         self._written = written
         self._candidates: List[nn.Variable] | None = None  # found on first use
         self._watched: List[nn.Variable] = []  # freed at the end of the last step
 
     def after_step(self) -> None:
         """Called after the updater's own passes: watch the candidates they left freed."""
-        if not self.clear_buffer:
+        if not self.rounds.clear_buffer or self.rounds.data_feeder is not None:
+            self._watched = []
             return
         if self._candidates is None:
             self._candidates = state_function_variables(self.loss) if self._written() else []
@@ -73,6 +79,7 @@ class OutsideForward:
                 "intermediate's .d was read): the updater runs the forward pass itself in "
                 "update() and backward(), so this graph's running statistics "
                 "(BatchNormalization's, ...) would move twice per step. Remove the "
-                "loss.forward() call before update()/backward(): set the inputs in data_feeder "
-                "(or by hand before the call) and read the loss in loss.d after it"
+                "loss.forward() call before update()/backward(): set the inputs by hand before "
+                "the call (or in data_feeder) and read the loss in loss.d after it. A forward "
+                "meant to move the statistics runs with clear_buffer=True"
             )

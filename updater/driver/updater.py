@@ -193,7 +193,7 @@ class DynamicLossScalingUpdater:
             check_bool("restore_on_skip", restore_on_skip), recorder,
         )  # fmt: skip
         self._order = CallOrder()
-        self._outside = OutsideForward(loss, self._rounds.clear_buffer, lambda: state.written)
+        self._outside = OutsideForward(loss, self._rounds, lambda: state.written)
 
     steps = _read_only("_counters", "steps")
     updates_applied = _read_only("_counters", "updates_applied")

@@ -88,12 +88,40 @@ def test_a_forward_of_the_users_own_before_update_is_refused_before_statistics_m
 def test_the_staged_backward_refuses_a_forward_of_the_users_own_too():
     m = TinyBNClassifier("ownst")
     feed = m.feeder()
-    u = DynamicLossScalingUpdater(m.solver, m.loss, feed)
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    feed()
     u.backward()
     u.step()
+    feed()
     m.loss.forward()
     with pytest.raises(RuntimeError, match="running statistics"):
         u.backward()
+
+
+def test_with_a_data_feeder_a_forward_before_the_call_is_taken_as_meant():
+    m = TinyBNClassifier("feedown")  # a GAN's generator, run for the discriminator's step
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
+    u.update()
+    m.loss.forward()
+    u.update()
+    u.data_feeder = None  # from here on the inputs are set by hand: watched
+    u.update()
+    m.loss.forward()
+    with pytest.raises(RuntimeError, match="ran outside the updater"):
+        u.update()
+
+
+def test_a_forward_with_clear_buffer_moves_the_statistics_on_purpose_and_is_not_refused():
+    m = TinyBNClassifier("meant")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    feed()
+    u.update()
+    before = running_mean(m)
+    m.loss.forward(clear_buffer=True)
+    assert not np.array_equal(running_mean(m), before)
+    u.update()
+    assert u.steps == 2
 
 
 def test_a_graph_without_state_takes_a_forward_of_the_users_own():
