@@ -200,6 +200,7 @@ def test_the_public_api_is_annotated_and_marked_typed():
     functions += [U.state_dict, U.load_state_dict, updater.save_checkpoint]
     functions += [updater.load_checkpoint, updater.GradientRecorder.__init__]
     functions += [updater.make_policy, updater.get_context, updater.SolverGroup.__init__]
+    functions += [updater.export_parameters]
     for f in functions:
         signature = inspect.signature(f)
         bare = [p.name for p in signature.parameters.values() if p.name != "self"]
