@@ -187,3 +187,23 @@ def test_no_module_over_400_lines():
     files = {**module_files(), **module_files(("benchmarks", "examples"))}
     lengths = {name: len(path.read_text().splitlines()) for name, path in files.items()}
     assert not {name: n for name, n in lengths.items() if n > 400}
+
+
+def test_the_public_api_is_annotated_and_marked_typed():
+    """Issue 30: type checkers read the package (``py.typed``) and its public signatures."""
+    import inspect
+
+    import updater
+    from updater import DynamicLossScalingUpdater as U
+
+    functions = [U.__init__, U.update, U.backward, U.unscale, U.step, U.get_scale]
+    functions += [U.state_dict, U.load_state_dict, updater.save_checkpoint]
+    functions += [updater.load_checkpoint, updater.GradientRecorder.__init__]
+    functions += [updater.make_policy, updater.get_context, updater.SolverGroup.__init__]
+    functions += [updater.export_parameters]
+    for f in functions:
+        signature = inspect.signature(f)
+        bare = [p.name for p in signature.parameters.values() if p.name != "self"]
+        bare = [n for n in bare if signature.parameters[n].annotation is inspect.Parameter.empty]
+        assert not bare and signature.return_annotation is not inspect.Signature.empty, f
+    assert (ROOT / "updater" / "py.typed").is_file()

@@ -22,7 +22,7 @@ PLAIN = [
 
 
 def test_the_readme_blocks_are_the_ones_these_tests_know():
-    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 9
+    assert len(GPU) == 1 and len(MPI) == 1 and len(PLAIN) == 10
     assert "save_checkpoint" in QUICK_START
 
 
@@ -47,6 +47,8 @@ def test_readme_block_runs_as_written(tmp_path, index):
     if "save_checkpoint" in PLAIN[index]:
         assert (tmp_path / "run.ckpt.npz").exists()
         assert out.splitlines()[0].startswith("0 32768.0")
+    if "run.h5" in PLAIN[index]:  # issue 30: nnabla's own .h5 of the trained weights
+        assert (tmp_path / "run.h5").stat().st_size > 0
     if "cut.ckpt.npz" in PLAIN[index]:  # issue 20: a damaged checkpoint is refused by name
         assert "checkpoint cut.ckpt.npz: truncated or not an .npz archive" in out
     if "amp.rewrite" in PLAIN[index]:  # issue 14: the precision table says what runs where

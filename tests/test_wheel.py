@@ -117,3 +117,14 @@ def test_dls_simulate_takes_a_shipped_trace_by_name(installed, model):
     bin_dir, _, env, elsewhere = installed
     out = run([bin_dir / "dls", "simulate", "--trace", model, "--runs", "2"], elsewhere, env)
     assert f"trace: {model} (" in out
+
+
+def test_the_wheel_needs_the_sim_extra_for_plots_only_and_ships_its_type_marker(installed):
+    bin_dir, wheel, env, elsewhere = installed
+    code = "import importlib.metadata as m; print('\\n'.join(m.requires('nnabla-dls')))"
+    requires = run([bin_dir / "python", "-c", code], elsewhere, env).splitlines()
+    plain = sorted(r.replace(" ", "") for r in requires if "extra ==" not in r)
+    assert plain == ["nnabla<2,>=1.33.0", "numpy<2,>=1.21"], requires  # issue 30: a range
+    sim = sorted(r.split(";")[0].strip() for r in requires if 'extra == "sim"' in r)
+    assert sim == ["matplotlib>=3.5", "tabulate>=0.9", "tqdm>=4.60"], requires
+    assert "updater/py.typed" in zipfile.ZipFile(wheel).namelist()

@@ -37,6 +37,7 @@ _LAZY = {
     "abort_on_exception": "updater.runtime.comm",
     "save_checkpoint": "updater.runtime.checkpoint",
     "load_checkpoint": "updater.runtime.checkpoint",
+    "export_parameters": "updater.runtime.export",
     "LoadReport": "updater.runtime.checkpoint",
     "SolverGroup": "updater.driver.solver_group",
 }

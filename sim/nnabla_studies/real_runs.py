@@ -23,7 +23,7 @@ import numpy as np
 from sim.nnabla_studies.models import half_model
 from sim.replay.measured import MeasuredRun
 from updater.driver.probes import flushed_shares
-from updater.policy import check_policy
+from updater.policy.presets import as_policy
 
 
 def _host_copies(params) -> list:
@@ -43,7 +43,7 @@ def measure_run(
     from updater.driver.flat import FlatGraphs, loss_context
     from updater.driver.written import forward_written
 
-    check_policy(policy)
+    policy = as_policy(policy)
     scale = np.empty(steps)
     applied = np.empty(steps, dtype=bool)
     loss_finite = np.empty(steps, dtype=bool)

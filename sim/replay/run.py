@@ -47,7 +47,7 @@ import numpy as np
 from sim.replay.result import RunResult, policy_label, run_result
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
-from updater.policy import check_policy
+from updater.policy.presets import as_policy
 from updater.trace import Trace
 
 MAX_JITTER = 8.0
@@ -144,7 +144,7 @@ def simulate(
     >>> r.scale.shape, bool(r.overflow[0].all()), float(r.scale[1, 0])
     ((50, 4), True, 16384.0)
     """
-    check_policy(policy)
+    policy = as_policy(policy)
     check_instance("trace", trace, Trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
@@ -219,12 +219,11 @@ def stack_policies(policies: Sequence, runs: int = 1):
         policies (sequence of policies of one class): at least one.
         runs (int, default 1): runs per policy, >= 1.
     """
-    policies = list(policies)
+    policies = [as_policy(p) for p in policies]
     if not policies:
         raise ValueError("policies must hold at least one policy, got none")
     cls = type(policies[0])
     for p in policies:
-        check_policy(p)
         if type(p) is not cls:
             raise TypeError(
                 f"policies must all be of one class to stack, got {cls.__name__} and "
@@ -263,8 +262,7 @@ def simulate_many(
         raise ValueError("policies must hold at least one policy, got none")
     if labels is not None and len(labels) != len(policies):
         raise ValueError(f"labels must have {len(policies)} entries, got {len(labels)}")
-    for p in policies:
-        check_policy(p)
+    policies = [as_policy(p) for p in policies]
     check_instance("trace", trace, Trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     labels = [policy_label(p) for p in policies] if labels is None else list(labels)
@@ -305,7 +303,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
         ``(scale, overflow)``: float64 ``(steps + 1, runs)`` scales (row ``t`` used at step
         ``t``, the last row after the last step) and bool ``(steps, runs)`` overflow flags.
     """
-    check_policy(policy)
+    policy = as_policy(policy)
     check_instance("trace", trace, Trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))

@@ -196,13 +196,14 @@ def default_lists(context=None) -> AmpLists:
 
     BatchNormalization (also Fused and Sync) is ``infer`` under cuDNN and ``float`` on the
     CPU and plain CUDA; every other entry is the same for all backends.
+    Entries the installed nnabla lacks are left out (``Einsum`` is new in nnabla 1.38).
 
     Args:
         context (nnabla.Context or None, default None): decides the backend.
     """
     lists: Dict[str, set] = {c: set() for c in CLASSES}
     for cls, names, _ in GROUPS:
-        lists[cls].update(names.split())
+        lists[cls].update(n for n in names.split() if n in function_names())
     lists[_bn_class(context)].update(_BN)
     return AmpLists(**lists)
 

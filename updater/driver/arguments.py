@@ -17,7 +17,8 @@ import numpy as np
 
 from ..common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, SEED_MAX
 from ..common.validation import check_int, check_positive
-from ..policy.policies import DynamicScale, ScaleState, check_policy, policy_from_dict
+from ..policy.policies import DynamicScale, ScaleState, policy_from_dict
+from ..policy.presets import as_policy
 from .arrays import graph_leaves
 from .solver_group import check_solver
 
@@ -113,7 +114,7 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
              if v is not None}  # fmt: skip
     if policy is not None:
-        check_policy(policy)
+        policy = as_policy(policy)
         if given:
             raise ValueError(
                 f"pass either policy= or the legacy scale/scaling_factor/N (and "

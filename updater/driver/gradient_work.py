@@ -35,17 +35,15 @@ class GradientWork:
         self._flag = None  # three-element agreement flag, made on first use
         self._settings_agreed = False
 
-    def agree_settings(self, settings: Callable[[], Dict[str, Any]]) -> None:
-        """Once, before the first all-reduce: with a communicator that compares
+    def new_step(self, settings: Callable[[], Dict[str, Any]] | None = None) -> None:
+        """Forget the parameters read (the next :meth:`params` reads them again). On the first
+        step, with a communicator that compares
         (:meth:`updater.runtime.comm.MPICommunicator.check_same`), refuse to start (ValueError
         on every rank) unless every rank runs the same ``settings()``."""
-        if not self._settings_agreed and hasattr(self.comm, "check_same"):
+        self._params = None
+        if settings and not self._settings_agreed and hasattr(self.comm, "check_same"):
             self.comm.check_same(settings(), "updater settings")
         self._settings_agreed = True
-
-    def new_step(self) -> None:
-        """Forget the parameters read (the next :meth:`params` reads them again)."""
-        self._params = None
 
     def params(self) -> Dict[str, nn.Variable]:
         """The solver's current parameters, read once per step."""

@@ -54,6 +54,13 @@ class Counters:
     nonfinite_losses: int = 0
     nonfinite_statistics: int = 0
 
+    def count_step(self, applied: bool) -> None:
+        """Count a finished iteration that applied an update or not."""
+        self.steps += 1
+        self.updates_applied += applied
+        self.skips += not applied
+        self.consecutive_nonfinite = 0 if applied else self.consecutive_nonfinite + 1
+
 
 class Monitor:
     """Writes the ``loss_scale`` used and the ``skipped_steps`` so far to an nnabla

@@ -3,6 +3,7 @@ policy, scale state and counters; and what data-parallel ranks must run alike.""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict
 
 from .arguments import check_seed_holds, checked_state
@@ -13,6 +14,8 @@ RANK_SETTINGS = ("accum_grad", "average_grads", "finite_check", "weight_decay", 
                  "on_overflow", "max_retries", "restore_on_skip", "enabled",
                  "max_consecutive_nonfinite")  # fmt: skip
 """The updater settings (besides its state) every rank of a data-parallel run must share."""
+
+logger = logging.getLogger(__name__)
 
 
 def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
@@ -37,11 +40,16 @@ def rank_settings(updater) -> Dict[str, Any]:
     return {**flat, **{name: getattr(updater, name) for name in RANK_SETTINGS}}
 
 
-def loaded_state(state: Dict[str, Any], seed_type):
-    """``(policy, scale state, counters)`` of :func:`state_dict` output, all checked: a missing
-    key raises ``KeyError``; a scale that is not finite, below 2**-24, outside the policy's
-    bounds or beyond what ``seed_type`` holds, or a negative or non-integer counter, raises
-    ``ValueError`` naming it."""
-    policy, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
-    check_seed_holds(policy, seed_type)
-    return policy, scale_state, {name: int(state["counters"][name]) for name in COUNTERS}
+def loaded_state(state: Dict[str, Any], seed_type, policy, counters: Counters):
+    """``(policy, scale state)`` of :func:`state_dict` output, all checked before the saved
+    counters are written into ``counters``: a missing key raises ``KeyError``; a scale that is
+    not finite, below 2**-24, outside the policy's bounds or beyond what ``seed_type`` holds, or
+    a negative or non-integer counter, raises ``ValueError`` naming it. A warning is logged
+    when the saved policy differs from the current ``policy``."""
+    loaded, scale_state = checked_state(state, STATE_FORMAT_VERSION, COUNTERS)
+    check_seed_holds(loaded, seed_type)
+    if loaded != policy:
+        logger.warning("loaded policy %r replaces %r", loaded, policy)
+    for name in COUNTERS:
+        setattr(counters, name, int(state["counters"][name]))
+    return loaded, scale_state

@@ -45,7 +45,7 @@ class SolverGroup:
             same Variable, or the same name) in two solvers; from ``zero_grad()`` too.
     """
 
-    def __init__(self, solvers: Sequence):
+    def __init__(self, solvers: Sequence) -> None:
         self.solvers: List = list(solvers)
         if len(self.solvers) < 2:
             raise ValueError(f"SolverGroup needs two or more solvers, got {len(self.solvers)}")

@@ -8,10 +8,10 @@ forward pass writes) and :class:`Attempts` (an iteration's attempts), sharing :c
 
 from __future__ import annotations
 
-import logging
 from collections import deque
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
 
+import nnabla as nn
 import numpy as np
 
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
@@ -26,45 +26,43 @@ from .arguments import (
     with_legacy_setting,
 )
 from .arrays import seed_dtype
-from .attempts import Attempts, Pending
+from .attempts import Attempts
+from .call_order import CallOrder, refuse_init_scale, refuse_new_scale
 from .finite_checks import choose_check
 from .forward_state import ForwardState
 from .gradient_work import GradientWork
+from .outside_forward import OutsideForward
 from .records import Counters, Monitor, NonFiniteGradientsError, StepRecord
 from .rounds import Rounds
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
+    from ..policy.base import Policy
+    from ..trace.recorder import GradientRecorder
+    from .solver_group import SolverGroup
 
 
-def _read_only(owner: str, name: str) -> property:
-    """A read-only attribute that reads ``name`` of the collaborator ``owner``."""
-    return property(lambda self: getattr(getattr(self, owner), name), doc=f"``{owner}.{name}``")
+def _read_only(owner: str, name: str, converted: Callable | None = None) -> property:
+    """An attribute that reads ``name`` of the collaborator ``owner``; assignable (the value
+    passed through ``converted``) when ``converted`` is given."""
+
+    def write(self, value) -> None:
+        setattr(getattr(self, owner), name, converted(value))
+
+    read = lambda self: getattr(getattr(self, owner), name)  # noqa: E731
+    return property(read, None if converted is None else write, doc=f"``{owner}.{name}``")
 
 
 class DynamicLossScalingUpdater:
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
-    ``update()``: ``solver.zero_grad()``; ``accum_grad`` times ``data_feeder()``,
-    ``loss.forward(clear_no_need_grad=clear_buffer)``, ``loss.backward(seed,
-    clear_buffer=clear_buffer)``; with ``comm``: all-reduce the gradients, then agree across
-    workers on "finite"; finite check; if finite: unscale by ``1/seed``, clip, weight decay,
-    ``solver.update()``; advance the policy; return a :class:`StepRecord`. The seed is the scale
-    rounded to the precision of the loss's last function (float16 in half mode, else float32),
-    which is the value the backward pass really multiplies by, so unscaling is exact. Unscaled
-    gradients are float32, also in half mode (as ``solver.scale_grad`` leaves them, and nnabla's
-    solvers read them so), so true gradients below float16's range are kept.
-
-    The policy: ``policy=`` if given; else, with none of ``scale``, ``scaling_factor``, ``N``
-    given, ``DynamicScale()``; else nnabla's trio maps to a ``DynamicScale`` growing on the
-    ``N``-th consecutive finite step and divided by ``scaling_factor`` on every overflow
-    (:func:`updater.driver.arguments.legacy_policy`).
-
-    The solver's parameters are read again at every step that needs them, so parameters added
-    with ``solver.set_parameters(..., reset=False)`` are followed.
-
-    Each step's verdict, applied, overflow or bad batch, follows one rule on every path
-    (:func:`updater.driver.records.verdict`). ``on_overflow="retry"`` recomputes the same
-    batch(es) at the lowered scale after an overflow (:mod:`updater.driver.attempts`).
+    ``update()``: ``solver.zero_grad()``; ``accum_grad`` rounds of ``data_feeder()``,
+    ``loss.forward()``, ``loss.backward(seed)``; with ``comm``, the all-reduce and the workers'
+    agreement; the finite check; if finite: unscale in float32 by ``1/seed`` (the seed is the
+    scale rounded to the loss's precision, so unscaling is exact), clip, weight decay,
+    ``solver.update()``; the policy's advance. Each step's verdict (applied, overflow or bad
+    batch) follows one rule (:func:`updater.driver.records.verdict`); ``on_overflow="retry"``
+    recomputes the same batches at the lowered scale (:mod:`updater.driver.attempts`). The
+    solver's parameters are read again at every step that needs them.
 
     Args:
         solver (nnabla.solvers.Solver): solver with parameters already set.
@@ -84,8 +82,10 @@ class DynamicLossScalingUpdater:
             inplace)``: nnabla's or :class:`updater.runtime.comm.MPICommunicator`.
         grads (list of nnabla.NdArray or None, default None): gradients to all-reduce; empty
             or None: every current parameter gradient of the solver.
-        policy (policy from :mod:`updater.policy` or None, default None): the scaling policy;
-            then none of the legacy trio nor ``min_scale``/``max_scale`` may be given.
+        policy (policy, str or None, default None): the scaling policy (from
+            :mod:`updater.policy`, or a name :func:`updater.make_policy` takes: ``"dynamic"``);
+            then none of the legacy trio nor ``min_scale``/``max_scale`` may be given. None:
+            ``DynamicScale()``, or nnabla's trio as a ``DynamicScale`` with nnabla's meaning.
         min_scale (float or None, default None): floor of the built policy, >= 2**-24; 1.0.
         max_scale (float or None, default None): cap of the built policy; None: the largest
             power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
@@ -118,6 +118,7 @@ class DynamicLossScalingUpdater:
         forward_state (list of nnabla.Variable, default ()): Variables that a function of
             yours (a ``PythonFunction``) writes in its forward pass: kept and put back as the
             state found in the graph, never checked as data; no function's outputs.
+        init_scale: not accepted (``TypeError`` naming ``scale=`` and ``policy=``).
         on_nonfinite_statistics (str, default "warn"): a running statistic that became
             inf/NaN is reported once: "warn" logs it, "raise" raises
             :class:`updater.driver.forward_state.NonFiniteStatisticsError` from ``step()``.
@@ -139,13 +140,20 @@ class DynamicLossScalingUpdater:
     """
 
     def __init__(
-        self, solver, loss, data_feeder=None, scale=None, scaling_factor=None, N=None,
-        clear_buffer=True, accum_grad=1, weight_decay=None, comm=None, grads=None, *,
-        policy=None, min_scale=None, max_scale=None, on_overflow="skip", max_retries=8,
-        max_consecutive_nonfinite=32, clip_grad_norm=None, average_grads=False, history=0,
-        monitor=None, recorder=None, finite_check="auto", enabled=True, restore_on_skip=True,
-        unchecked_inputs=(), on_nonfinite_statistics="warn", forward_state=(),
-    ):  # fmt: skip
+        self, solver: nn.solvers.Solver | SolverGroup, loss: nn.Variable,
+        data_feeder: Callable[[], Any] | None = None, scale: float | None = None,
+        scaling_factor: float | None = None, N: int | None = None, clear_buffer: bool = True,
+        accum_grad: int = 1, weight_decay: float | None = None, comm: Any = None,
+        grads: Sequence[nn.NdArray] | None = None, *, policy: Policy | str | None = None,
+        min_scale: float | None = None, max_scale: float | None = None, on_overflow: str = "skip",
+        max_retries: int = 8, max_consecutive_nonfinite: int = 32,
+        clip_grad_norm: float | None = None, average_grads: bool = False, history: int = 0,
+        monitor: nn.monitor.Monitor | None = None, recorder: GradientRecorder | None = None,
+        finite_check: str = "auto", enabled: bool = True, restore_on_skip: bool = True,
+        unchecked_inputs: Sequence[nn.Variable] = (), on_nonfinite_statistics: str = "warn",
+        forward_state: Sequence[nn.Variable] = (), init_scale: None = None,
+    ) -> None:  # fmt: skip
+        refuse_init_scale(init_scale)
         check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
         seed_type = seed_dtype(loss)
         policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale,
@@ -156,9 +164,8 @@ class DynamicLossScalingUpdater:
         self.solver, self.loss, self.policy = solver, loss, policy
         self.weight_decay = check_number("weight_decay", weight_decay, 0.0, none_ok=True)
         self.clip_grad_norm = check_positive("clip_grad_norm", clip_grad_norm, none_ok=True)
-        self.max_consecutive_nonfinite = check_int(
-            "max_consecutive_nonfinite", max_consecutive_nonfinite, 1
-        )
+        self.max_consecutive_nonfinite = check_int("max_consecutive_nonfinite",
+                                                   max_consecutive_nonfinite, 1)  # fmt: skip
         self.history = deque(maxlen=check_int("history", history, 0))
         self._seed_type = seed_type
         self._state: ScaleState = policy.init()
@@ -186,7 +193,8 @@ class DynamicLossScalingUpdater:
             on_overflow, check_int("max_retries", max_retries, 0),
             check_bool("restore_on_skip", restore_on_skip), recorder,
         )  # fmt: skip
-        self._pending: Pending | None = None  # set by backward(), cleared by step()
+        self._order = CallOrder()
+        self._outside = OutsideForward(loss, self._rounds, lambda: state.written)
 
     steps = _read_only("_counters", "steps")
     updates_applied = _read_only("_counters", "updates_applied")
@@ -210,23 +218,8 @@ class DynamicLossScalingUpdater:
     forward_state = _read_only("_forward_state", "given")
     enabled = _read_only("_rounds", "enabled")
 
-    @property
-    def data_feeder(self):
-        """Called with no arguments before each forward (None: nothing); may be replaced."""
-        return self._rounds.data_feeder
-
-    @data_feeder.setter
-    def data_feeder(self, value) -> None:
-        self._rounds.data_feeder = value
-
-    @property
-    def grads(self) -> list:
-        """The gradients given to all-reduce (``[]``: all); assignable, as in nnabla."""
-        return self._work.grads
-
-    @grads.setter
-    def grads(self, value) -> None:
-        self._work.grads = list(value or [])
+    data_feeder = _read_only("_rounds", "data_feeder", lambda value: value)
+    grads = _read_only("_work", "grads", lambda value: list(value or []))  # as nnabla's
 
     @property
     def finite_check(self) -> str:
@@ -271,18 +264,29 @@ class DynamicLossScalingUpdater:
         """The policy state (scale, good_steps, hysteresis_left)."""
         return self._state
 
-    def update(self) -> StepRecord:
-        """Run one iteration: ``backward(); unscale(); return step()`` (the same records and the
-        same parameters, bit for bit), with the finite check fused into the unscaling pass (and,
-        with ``clip_grad_norm``, the sum of squares too), except on steps the recorder records.
+    def get_scale(self) -> float:
+        """:attr:`scale` (the name of PyTorch's ``GradScaler.get_scale()``)."""
+        return self.scale
+
+    def update(self, new_scale: None = None) -> StepRecord:
+        """Run one whole training iteration, on the next batch: ``backward(); unscale(); return
+        step()`` (the same records and the same parameters, bit for bit), with the finite check
+        fused into the unscaling pass (and, with ``clip_grad_norm``, the sum of squares too),
+        except on steps the recorder records. Not PyTorch's ``GradScaler.update()``: after
+        ``step()`` the iteration is over (:mod:`updater.driver.call_order`); ``new_scale`` is
+        refused (``TypeError``): assign :attr:`scale` instead.
 
         Raises:
             NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive calls
                 applied no update (parameters and solver state untouched by them).
+            RuntimeError: called right after ``step()`` in two iterations in a row, or after a
+                forward pass of the loss run outside the updater (:meth:`backward`).
         """
+        refuse_new_scale(new_scale)
+        self._order.start_update()
         self._backward(fuse=self.recorder is None or not self.recorder.wants(self.steps))
         self.unscale()
-        return self.step()
+        return self._step(by_step=False)
 
     def backward(self) -> bool:
         """First stage: zero_grad, ``accum_grad`` rounds of feed, forward and
@@ -294,34 +298,27 @@ class DynamicLossScalingUpdater:
             bool: whether the (final attempt's) gradients are finite on every worker.
 
         Raises:
-            RuntimeError: ``backward()`` was already called and :meth:`step` was not.
+            RuntimeError: ``backward()`` was already called and :meth:`step` was not; or the
+                loss's forward pass ran outside the updater since its last step in a graph
+                whose forward writes state (:mod:`updater.driver.outside_forward`).
         """
         return self._backward(fuse=False)
-
-    def _require_backward(self, what: str) -> Pending:
-        if self._pending is None:
-            raise RuntimeError(f"{what} needs the gradients of backward(): call backward() first"
-                               " (or update(): backward(), unscale() and step())")  # fmt: skip
-        return self._pending
 
     def _backward(self, fuse: bool) -> bool:
         """:meth:`backward`; ``fuse`` unscales in the checking pass or measures for clipping in
         the same read when the gradients will not be seen scaled."""
-        if self._pending is not None:
-            raise RuntimeError(
-                "backward() was called again before step(): finish the iteration with "
-                "step() (or call update(), which runs backward(), unscale() and step())"
-            )
-        self._work.new_step()
-        self._work.agree_settings(lambda: saved_state.rank_settings(self))
+        self._order.start()
+        self._outside.check()
+        self._work.new_step(lambda: saved_state.rank_settings(self))
         if not self._enabled:
-            self._pending = self._attempts.unscaled_run(self._state)
+            pending = self._attempts.unscaled_run(self._state)
         else:
             need_sumsq = self.clip_grad_norm is not None
             pending = self._attempts.run(self.policy, self._state, self.steps, fuse, need_sumsq)
             self._state = pending.state  # the failed attempts advanced the policy
-            self._pending = pending
-        return self._pending.finite
+        self._order.pending = pending
+        self._outside.after_step()
+        return pending.finite
 
     def unscale(self) -> None:
         """Second stage: multiply every gradient by ``1/seed`` in float32 (bit for bit as
@@ -331,7 +328,7 @@ class DynamicLossScalingUpdater:
         Raises:
             RuntimeError: called before :meth:`backward`.
         """
-        pending = self._require_backward("unscale()")
+        pending = self._order.require("unscale()")
         if not pending.unscaled and pending.finite:
             self._work.unscale(1.0 / pending.seed)
         pending.unscaled = True
@@ -349,13 +346,17 @@ class DynamicLossScalingUpdater:
             NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive iterations
                 applied no update.
         """
-        pending = self._require_backward("step()")
+        return self._step(by_step=True)
+
+    def _step(self, by_step: bool) -> StepRecord:
+        """:meth:`step`; ``by_step``: called as ``step()``, not by ``update()``."""
+        pending = self._order.require("step()")
         self.unscale()
         finite = pending.finite
         if finite:
             self._work.apply(pending.sumsq, self.clip_grad_norm, self.weight_decay)
         self._state = pending.new_state
-        self._pending = None
+        self._order.end(by_step)
         step = self.steps
         record = StepRecord(
             step=step, scale=pending.seed, update_applied=finite,
@@ -364,10 +365,7 @@ class DynamicLossScalingUpdater:
             attempts=pending.attempts, bad_batch=pending.bad_batch,
         )  # fmt: skip
         counters = self._counters
-        counters.steps += 1
-        counters.updates_applied += finite
-        counters.skips += not finite
-        counters.consecutive_nonfinite = 0 if finite else counters.consecutive_nonfinite + 1
+        counters.count_step(finite)
         self.history.append(record)
         if self._monitor is not None:
             self._monitor.add(step, record.scale, counters.skips)
@@ -390,9 +388,13 @@ class DynamicLossScalingUpdater:
         before anything changes (:func:`updater.driver.saved_state.loaded_state`: ``KeyError``,
         ``ValueError`` naming the problem). The saved policy replaces the current one (a
         warning is logged when they differ)."""
-        policy, scale_state, counters = saved_state.loaded_state(state, self._seed_type)
-        if policy != self.policy:
-            logger.warning("loaded policy %r replaces %r", policy, self.policy)
-        self.policy, self._state = policy, scale_state
-        for name, value in counters.items():
-            setattr(self._counters, name, value)
+        self.policy, self._state = saved_state.loaded_state(
+            state, self._seed_type, self.policy, self._counters
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DynamicLossScalingUpdater(scale={self.scale!r}, policy={self.policy!r}, "
+            f"steps={self.steps}, updates_applied={self.updates_applied}, skips={self.skips}, "
+            f"finite_check={self.finite_check!r})"
+        )

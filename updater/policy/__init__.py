@@ -11,17 +11,21 @@ from .policies import (
     check_policy,
     policy_from_dict,
 )
+from .presets import PRESETS, as_policy, make_policy
 from .state import ScaleState, largest_safe_scale, make_state
 
 __all__ = [
     "POLICIES",
+    "PRESETS",
     "DynamicScale",
     "HeadroomScale",
     "NnablaLegacy",
     "ScaleState",
     "StaticScale",
+    "as_policy",
     "check_policy",
     "largest_safe_scale",
+    "make_policy",
     "make_state",
     "policy_from_dict",
 ]

@@ -310,11 +310,21 @@ POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegac
 
 def check_policy(value, name: str = "policy"):
     """``value`` if it offers the policy contract's ``init`` and ``update``; ``TypeError``
-    otherwise."""
+    otherwise, saying what to pass for a policy class or a preset name given instead."""
+    if isinstance(value, type):
+        raise TypeError(
+            f"{name} must be a policy instance, got the class {value.__name__}: pass "
+            f"{value.__name__}() (or {value.__name__}(setting=value, ...))"
+        )
+    if isinstance(value, str):
+        raise TypeError(
+            f"{name} must be a policy from updater.policy, got the str {value!r}: pass "
+            f"make_policy({value!r}) (from updater import make_policy)"
+        )
     if not (callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))):
         raise TypeError(
-            f"{name} must be a policy from updater.policy (with init and update), got "
-            f"{type(value).__name__}"
+            f"{name} must be a policy from updater.policy (with init and update), a preset name "
+            f"or a policy class name (see make_policy), got {type(value).__name__}"
         )
     return value
 

@@ -10,10 +10,18 @@ or ``policy=make_policy("deepspeed", growth_interval=500)``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from ..common.float16 import FP16_SMALLEST_SUBNORMAL
-from .policies import POLICIES, DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
+from .base import Policy
+from .policies import (
+    POLICIES,
+    DynamicScale,
+    HeadroomScale,
+    NnablaLegacy,
+    StaticScale,
+    check_policy,
+)
 
 PRESETS = {
     "nnabla-legacy": NnablaLegacy(scale=8.0, scaling_factor=2.0, N=2000),
@@ -57,7 +65,7 @@ def _field_types(cls) -> Dict[str, type]:
     return {f.name: kinds.get(f.type, float) for f in dataclasses.fields(cls)}
 
 
-def make_policy(name: str, **settings):
+def make_policy(name: str, **settings: Any) -> Policy:
     """A preset (or policy class name) with some settings replaced.
 
     Args:
@@ -86,3 +94,14 @@ def make_policy(name: str, **settings):
 def setting_types(name: str) -> Dict[str, type]:
     """Setting names of a preset or class and the type of each (int, float or bool)."""
     return _field_types(type(make_policy(name)))
+
+
+def as_policy(value, name: str = "policy") -> Policy:
+    """A policy from ``value``: a policy as it is, or a name :func:`make_policy` accepts
+    (``"dynamic"``, ``"deepspeed"``, ``"DynamicScale"``, ...); ``TypeError`` for anything else
+    (a policy class names the call to make), ``ValueError`` for an unknown name.
+
+    >>> as_policy("deepspeed") == PRESETS["deepspeed"]
+    True
+    """
+    return make_policy(value) if isinstance(value, str) else check_policy(value, name)

@@ -30,7 +30,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, Union
 
 import nnabla as nn
 import numpy as np
@@ -38,6 +38,9 @@ import numpy as np
 from ..common.npz import NpzContent, read_npz, write_npz
 from ..common.validation import check_bool
 from ..common.writing import write_file
+
+if TYPE_CHECKING:
+    from ..driver.updater import DynamicLossScalingUpdater
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ def checkpoint_parameters(
 
 def save_checkpoint(
     path: Union[str, Path],
-    updater,
+    updater: DynamicLossScalingUpdater,
     params: Mapping[str, nn.Variable] | None = None,
     overwrite: bool = False,
 ) -> Path:
@@ -242,7 +245,7 @@ def _updater_state(z: NpzContent) -> Dict:
 
 def load_checkpoint(
     path: Union[str, Path],
-    updater,
+    updater: DynamicLossScalingUpdater,
     params: Mapping[str, nn.Variable] | None = None,
     strict: bool = True,
     allow_nonfinite: bool = False,

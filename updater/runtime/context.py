@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple
 
 from ..common.validation import check_int
+
+if TYPE_CHECKING:
+    from nnabla import Context
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +53,8 @@ def cuda_device_count() -> int:
         return 0
 
 
-def get_context(kind: str = "auto", device_id: int = 0):
-    """Return an nnabla context for ``kind`` and log which one was chosen.
+def get_context(kind: str = "auto", device_id: int = 0) -> Context:
+    """Return an nnabla context for ``kind`` and log which one was chosen (at DEBUG).
 
     Args:
         kind (str, default "auto"): "auto", "cudnn", "cuda" or "cpu", optionally with
@@ -74,7 +77,7 @@ def get_context(kind: str = "auto", device_id: int = 0):
     device_id = check_int("device_id", device_id, 0)
     if ext == "auto":
         ext = "cudnn" if cuda_device_count() > 0 else "cpu"
-        logger.info("auto context: %s", "GPU found" if ext == "cudnn" else "no GPU, using CPU")
+        logger.debug("auto context: %s", "GPU found" if ext == "cudnn" else "no GPU, using CPU")
     elif ext in ("cuda", "cudnn"):
         count = cuda_device_count()
         if count == 0:
@@ -88,5 +91,5 @@ def get_context(kind: str = "auto", device_id: int = 0):
         ctx = get_extension_context("cpu", type_config=type_config)
     else:
         ctx = get_extension_context(ext, device_id=str(device_id), type_config=type_config)
-    logger.info("nnabla context: %s type_config=%s (%s)", ext, type_config, ctx)
+    logger.debug("nnabla context: %s type_config=%s (%s)", ext, type_config, ctx)
     return ctx

@@ -262,6 +262,18 @@ class Trace:
                 f"zeros at every step; step {np.flatnonzero(~same)[0]} differs"
             )
 
+    def __repr__(self) -> str:
+        """One line: the name, the steps and what the trace holds besides the histograms."""
+        parts = [f"name={self.name!r}", f"steps={self.steps}"]
+        parts.append(f"nonfinite_steps={int(self.nonfinite.sum())}")
+        if self.overflow_scale is not None:
+            parts.append(f"overflow_scale={'probed' if self.overflow_probed else 'seen'}")
+        if self.has_layers:
+            parts.append(f"layers={len(self.layer_names)}")
+        if self.has_flush:
+            parts.append(f"flush_scales={self.flush_scales.shape[1]}")
+        return f"Trace({', '.join(parts)})"
+
     @property
     def steps(self) -> int:
         """Number of steps."""

@@ -133,7 +133,7 @@ class GradientRecorder:
         measure_flush: bool = False,
         write_every: int | None = None,
         write_seconds: float | None = None,
-    ):
+    ) -> None:
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)

@@ -343,3 +343,12 @@ def test_simulate_many_and_scalar_agree_on_recorded_overflows(jitter):
     # the recorded thresholds mattered
     plain = simulate_many(POLICIES, _recorded(base, None, bad), runs=3, seed=7, jitter=jitter)
     assert any(not np.array_equal(a.overflow, b.overflow) for a, b in zip(many, plain))
+
+
+def test_a_policy_name_replays_as_its_preset_and_a_class_is_explained():
+    trace = make_trace("stationary", steps=40)
+    by_name = simulate("deepspeed", trace, runs=2, seed=1)
+    by_value = simulate(PRESETS["deepspeed"], trace, runs=2, seed=1)
+    assert np.array_equal(by_name.scale, by_value.scale)
+    with pytest.raises(TypeError, match=r"got the class DynamicScale: pass DynamicScale\(\)"):
+        simulate(DynamicScale, trace)

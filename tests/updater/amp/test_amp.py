@@ -335,3 +335,14 @@ def test_precision_table_reads_an_all_half_graph():
     with nn.context_scope(get_context("cpu:half")):
         out = F.mean(PF.affine(nn.Variable((2, 3)), 4, name="a"))
     assert "| Mean | half | - |" in amp.precision_table(out) and amp.half_share(out) == 1.0
+
+
+def test_default_lists_leave_out_functions_the_installed_nnabla_lacks(monkeypatch):
+    import updater.amp.lists as amp_lists
+
+    older = amp_lists.function_names() - {"Einsum"}  # nnabla 1.33-1.37 have no Einsum
+    monkeypatch.setattr(amp_lists, "function_names", lambda: older)
+    lists = amp.default_lists(CPU)
+    assert lists.class_of("Einsum") is None and lists.class_of("Affine") == "half"
+    with pytest.raises(ValueError, match="Einsum"):  # a name given by hand is still checked
+        lists.updated(half=["Einsum"])

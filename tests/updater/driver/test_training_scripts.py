@@ -167,6 +167,10 @@ class ShapeFeeder:
         self.calls += 1
 
 
+@pytest.mark.skipif(
+    tuple(int(v) for v in nn.__version__.split(".")[:2]) < (1, 39),
+    reason="nnabla < 1.39 raises for a forward after an input's shape changed, updater or not",
+)
 def test_retry_with_accumulation_handles_rounds_of_different_batch_shapes():
     def build():
         m = TinyClassifier("shape")

@@ -481,3 +481,10 @@ def test_the_updater_records_each_parameter_under_its_name(tmp_path, tiny, finit
         assert t.layer_absmax[step].max() == t.absmax[step]
     assert t.overflow_scale[2] == records[2].scale
     assert t.layer_absmax[2].max() == t.absmax[2] >= 65520.0 / records[2].scale
+
+
+def test_repr_of_a_trace_is_one_short_line():
+    values = [np.array([1.0, 2.0**-20, 0.0]), np.array([np.inf, 3.0, 1e-3])] * 50
+    trace = Trace.from_steps(values, name="tiny")
+    text = repr(trace)
+    assert text == "Trace(name='tiny', steps=100, nonfinite_steps=50, overflow_scale=seen)"

@@ -1,0 +1,145 @@
+"""Habits from PyTorch's GradScaler and from hand-written nnabla loops, answered (issue 30): the
+GradScaler call sequence, ``get_scale()``, ``update(new_scale=...)``, a forward pass of the
+user's own before ``update()``, and the updater's ``repr``; on real nnabla graphs (cpu:half)."""
+
+import numpy as np
+import pytest
+
+from tests.nnabla_models import TinyBNClassifier, TinyClassifier
+from updater import DynamicLossScalingUpdater, DynamicScale
+
+pytestmark = pytest.mark.nnabla
+
+
+def test_the_gradscaler_sequence_is_refused_saying_update_is_a_whole_iteration():
+    m = TinyClassifier("gs")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss, feed)
+    with pytest.raises(RuntimeError, match=r"not PyTorch's GradScaler.update\(\)"):
+        for _ in range(30):
+            if u.backward():
+                u.unscale()
+            u.step()
+            u.update()
+    # the first loop ran two iterations, the second one's update() was refused
+    assert (feed.calls, u.steps) == (3, 3)
+
+
+def test_stages_by_hand_on_some_iterations_and_update_on_the_others_run_one_each():
+    m = TinyClassifier("mix")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss, feed)
+    for i in range(6):
+        if i % 3 == 0:
+            u.backward()
+            u.step()
+        else:
+            u.update()
+    assert (feed.calls, u.steps) == (6, 6)
+
+
+def test_get_scale_and_new_scale_point_to_the_scale_attribute():
+    m = TinyClassifier("gets")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss, feed, policy=DynamicScale(init_scale=512.0))
+    assert u.get_scale() == u.scale == 512.0
+    u.scale = 64.0
+    assert u.get_scale() == 64.0
+    with pytest.raises(TypeError, match=r"assign updater.scale = 1024.0"):
+        u.update(new_scale=1024.0)
+    assert (feed.calls, u.steps, u.get_scale()) == (0, 0, 64.0)
+
+
+def test_a_preset_name_is_a_policy():
+    m = TinyClassifier("name")
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), policy="deepspeed")
+    assert u.policy.hysteresis == 2 and u.scale == 2.0**15
+    assert u.update().update_applied
+
+
+def running_mean(m) -> np.ndarray:
+    return m.params["bn1/bn/mean"].d.astype(np.float64).copy()
+
+
+@pytest.mark.parametrize("forward", [{}, {"clear_no_need_grad": True}])
+def test_a_forward_of_the_users_own_before_update_is_refused_before_statistics_move_twice(
+    forward,
+):
+    m = TinyBNClassifier("own")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)  # no feeder: the inputs are set by hand
+    for _ in range(3):  # the loop without a forward of its own runs and reads the loss
+        feed()
+        u.update()
+        assert np.isfinite(float(m.loss.d))
+    feed()
+    before = running_mean(m)
+    m.loss.forward(**forward)
+    moved_once = running_mean(m)
+    assert not np.array_equal(moved_once, before)
+    with pytest.raises(RuntimeError, match=r"loss.forward\(\) ran outside the updater"):
+        u.update()
+    assert np.array_equal(running_mean(m), moved_once)  # refused before its own forward
+    assert u.steps == 3
+    u.update()  # the message was given; the next step runs
+    assert u.steps == 4
+
+
+def test_the_staged_backward_refuses_a_forward_of_the_users_own_too():
+    m = TinyBNClassifier("ownst")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    feed()
+    u.backward()
+    u.step()
+    feed()
+    m.loss.forward()
+    with pytest.raises(RuntimeError, match="running statistics"):
+        u.backward()
+
+
+def test_with_a_data_feeder_a_forward_before_the_call_is_taken_as_meant():
+    m = TinyBNClassifier("feedown")  # a GAN's generator, run for the discriminator's step
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
+    u.update()
+    m.loss.forward()
+    u.update()
+    u.data_feeder = None  # from here on the inputs are set by hand: watched
+    u.update()
+    m.loss.forward()
+    with pytest.raises(RuntimeError, match="ran outside the updater"):
+        u.update()
+
+
+def test_a_forward_with_clear_buffer_moves_the_statistics_on_purpose_and_is_not_refused():
+    m = TinyBNClassifier("meant")
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    feed()
+    u.update()
+    before = running_mean(m)
+    m.loss.forward(clear_buffer=True)
+    assert not np.array_equal(running_mean(m), before)
+    u.update()
+    assert u.steps == 2
+
+
+def test_a_graph_without_state_takes_a_forward_of_the_users_own():
+    m = TinyClassifier("nostate")  # no BatchNormalization: a second forward moves nothing
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    for _ in range(3):
+        feed()
+        m.loss.forward()
+        u.update()
+    assert u.steps == 3
+
+
+def test_repr_names_the_scale_the_policy_and_the_counters_on_one_line():
+    m = TinyClassifier("repr")
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), policy=DynamicScale(hysteresis=2))
+    u.update()
+    text = repr(u)
+    assert text.startswith("DynamicLossScalingUpdater(scale=32768.0, policy=DynamicScale(")
+    assert "hysteresis=2" in text and "steps=1, updates_applied=1, skips=0" in text
+    assert "\n" not in text and "object at" not in text

@@ -1,0 +1,47 @@
+"""nnabla's own parameter file of a checkpoint's weights (issue 30): ``nn.load_parameters`` on
+the exported file gives the trained weights, bit for bit, with no graph built; on cpu:half."""
+
+import nnabla as nn
+import numpy as np
+import pytest
+
+from tests.nnabla_models import TinyBNClassifier, param_values
+from updater import DynamicLossScalingUpdater, export_parameters, save_checkpoint
+
+pytestmark = pytest.mark.nnabla
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """``(path, trained values)`` of a checkpoint of a trained BatchNormalization model."""
+    m = TinyBNClassifier("exp")
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
+    for _ in range(4):
+        u.update()
+    path = save_checkpoint(tmp_path / "run.ckpt.npz", u)
+    return path, param_values(nn.get_parameters(grad_only=False))
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".protobuf"])
+def test_load_parameters_on_the_export_gives_the_trained_weights(tmp_path, checkpoint, suffix):
+    path, trained = checkpoint
+    nn.clear_parameters()
+    out = export_parameters(path, tmp_path / f"weights{suffix}")
+    assert nn.get_parameters(grad_only=False) == {}  # nothing was built to export
+    nn.load_parameters(str(out))
+    loaded = param_values(nn.get_parameters(grad_only=False))
+    assert list(loaded) == list(trained)  # the same names, in the same order
+    for name in trained:
+        assert np.array_equal(loaded[name], trained[name]), name
+    assert not np.array_equal(trained["exp/bn1/bn/mean"], 0)  # trained, not the initial values
+
+
+def test_export_refuses_another_suffix_and_a_file_that_is_not_a_checkpoint(tmp_path, checkpoint):
+    path, _ = checkpoint
+    with pytest.raises(ValueError, match=r"must end in .h5 or .protobuf"):
+        export_parameters(path, tmp_path / "weights.npz")
+    other = tmp_path / "other.npz"
+    np.savez(other, a=np.zeros(3))
+    with pytest.raises(ValueError, match="not a checkpoint written by save_checkpoint"):
+        export_parameters(other, tmp_path / "weights.h5")
+    assert not (tmp_path / "weights.h5").exists()
