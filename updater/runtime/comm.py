@@ -93,7 +93,7 @@ class MPICommunicator:
         check_arguments (bool, default True): check on every ``all_reduce`` call, with one
             extra two-word reduction, that all ranks passed the same shapes, dtypes and flags,
             and raise ``ValueError`` on every rank when not. False skips it.
-        exit_grace (float, default 10.0): seconds a rank that ends waits for the others to
+        exit_grace (float, default 60.0): seconds a rank that ends waits for the others to
             end before it aborts the job (see the module doc); > 0. Raise it when ranks
             legitimately end far apart (rank 0 writing reports after training).
 
@@ -109,7 +109,7 @@ class MPICommunicator:
             a bool.
     """
 
-    def __init__(self, comm=None, check_arguments: bool = True, exit_grace: float = 10.0):
+    def __init__(self, comm=None, check_arguments: bool = True, exit_grace: float = 60.0):
         MPI = _import_mpi()
         self._MPI = MPI
         if comm is None:
