@@ -37,15 +37,15 @@ How ``all_reduce`` works:
 Failures: a Python exception on one rank does not end an MPI job by itself; the other ranks wait
 in their next collective forever. Constructing an :class:`MPICommunicator` therefore installs
 :func:`abort_on_exception` (an unhandled exception on any rank prints its traceback and ends the
-whole job with a non-zero exit status) and an exit watch: a rank that ends (``sys.exit(0)``,
-the end of its script, an exception) waits up to ``exit_grace`` seconds for every rank to end
-too, on a duplicate of the communicator, and otherwise aborts the job, naming itself (a rank
-that ended early, e.g. after fewer steps, leaves the others waiting in a collective forever).
+whole job with a non-zero exit status) and an exit watch (:mod:`updater.runtime.exit_watch`):
+a rank that ends (``sys.exit(0)``, fewer steps, the end of its script) tells the others, and a
+rank waiting for it in ``all_reduce`` or ``barrier`` (run non-blocking, polling for that word)
+aborts the job at once, naming it; a rank that ends also aborts the job when the others have
+not ended within ``exit_grace`` seconds (they may wait for it in a collective of their own).
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import sys
 import time
@@ -56,12 +56,12 @@ import numpy as np
 
 from ..common.validation import check_bool, check_positive
 from ..driver.arrays import array_dtype, host_view
+from .exit_watch import ABORT_PAUSE_S, ExitWatch
 
 _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "
     "pip install -e .[mpi]"
 )
-_ABORT_GRACE_S = 0.3
 """Seconds :func:`abort_on_exception` waits between printing the traceback and MPI_Abort."""
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
 
@@ -95,7 +95,7 @@ class MPICommunicator:
             and raise ``ValueError`` on every rank when not. False skips it.
         exit_grace (float, default 60.0): seconds a rank that ends waits for the others to
             end before it aborts the job (see the module doc); > 0. Raise it when ranks
-            legitimately end far apart (rank 0 writing reports after training).
+            legitimately end further apart (rank 0 evaluating after training).
 
     Attributes:
         rank (int): this process's rank in ``comm``, in [0, size).
@@ -132,7 +132,7 @@ class MPICommunicator:
         self._buffer = np.empty(0, dtype=np.float32)
         self.exit_grace = check_positive("exit_grace", exit_grace)
         abort_on_exception(comm)
-        atexit.register(_wait_for_all_at_exit, comm.Dup(), self.rank, self.exit_grace)
+        self._watch = ExitWatch(comm, self.exit_grace)
 
     @property
     def mpi_comm(self):
@@ -145,7 +145,7 @@ class MPICommunicator:
 
     def barrier(self) -> None:
         """Block until every rank has called ``barrier``."""
-        self._comm.Barrier()
+        self._watch.wait(self._comm.Ibarrier(), "barrier")
 
     def abort(self, exit_code: int = 1) -> None:
         """End every rank of the job at once with ``exit_code`` (``MPI_Abort``)."""
@@ -220,7 +220,7 @@ class MPICommunicator:
             digest = self._hashes[signature] = int.from_bytes(raw, "little", signed=True)
         words = self._check_words
         words[0], words[1] = digest, ~digest
-        self._comm.Allreduce(self._MPI.IN_PLACE, words, op=self._MPI.MAX)
+        self._allreduce(words, self._MPI.MAX)
         if words[0] == digest and words[1] == ~digest:  # max(h) == h and max(~h) == ~min(h)
             return
         signatures = self._comm.allgather(signature)
@@ -228,6 +228,11 @@ class MPICommunicator:
         for rank, other in enumerate(signatures):
             if other != reference:
                 raise ValueError(_mismatch_message(0, reference, rank, other))
+
+    def _allreduce(self, buffer, op) -> None:
+        """``MPI_Allreduce`` in place, non-blocking under the exit watch (a rank that ended
+        without joining it aborts the job instead of hanging it)."""
+        self._watch.wait(self._comm.Iallreduce(self._MPI.IN_PLACE, buffer, op=op), "all_reduce")
 
     def _reduce_packed(self, arrays, division: bool) -> None:
         sizes = [a.size for a in arrays]
@@ -241,7 +246,7 @@ class MPICommunicator:
             if n:
                 buffer[offset : offset + n] = host_view(array, dtype)
             offset += n
-        self._comm.Allreduce(self._MPI.IN_PLACE, buffer, op=self._MPI.SUM)
+        self._allreduce(buffer, self._MPI.SUM)
         if division:
             buffer /= self.size
         offset = 0
@@ -257,7 +262,7 @@ class MPICommunicator:
         dtype = array_dtype(array)
         view = host_view(array, dtype)
         work = view if dtype == np.float32 else view.astype(np.float32)
-        self._comm.Allreduce(self._MPI.IN_PLACE, work, op=self._MPI.SUM)
+        self._allreduce(work, self._MPI.SUM)
         if division:
             work /= self.size
         if work is not view:
@@ -372,27 +377,8 @@ def abort_on_exception(comm=None, exit_code: int = 1) -> None:
             sys.stderr.flush()
             # MPI_Abort tears down mpiexec's output forwarding at once; a short pause lets the
             # traceback just written reach the terminal first (seen cut off without it).
-            time.sleep(_ABORT_GRACE_S)
+            time.sleep(ABORT_PAUSE_S)
             target.Abort(exit_code)
 
     hook._aborts_mpi_job = True
     sys.excepthook = hook
-
-
-def _wait_for_all_at_exit(exit_comm, rank: int, grace: float) -> None:
-    """At this rank's exit: a barrier that every rank's exit joins; if it does not complete
-    within ``grace`` seconds, another rank is still working and would wait for this one in a
-    collective forever: abort the job, saying why."""
-    request = exit_comm.Ibarrier()
-    deadline = time.monotonic() + grace
-    while not request.Test():
-        if time.monotonic() > deadline:
-            sys.stderr.write(
-                f"MPICommunicator: rank {rank} ended while other ranks did not end within "
-                f"{grace:g} s (they would wait for it forever): aborting the job\n"
-            )
-            sys.stderr.flush()
-            time.sleep(_ABORT_GRACE_S)  # let the message reach mpiexec's output first
-            exit_comm.Abort(1)
-        time.sleep(0.01)
-    exit_comm.Free()

@@ -1,0 +1,87 @@
+"""What keeps an MPI job from hanging when one rank ends early (``sys.exit(0)``, fewer steps,
+the end of its script while the others still train).
+
+A rank that ends tells every other rank so (a small message on a duplicate of the
+communicator), then waits for every rank to end too. A rank waiting in one of
+:class:`updater.runtime.comm.MPICommunicator`'s collectives polls for that message and, when it
+comes, aborts the whole job at once, naming the rank that ended: it would wait for it forever.
+A rank that ends waits up to ``grace`` seconds for the others (they may be busy elsewhere, e.g.
+in a collective of their own), then aborts the job too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import time
+
+import numpy as np
+
+ABORT_PAUSE_S = 0.3
+"""MPI_Abort tears down mpiexec's output forwarding at once; a short pause lets the message just
+written reach the terminal first (seen cut off without it)."""
+_ENDED = 7  # the message tag of "this rank ended"
+SETTLE_S = 2.0
+"""Seconds a collective may still take to complete after another rank said it ended."""
+
+
+def abort_job(comm, message: str) -> None:
+    """Write ``message`` to stderr and end every rank of ``comm``'s job (``MPI_Abort``, 1)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    time.sleep(ABORT_PAUSE_S)
+    comm.Abort(1)
+
+
+class ExitWatch:
+    """The watch of one communicator (see the module doc); made by ``MPICommunicator``.
+
+    Args:
+        comm (mpi4py.MPI.Intracomm): the ranks that train together (duplicated here).
+        grace (float): seconds a rank that ends waits for the others before aborting.
+    """
+
+    def __init__(self, comm, grace: float):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self._comm = comm.Dup()
+        self.rank, self.size, self.grace = comm.Get_rank(), comm.Get_size(), grace
+        self._status = MPI.Status()
+        atexit.register(self._at_exit)
+
+    def wait(self, request, what: str) -> None:
+        """Wait for the non-blocking collective ``request`` (this rank's part of ``what``);
+        abort the job when another rank ended without joining it (told so, and the collective
+        still not done :data:`SETTLE_S` later: a rank that ended after its part of the last
+        collective stays in its exit barrier meanwhile, so that one completes)."""
+        settled = None
+        while not request.Test():
+            if settled is None and self._comm.Iprobe(self._MPI.ANY_SOURCE, _ENDED, self._status):
+                settled = time.monotonic() + SETTLE_S
+            if settled is not None and time.monotonic() > settled:
+                abort_job(
+                    self._comm,
+                    f"MPICommunicator: rank {self._status.Get_source()} ended while rank "
+                    f"{self.rank} waits for it in {what} (it would wait forever): aborting "
+                    "the job",
+                )
+
+    def _at_exit(self) -> None:
+        rank = np.array([self.rank], np.int32)
+        told = [self._comm.Isend(rank, r, _ENDED) for r in range(self.size) if r != self.rank]
+        everyone = self._comm.Ibarrier()
+        deadline = time.monotonic() + self.grace
+        while not everyone.Test():
+            if time.monotonic() > deadline:
+                abort_job(
+                    self._comm,
+                    f"MPICommunicator: rank {self.rank} ended while other ranks did not end "
+                    f"within {self.grace:g} s (they would wait for it forever): aborting the job",
+                )
+            time.sleep(0.01)
+        other = np.empty(1, np.int32)
+        while self._comm.Iprobe(self._MPI.ANY_SOURCE, _ENDED):  # the others' notes: read them
+            self._comm.Recv(other, self._MPI.ANY_SOURCE, _ENDED)
+        self._MPI.Request.Waitall(told)
+        self._comm.Free()
