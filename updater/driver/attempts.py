@@ -202,7 +202,7 @@ class Attempts:
         the recorder asks for it (:mod:`updater.driver.probes`) and the batch was not bad."""
         rec = self.recorder
         over = seed if not finite and good_batch else overflow_scale
-        grads, scale, flush = arrays, seed, None
+        grads, scale, flush, finite_scale = arrays, seed, None, None
         if (rec.probe_overflow or rec.measure_flush) and good_batch:
             known = math.inf if over is None else over
             bounds = probe_bounds(self._policy, self.seed_type)
@@ -212,7 +212,7 @@ class Attempts:
             rec.probe_passes += found.passes
             grads, flush = None, found.flush  # host views taken before may be stale
             if rec.probe_overflow:
-                over = found.threshold
+                over, finite_scale = found.threshold, found.finite_scale
             if found.finite_grads is not None:
                 grads, scale = found.finite_grads, found.finite_seed
         rec.record(
@@ -223,6 +223,7 @@ class Attempts:
             overflow_scale=over,
             names=list(self.params()),
             flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+            finite_scale=finite_scale,
         )
 
     # ------------------------------------------ what the probes use (updater.driver.probes.Rerun)

@@ -33,6 +33,7 @@ new numbers in every probe's forward, as in a retry.
 
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Protocol
 
 import numpy as np
@@ -73,6 +74,8 @@ class ProbeResult(NamedTuple):
         finite_grads (list of arrays or None): the host gradients of that finite probe.
         flush (float64 array or None): with flush measurement, the flushed share at
             ``seed * 2**FLUSH_OFFSETS`` (NaN where the backward overflowed); else None.
+        finite_scale (float): the largest scale the overflow search saw the step finite at (0:
+            none, or no search); with ``threshold`` inf the step is censored above it.
     """
 
     threshold: float
@@ -80,6 +83,7 @@ class ProbeResult(NamedTuple):
     finite_seed: float | None
     finite_grads: List[np.ndarray] | None
     flush: np.ndarray | None = None
+    finite_scale: float = 0.0
 
 
 def flushed_shares(true: List[np.ndarray], half: List[np.ndarray], scale: float) -> tuple:
@@ -109,7 +113,7 @@ def probe_bounds(policy, seed_type) -> tuple:
 
 def probe_step(
     step: Rerun, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool,
-    bounds: tuple,
+    bounds: tuple, guess: float | None = None,
 ) -> ProbeResult:  # fmt: skip
     """Probe the current step (module doc) after its attempt at ``seed``.
 
@@ -123,15 +127,17 @@ def probe_step(
         overflow (bool): find the overflow threshold.
         flush (bool): measure the flushed shares.
         bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`).
+        guess (float or None, default None): where the threshold likely is (the previous
+            step's); the search probes nearest it first. None: the seed (walk outward).
 
     Returns:
         ProbeResult.
     """
-    low, high = bounds
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
     passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
+    finite_scale = 0.0
     try:
         if flush:
             true = step.reference_grads()
@@ -148,24 +154,43 @@ def probe_step(
                     half, passes = step.host_grads(), passes + step.rounds_per_attempt
                 if ok:
                     shares[i] = flushed_shares(true, half, scale)[0]
-        scale = seed * 2 if finite else seed / 2
-        while overflow and low <= scale <= high and scale < threshold:
-            ok = step.probe(scale)
-            passes += step.rounds_per_attempt
-            if finite and not ok:
-                threshold = scale
-                break
-            if not finite:
-                if ok:
-                    finite_seed = scale
-                    finite_grads = [np.array(g) for g in step.host_grads()]
-                    break
-                threshold = scale
-            scale = scale * 2 if finite else scale / 2
-        if overflow and not finite:
-            threshold = min(threshold, seed)
+        if overflow:
+            threshold, finite_scale, finite_grads, n = _bracket(
+                step, seed, finite, known_overflow, bounds, seed if guess is None else guess
+            )
+            passes += n
+            finite_seed = finite_scale if not finite and finite_scale > 0 else None
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
         moved.restore()
-    return ProbeResult(threshold, passes, finite_seed, finite_grads, shares)
+    return ProbeResult(threshold, passes, finite_seed, finite_grads, shares, finite_scale)
+
+
+def _bracket(step: Rerun, seed, finite, known_overflow, bounds, guess) -> tuple:
+    """The overflow search: probes at ``seed * 2**k`` within ``bounds``, each the untried scale
+    nearest ``guess`` (log2) strictly between the largest scale seen finite and the smallest
+    seen overflowing, until no such scale is left. With overflow monotonic in the scale, any
+    ``guess`` gives the same bracket; ``guess == seed`` walks outward from the seed one power of
+    two at a time. Returns ``(threshold, finite_scale, finite_grads, passes)``: the smallest
+    overflowing scale (inf: none), the largest finite one (0: none), for a step that overflowed
+    at ``seed`` the gradients of that finite probe (else None), and the rounds run."""
+    low, high = bounds
+    over = min(known_overflow, math.inf if finite else seed)
+    fin, grads, passes = (seed if finite else 0.0), None, 0
+    k_low, k_high = math.ceil(math.log2(low / seed)), math.floor(math.log2(high / seed))
+    want = math.log2(guess / seed)
+    while True:
+        first = k_low if fin == 0 else max(k_low, math.floor(math.log2(fin / seed)) + 1)
+        last = k_high if over == math.inf else min(k_high, math.ceil(math.log2(over / seed)) - 1)
+        if first > last:
+            return over, fin, grads, passes
+        scale = seed * 2.0 ** min(max(round(want), first), last)
+        ok = step.probe(scale)
+        passes += step.rounds_per_attempt
+        if not ok:
+            over = scale
+            continue
+        fin = scale
+        if not finite:
+            grads = [np.array(g) for g in step.host_grads()]

@@ -5,7 +5,8 @@ binade (bin ``i`` counts values ``v`` with ``floor(log2|v|) == EXP_MIN + i``; va
 range land in the end bins), the count of exact zeros, the largest magnitude (unscaled),
 whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
 the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
-never was). :class:`updater.trace.recorder.GradientRecorder` writes it from a training run; the
+never was), and the largest scale at which probes saw it finite (``finite_scale``, 0 when not
+known). :class:`updater.trace.recorder.GradientRecorder` writes it from a training run; the
 simulator (:mod:`sim.traces.families` makes synthetic ones, :mod:`sim.replay.run` replays them)
 reads it. Optionally (``GradientRecorder(per_parameter=True)``) a trace also holds the same
 statistics for each parameter array ("layers": ``fc1/affine/W`` and ``fc1/affine/b`` are two),
@@ -18,6 +19,10 @@ gradients) overflows at every scale ``>= s_o`` and replays as a normal step belo
 ``absmax``, because the overflow can happen in intermediate backward values that no parameter
 gradient shows. Synthetic families record no overflow (``overflow_scale`` all inf): their
 overflows follow from ``absmax`` alone.
+
+Censored steps. A probed step still finite at the highest scale ``S`` the probes tried is stored
+as "above S": ``overflow_scale`` inf and ``finite_scale`` S. Nothing is known of it above ``S``;
+at or below ``S`` it never overflows (the replay holds to that, jitter or not).
 """
 
 from __future__ import annotations
@@ -38,10 +43,11 @@ EXP_MIN = -80
 EXP_MAX = 40
 """Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
 NBINS = EXP_MAX - EXP_MIN + 1
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
 the optional per-layer arrays (version-1 and -2 files load without layers); 4 added
-``overflow_probed`` and the optional measured flush curve (older files load without them)."""
+``overflow_probed`` and the optional measured flush curve (older files load without them); 5
+added ``finite_scale`` (older files load with it all 0: not known)."""
 _LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
 
 
@@ -102,6 +108,10 @@ class Trace:
         flush_scales, flush_shares: float64 arrays ``(steps, K)`` or None (the default): the
             share of nonzero gradient values float16 flushed to zero, measured against a float32
             computation of the step at those scales (NaN where not measured). Given together.
+        finite_scale: float64 array ``(steps,)``, >= 0 and below ``overflow_scale``: the largest
+            scale at which probes (or the recorded attempt) saw the step finite; 0 where not
+            known. None (the default) means all 0. With ``overflow_scale`` inf it marks a
+            censored step ("above ``finite_scale``", module doc).
     """
 
     counts: np.ndarray
@@ -117,6 +127,7 @@ class Trace:
     overflow_probed: bool = False
     flush_scales: np.ndarray | None = None
     flush_shares: np.ndarray | None = None
+    finite_scale: np.ndarray | None = None
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -129,7 +140,10 @@ class Trace:
         if self.overflow_scale is None:
             self.overflow_scale = np.full(steps, np.inf)
         self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
-        for name in ("zeros", "absmax", "nonfinite", "overflow_scale"):
+        if self.finite_scale is None:
+            self.finite_scale = np.zeros(steps)
+        self.finite_scale = np.array(self.finite_scale, dtype=np.float64)
+        for name in ("zeros", "absmax", "nonfinite", "overflow_scale", "finite_scale"):
             shape = getattr(self, name).shape
             if shape != (steps,):
                 raise ValueError(f"{name} must have shape ({steps},), got {shape}")
@@ -138,6 +152,13 @@ class Trace:
             raise ValueError(
                 f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
                 f"got {bad!r}"
+            )
+        ok = (self.finite_scale >= 0) & (self.finite_scale < self.overflow_scale)
+        if not ok.all():  # also catches NaN
+            t = int(np.flatnonzero(~ok)[0])
+            raise ValueError(
+                f"finite_scale must hold numbers >= 0 (0: not known) below overflow_scale, got "
+                f"{self.finite_scale[t]!r} at step {t} (overflow_scale {self.overflow_scale[t]!r})"
             )
         given = [getattr(self, name) is not None for name in _LAYER_FIELDS]
         if any(given) and not all(given):
@@ -231,6 +252,7 @@ class Trace:
             "nonfinite": self.nonfinite,
             "overflow_scale": self.overflow_scale,
             "overflow_probed": self.overflow_probed,
+            "finite_scale": self.finite_scale,
             "name": self.name,
         }
         if self.has_flush:
@@ -249,7 +271,7 @@ class Trace:
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
         versions 1 and 2 load without layers, files before version 4 without probes or flush
-        measurements.
+        measurements, files before version 5 with ``finite_scale`` all 0 (not known).
 
         Raises:
             OSError: the file is missing, a folder or unreadable.
@@ -272,7 +294,9 @@ class Trace:
             )
         name = z.scalar("name", "text") if "name" in z else Path(path).stem
         kinds = dict(counts="int", zeros="int", absmax="number", nonfinite="bool")
-        kinds.update(overflow_scale="number", layer_names="text", layer_counts="int")
+        kinds.update(
+            overflow_scale="number", finite_scale="number", layer_names="text", layer_counts="int"
+        )
         kinds.update(layer_zeros="int", layer_absmax="number")
         kinds.update(flush_scales="number", flush_shares="number")
         a = {k: z.array(k, kind) for k, kind in kinds.items() if k in z}
@@ -283,6 +307,7 @@ class Trace:
         probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
         try:
             fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)
-            return cls(*fields, a.get("overflow_scale"), **layers, overflow_probed=probed, **extra)
+            over, fin = a.get("overflow_scale"), a.get("finite_scale")
+            return cls(*fields, over, **layers, overflow_probed=probed, **extra, finite_scale=fin)
         except (TypeError, ValueError) as e:
             raise z.error(str(e)) from None

@@ -69,6 +69,7 @@ def concat_traces(traces: List[Trace], name: str) -> Trace:
         name,
         np.concatenate([t.overflow_scale for t in traces]),
         overflow_probed=all(t.overflow_probed for t in traces),
+        finite_scale=np.concatenate([t.finite_scale for t in traces]),
         **per_layer,
     )
 

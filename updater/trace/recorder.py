@@ -17,7 +17,7 @@ from typing import List, Union
 import numpy as np
 
 from ..common.float16 import FP16_OVERFLOW
-from ..common.validation import check_bool, check_int, check_positive
+from ..common.validation import check_bool, check_int, check_number, check_positive
 from .format import NBINS, Trace, binade_histogram
 from .parts import concat_traces, merge_parts, part_files, parts_dir, write_part
 
@@ -163,6 +163,7 @@ class GradientRecorder:
         overflow_scale: float | None = None,
         names: List[str] | None = None,
         flush: tuple | None = None,
+        finite_scale: float | None = None,
     ) -> None:
         """Add one step.
 
@@ -186,6 +187,9 @@ class GradientRecorder:
                 and a name missing from a step gets zero counts and zeros at that step.
             flush (tuple or None, default None): ``(scales, shares)``, the measured flushed
                 shares of this step (NaN: not measured); None: not measured.
+            finite_scale (float or None, default None): the largest scale at which the step
+                was seen finite (by probes), >= 0 and below the step's overflow scale; None or
+                0: not known. Finite there with no overflow scale: censored ("above" it).
 
         >>> import tempfile
         >>> rec = GradientRecorder(tempfile.mkdtemp() + "/t.npz")
@@ -204,6 +208,9 @@ class GradientRecorder:
                     f"overflow_scale must be a number > 0 or None, got {overflow_scale!r}"
                 )
             over = float(overflow_scale)
+        seen_finite = 0.0
+        if finite_scale is not None:
+            seen_finite = check_number("finite_scale", finite_scale, 0.0, math.inf)
         grads = list(grads)
         columns = self._columns(names, len(grads)) if self.per_parameter else None
         rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
@@ -222,7 +229,12 @@ class GradientRecorder:
         layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
         if flush is not None:
             flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
-        self._rows.append((counts, zeros, absmax, bad, over, layers, flush))
+        if not seen_finite < over:
+            raise ValueError(
+                f"finite_scale must be below the step's overflow scale {over!r}, got "
+                f"{seen_finite!r}"
+            )
+        self._rows.append((counts, zeros, absmax, bad, over, layers, flush, seen_finite))
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
         if (every is not None and len(self._rows) >= every) or (
@@ -309,7 +321,7 @@ def _trace_of(
 ) -> Trace:
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
-    counts, zeros, absmax, bad, over, layers, flush = zip(*rows)
+    counts, zeros, absmax, bad, over, layers, flush, seen_finite = zip(*rows)
     per_layer = {}
     if layer_names is not None:  # columns absent from a step stay 0
         shape = (len(rows), len(layer_names))
@@ -323,8 +335,9 @@ def _trace_of(
         per_layer["flush_scales"] = np.stack([empty if f is None else f[0] for f in flush])
         per_layer["flush_shares"] = np.stack([empty if f is None else f[1] for f in flush])
     return Trace(
-        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed, **per_layer
-    )
+        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed,
+        finite_scale=seen_finite, **per_layer,
+    )  # fmt: skip
 
 
 def _write_at_exit(
