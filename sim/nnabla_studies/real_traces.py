@@ -50,6 +50,7 @@ def record_model(
     steps: int | None = None,
     every: int = 1,
     seed: int = 0,
+    recorder_options: Dict | None = None,
 ) -> Dict:
     """Train model ``name`` in ``cpu:half`` under ``DynamicScale()`` with a per-parameter
     :class:`updater.GradientRecorder`, measured like the checked runs
@@ -63,10 +64,13 @@ def record_model(
         every (int, default 1): record every k-th step (the report's predictions need every
             step).
         seed (int, default 0): seed of weights, data and batch order.
+        recorder_options (dict or None, default None): :class:`updater.GradientRecorder`
+            arguments that replace the defaults (per-parameter histograms, overflow probes
+            searching from the previous threshold, flushing measured).
 
     Returns:
         dict: a table row (model, steps, recorded, params, final loss, accuracy, skipped, final
-        scale, seconds, path, bytes, about).
+        scale, seconds, path, bytes, about, probe passes per recorded step).
     """
     from updater import GradientRecorder
     from updater.policy import DynamicScale
@@ -79,6 +83,7 @@ def record_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.npz"
     options = dict(per_parameter=True, probe_overflow=True, measure_flush=True)
+    options.update(recorder_options or {})
     with GradientRecorder(path, every=every, name=name, **options) as recorder:
         run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)
     run.save(run_path(out_dir, name, RECORDED))

@@ -85,6 +85,7 @@ class Attempts:
         self.recorder = recorder
         self._policy = None  # the policy of the iteration running (for probe bounds)
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
+        self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
 
     def seed(self, scale, policy) -> float:
         """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
@@ -206,10 +207,14 @@ class Attempts:
         if (rec.probe_overflow or rec.measure_flush) and good_batch:
             known = math.inf if over is None else over
             bounds = probe_bounds(self._policy, self.seed_type)
+            guess = self._probe_guess if rec.probe_from_previous else None
             found = probe_step(
-                self, seed, finite, known, rec.probe_overflow, rec.measure_flush, bounds
+                self, seed, finite, known, rec.probe_overflow, rec.measure_flush, bounds, guess
             )
             rec.probe_passes += found.passes
+            if rec.probe_overflow:  # a censored step's guess: the scale it was finite at
+                t = found.threshold
+                self._probe_guess = t if t < math.inf else (found.finite_scale or None)
             grads, flush = None, found.flush  # host views taken before may be stale
             if rec.probe_overflow:
                 over, finite_scale = found.threshold, found.finite_scale

@@ -6,14 +6,17 @@ zero at several scales, against a float32 computation of the same step
 
 No gradient in a trace shows an overflow born inside a float16 backward kernel (e.g. the running
 sums of BatchNormalization's backward) while every stored gradient times the scale stays below
-65520; re-running the step at other scales does. From the recorded attempt's seed ``s``:
-
-- finite at ``s``: probes at ``2s, 4s, ...`` up to the policy's ``max_scale`` (and the largest
-  power of two the seed's precision holds, 2**15 for a float16 seed); the first that overflows is
-  the step's threshold (inf when none does: the simulator's gradient-size rule decides above);
-- overflowed at ``s`` (with a finite loss): probes at ``s/2, s/4, ...`` down to the policy's
-  ``min_scale``; the threshold is the smallest that overflowed, and the first finite probe's
-  gradients are recorded instead of the overflowed attempt's partial ones.
+65520; re-running the step at other scales does. The search probes powers of two of the
+recorded attempt's seed ``s`` within the policy's ``[min_scale, max_scale]`` (capped by the largest
+power of two the seed's precision holds, 2**15 for a float16 seed) until the threshold is
+bracketed: the smallest overflowing scale (inf when none does: the step is censored, finite up to
+the highest scale tried, and the simulator's gradient-size rule decides above) next to the largest
+finite one. It starts from ``guess`` (the previous probed step's threshold, which moves slowly), so
+a step whose threshold did not move costs one or two passes, a censored step one; without a
+guess it walks outward from ``s`` (``2s, 4s, ...`` when finite at ``s``, ``s/2, s/4, ...`` when it
+overflowed). With overflow monotonic in the scale both find the same bracket. For a step that
+overflowed at ``s`` (with a finite loss) the gradients of its largest finite probe are recorded
+instead of the overflowed attempt's partial ones.
 
 Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every function in the
 float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;

@@ -79,8 +79,11 @@ class GradientRecorder:
     scale and records the smallest at which the real backward pass overflows, within the
     policy's bounds (:mod:`updater.driver.probes`), so the simulator sees overflows born inside the
     backward kernels, which no stored gradient shows; for a step that overflowed, the first
-    finite probe's gradients are recorded instead. Training is left exactly as without probing.
-    Cost: the extra forward/backward rounds, counted in :attr:`probe_passes`.
+    finite probe's gradients are recorded instead. The search starts at the previous probed
+    step's threshold and stops once the threshold is bracketed between a finite and an
+    overflowing power of two (a step still finite at the highest scale, censored, costs one
+    pass). Training is left exactly as without probing. Cost: the extra forward/backward
+    rounds, counted in :attr:`probe_passes`.
 
     Measured flushing (``measure_flush=True``, off by default): on each recorded step the
     updater also runs the step in float32 once (a copy of the graph, same parameters) and in
@@ -100,6 +103,9 @@ class GradientRecorder:
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
             several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
+        probe_from_previous (bool, default True): start each step's overflow search at the
+            previous probed step's threshold; False walks outward from the step's own scale
+            (the older search: the same thresholds, more passes).
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
@@ -115,12 +121,14 @@ class GradientRecorder:
         measure_flush: bool = False,
         write_every: int | None = None,
         write_seconds: float | None = None,
+        probe_from_previous: bool = True,
     ):
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
+        self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
         self.probe_passes = 0
         self.path = Path(path)
         self.name = name if name is not None else self.path.stem

@@ -1,0 +1,125 @@
+"""What overflow probes cost: extra forward/backward passes per recorded step on every shipped
+model (the recording code of :mod:`sim.nnabla_studies.real_traces`), the search that starts at
+the previous step's threshold against the older one that walks outward from each step's scale,
+measured side by side on the same training run (probes leave training unchanged)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+
+STEPS = {"digits_mlp": 200, "digits_conv_bn": 250, "sequence_lstm": 350, "sequence_attention": 20}
+"""Training steps per model of a default run (the shipped recordings' first steps; ``--full``:
+all of them)."""
+QUICK_STEPS = 8
+SEARCHES = {"walk from the scale (old)": False, "from the previous threshold": True}
+
+
+def run(quick: bool = False, steps: Dict[str, int] | None = None) -> Dict:
+    """Record each model twice, once per search; return per model and search the passes per
+    recorded step, the thresholds found and whether both searches found the same ones.
+
+    Args:
+        quick (bool, default False): :data:`QUICK_STEPS` steps per model (a smoke run).
+        steps (dict or None): steps per model; default :data:`STEPS`.
+    """
+    from sim.nnabla_studies.real_traces import record_model
+    from sim.traces.real import MODELS
+    from updater.trace import Trace
+
+    steps = {m: QUICK_STEPS for m in MODELS} if quick else (steps or STEPS)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, n in steps.items():
+            traces = []
+            for label, previous in SEARCHES.items():
+                options = dict(per_parameter=False, measure_flush=False)
+                options["probe_from_previous"] = previous
+                start = time.perf_counter()
+                row = record_model(model, Path(tmp) / label, steps=n, recorder_options=options)
+                seconds = time.perf_counter() - start
+                trace = Trace.load(row["path"])
+                traces.append(trace)
+                censored = np.isinf(trace.overflow_scale) & (trace.finite_scale > 0)
+                rows.append(
+                    {
+                        "model": model,
+                        "steps": n,
+                        "search": label,
+                        "passes": row["probe_passes"],
+                        "thresholds": int(np.isfinite(trace.overflow_scale).sum()),
+                        "censored": int(censored.sum()),
+                        "seconds": seconds,
+                    }
+                )
+            old, new = traces
+            same = np.array_equal(old.overflow_scale, new.overflow_scale)
+            same &= np.array_equal(old.finite_scale, new.finite_scale)
+            for row in rows[-2:]:
+                row["same"] = bool(same)
+    return {"rows": rows}
+
+
+def markdown(result: Dict) -> str:
+    """The result as a markdown table and the averages."""
+    from sim.tables import markdown_table
+
+    columns = ["model", "steps", "search", "passes", "thresholds", "censored", "same", "seconds"]
+    titles = [
+        "model",
+        "steps",
+        "search",
+        "extra passes per recorded step",
+        "finite thresholds",
+        "censored steps",
+        "same thresholds and brackets",
+        "seconds (recording, float32 shadow included)",
+    ]
+    rows = result["rows"]
+    mean = {
+        label: np.mean([r["passes"] for r in rows if r["search"] == label]) for label in SEARCHES
+    }
+    lines = [
+        markdown_table(rows, columns, titles),
+        "",
+        "Mean over the models, extra passes per recorded step: "
+        + "; ".join(f"{label} {value:.2f}" for label, value in mean.items())
+        + ". Overflow probes only: measuring flushing (`measure_flush=True`) adds 4 passes per "
+        "recorded step whatever the search (one float32 pass, three float16 scales).",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps per model")
+    parser.add_argument(
+        "--full", action="store_true", help="the shipped recordings' steps (about 30 minutes)"
+    )
+    parser.add_argument("--out", default=None, help="also write the markdown to this file")
+    args = parser.parse_args(argv)
+    started = time.time()
+    from sim.nnabla_studies.real_traces import DEFAULT_STEPS
+
+    text = markdown(run(args.quick, DEFAULT_STEPS if args.full else None))
+    print(text)
+    if args.out is not None:
+        from sim.report.provenance import current_commit
+        from updater.common.files import atomic_write_text
+
+        head = (
+            "# Probe passes per recorded step\n\nGenerated by `python -m benchmarks.bench_probes "
+            f"{'--full ' if args.full else ''}--out {args.out}` at commit "
+            f"{current_commit(args.out) or 'unknown'} in {time.time() - started:.0f} s.\n\n"
+        )
+        atomic_write_text(args.out, head + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
