@@ -82,7 +82,9 @@ def record_model(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.npz"
-    options = dict(per_parameter=True, probe_overflow=True, measure_flush=True)
+    options = dict(
+        per_parameter=True, probe_overflow=True, measure_flush=True, forward_headroom=True
+    )
     options.update(recorder_options or {})
     with GradientRecorder(path, every=every, name=name, **options) as recorder:
         run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)

@@ -77,6 +77,7 @@ def real_section(data: ReportData) -> str:
     blind = ", ".join(f"{r['model']} {pct(r['flushed'])}" for r in recorded)
     models = ", ".join(f"`{m}`" for m in data.real)
     count = NUMBERS.get(len(data.real), str(len(data.real))).capitalize()
+    forward = "\n".join(f"- {line}" for line in data.forward.values())
     return f"""\
 ## Real models: predictions checked against real runs
 
@@ -86,9 +87,13 @@ def real_section(data: ReportData) -> str:
 shipped in the package in `sim/traces/data`, written by `python -m \
 sim.nnabla_studies.real_traces`, fixed seeds; see \
 [sim/traces/data/README.md](../sim/traces/data/README.md)). On each recorded step the recorder \
-**probed the overflow threshold** (the step's forward and backward again at the next powers of \
-two, up to 2^15, or down after an overflow: the smallest scale at which its real backward pass \
-overflows, overflows born inside the backward kernels included) and **measured flushing** (the \
+**probed the overflow threshold** (the step's forward and backward again at other powers of \
+two within the policy's bounds, from the previous step's threshold until the threshold is \
+bracketed: the smallest scale at which its real backward pass overflows, overflows born inside \
+the backward kernels included; a step still finite at 2^15 is stored as "above 2^15" and never \
+overflows at or below it in the replay; a probed threshold S replays at S/sqrt(2), the middle of \
+its bracket (S/2, S], so the jittered spread converges to the exact replay) and **measured \
+flushing** (the \
 share of the true nonzero gradient values, from a float32 copy of the graph, that float16 left at \
 zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is left exactly as without \
 the probes (`updater.driver.probes`). The simulator replays those measurements. The same models \
@@ -101,6 +106,12 @@ of the true nonzero values that the float16 backward pass left at exactly zero, 
 safe scale follows from the true largest |gradient| (`sim.nnabla_studies.real_runs`).
 
 {runs_table}
+
+The float16 forward pass's headroom (the largest |value| a function produced, relative to \
+65504; for BatchNormalization its batch variance, which feeds the running variance; \
+`GradientRecorder(forward_headroom=True)`): no loss scale causes or cures an overflow there.
+
+{forward}
 
 From each recorded trace the simulator predicts what the other policies will do: the trace \
 replayed exactly (jitter 0), and in parentheses the 5th-95th percentile of {RANGE_RUNS} runs \

@@ -23,6 +23,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
     titles = ("Updater cost", "Updater cost at depth", "float16 sweep", "Simulator", "Distributed")
+    titles += ("Probe passes per recorded step",)
     for title in titles:
         assert f"## {title}" in text
     assert "retry / skip =" in text and "parameter arrays" in text
@@ -36,3 +37,6 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     # issue 22: cost per update at several depths, slopes, the device path's function count
     assert "| 22 | " in text and "Slope per parameter array" in text
     assert "Convolutional net with BatchNormalization" in text
+    # issue 32: both overflow searches on every shipped model, with the same thresholds
+    assert "| digits_conv_bn | 8 | from the previous threshold |" in text
+    assert "| walk from the scale (old) |" in text and "| yes |" in text

@@ -47,7 +47,8 @@ FORMAT_VERSION = 5
 """Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
 the optional per-layer arrays (version-1 and -2 files load without layers); 4 added
 ``overflow_probed`` and the optional measured flush curve (older files load without them); 5
-added ``finite_scale`` (older files load with it all 0: not known)."""
+added ``finite_scale`` (older files load with it all 0: not known) and the optional forward
+headroom (``forward_peak``, ``forward_where``)."""
 _LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
 
 
@@ -112,6 +113,10 @@ class Trace:
             scale at which probes (or the recorded attempt) saw the step finite; 0 where not
             known. None (the default) means all 0. With ``overflow_scale`` inf it marks a
             censored step ("above ``finite_scale``", module doc).
+        forward_peak: float64 array ``(steps,)`` or None (the default): the largest |value| the
+            float16 forward pass produced, relative to 65504 (inf: inf/NaN; NaN: not measured).
+        forward_where: tuple of ``steps`` str or None: the function that produced it
+            (``<type>#<k>``; BatchNormalization's batch variance is marked). Given together.
     """
 
     counts: np.ndarray
@@ -128,6 +133,8 @@ class Trace:
     flush_scales: np.ndarray | None = None
     flush_shares: np.ndarray | None = None
     finite_scale: np.ndarray | None = None
+    forward_peak: np.ndarray | None = None
+    forward_where: tuple | None = None
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -183,6 +190,31 @@ class Trace:
             shares = self.flush_shares[~np.isnan(self.flush_shares)]
             if ((shares < 0) | (shares > 1)).any():
                 raise ValueError("flush_shares must hold shares in [0, 1] (NaN: not measured)")
+
+        self._check_forward()
+
+    def _check_forward(self) -> None:
+        if (self.forward_peak is None) != (self.forward_where is None):
+            raise ValueError("forward_peak and forward_where must be given together or not at all")
+        if self.forward_peak is None:
+            return
+        self.forward_peak = np.asarray(self.forward_peak, dtype=np.float64)
+        if isinstance(self.forward_where, str):
+            raise TypeError(f"forward_where must be a sequence of str, got {self.forward_where!r}")
+        self.forward_where = tuple(str(w) for w in self.forward_where)
+        shape = (self.steps,)
+        if self.forward_peak.shape != shape or len(self.forward_where) != self.steps:
+            raise ValueError(
+                f"forward_peak and forward_where must both have {self.steps} entries, got "
+                f"{self.forward_peak.shape} and {len(self.forward_where)}"
+            )
+        if (self.forward_peak < 0).any():
+            raise ValueError("forward_peak must hold numbers >= 0 (NaN: not measured)")
+
+    @property
+    def has_forward(self) -> bool:
+        """Whether the trace holds the forward pass's measured headroom."""
+        return self.forward_peak is not None
 
     @property
     def has_flush(self) -> bool:
@@ -257,6 +289,9 @@ class Trace:
         }
         if self.has_flush:
             arrays.update(flush_scales=self.flush_scales, flush_shares=self.flush_shares)
+        if self.has_forward:
+            arrays["forward_peak"] = self.forward_peak
+            arrays["forward_where"] = np.array(self.forward_where, dtype=str)
         if self.has_layers:
             arrays["layer_names"] = np.array(self.layer_names, dtype=str)
             arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
@@ -299,11 +334,14 @@ class Trace:
         )
         kinds.update(layer_zeros="int", layer_absmax="number")
         kinds.update(flush_scales="number", flush_shares="number")
+        kinds.update(forward_peak="number", forward_where="text")
         a = {k: z.array(k, kind) for k, kind in kinds.items() if k in z}
         layers = {n: a[n] for n in _LAYER_FIELDS if n in a}
         if "layer_names" in layers:
             layers["layer_names"] = tuple(str(n) for n in layers["layer_names"].ravel())
-        extra = {n: a[n] for n in ("flush_scales", "flush_shares") if n in a}
+        extra = {n: a[n] for n in ("flush_scales", "flush_shares", "forward_peak") if n in a}
+        if "forward_where" in a:
+            extra["forward_where"] = tuple(str(w) for w in a["forward_where"].ravel())
         probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
         try:
             fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)

@@ -106,6 +106,9 @@ class GradientRecorder:
         probe_from_previous (bool, default True): start each step's overflow search at the
             previous probed step's threshold; False walks outward from the step's own scale
             (the older search: the same thresholds, more passes).
+        forward_headroom (bool, default False): record each recorded step's largest |value|
+            of the float16 forward pass relative to 65504, and the function that produced it
+            (for BatchNormalization, its batch variance; :mod:`updater.driver.forward_peak`).
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
@@ -122,6 +125,7 @@ class GradientRecorder:
         write_every: int | None = None,
         write_seconds: float | None = None,
         probe_from_previous: bool = True,
+        forward_headroom: bool = False,
     ):
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
@@ -129,6 +133,7 @@ class GradientRecorder:
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
         self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
+        self.forward_headroom = check_bool("forward_headroom", forward_headroom)
         self.probe_passes = 0
         self.path = Path(path)
         self.name = name if name is not None else self.path.stem
@@ -172,6 +177,7 @@ class GradientRecorder:
         names: List[str] | None = None,
         flush: tuple | None = None,
         finite_scale: float | None = None,
+        forward_peak: tuple | None = None,
     ) -> None:
         """Add one step.
 
@@ -198,6 +204,9 @@ class GradientRecorder:
             finite_scale (float or None, default None): the largest scale at which the step
                 was seen finite (by probes), >= 0 and below the step's overflow scale; None or
                 0: not known. Finite there with no overflow scale: censored ("above" it).
+            forward_peak (tuple or None, default None): ``(peak, where)``, the forward pass's
+                largest |value| / 65504 (>= 0, inf allowed) and the function (str); None: not
+                measured.
 
         >>> import tempfile
         >>> rec = GradientRecorder(tempfile.mkdtemp() + "/t.npz")
@@ -242,7 +251,13 @@ class GradientRecorder:
                 f"finite_scale must be below the step's overflow scale {over!r}, got "
                 f"{seen_finite!r}"
             )
-        self._rows.append((counts, zeros, absmax, bad, over, layers, flush, seen_finite))
+        if forward_peak is not None:
+            forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
+            if not forward_peak[0] >= 0:
+                raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
+        self._rows.append(
+            (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
+        )
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
         if (every is not None and len(self._rows) >= every) or (
@@ -329,7 +344,7 @@ def _trace_of(
 ) -> Trace:
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
-    counts, zeros, absmax, bad, over, layers, flush, seen_finite = zip(*rows)
+    counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward = zip(*rows)
     per_layer = {}
     if layer_names is not None:  # columns absent from a step stay 0
         shape = (len(rows), len(layer_names))
@@ -342,6 +357,9 @@ def _trace_of(
         empty = np.full_like(measured[0][0], np.nan)
         per_layer["flush_scales"] = np.stack([empty if f is None else f[0] for f in flush])
         per_layer["flush_shares"] = np.stack([empty if f is None else f[1] for f in flush])
+    if any(f is not None for f in forward):
+        per_layer["forward_peak"] = [np.nan if f is None else f[0] for f in forward]
+        per_layer["forward_where"] = tuple("" if f is None else f[1] for f in forward)
     return Trace(
         np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed,
         finite_scale=seen_finite, **per_layer,
