@@ -133,7 +133,7 @@ def record_all(
         n = (QUICK_STEPS if quick else DEFAULT_STEPS[name]) if steps is None else steps
         traces.append(record_model(name, out_dir, steps=n, seed=seed))
         for label, policy in CHECKED_POLICIES.items() if policy_runs else ():
-            run = measure_run(name, policy, label, n, seed=seed)
+            run = measure_run(name, policy, label, n, seed=seed, probe=True)
             path = run.save(run_path(out_dir, name, label))
             runs.append({**run.summary(), "path": str(path)})
     return {"traces": traces, "runs": runs}

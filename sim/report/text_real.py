@@ -14,6 +14,8 @@ from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, markdown_table, with_percents
 
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
+STICKS = {"probed": "the run's probed thresholds", "seen": "the run's own overflows only"}
+"""What a measured safe scale knows of overflows, in words (``MeasuredRun.stick``)."""
 
 
 def _metric_cell(metric: str, value: float) -> str:
@@ -31,13 +33,18 @@ def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
         spread = f"{_metric_cell(m, r['low'])}-{_metric_cell(m, r['high'])}"
         row[f"{m}_p"] = f"{_metric_cell(m, r['predicted'])} ({spread})"
         row[f"{m}_m"] = _metric_cell(m, r["measured"])
+        row["stick"] = STICKS[r["stick"]]
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    columns = ["model", "policy"] + [f"{m}_{k}" for m in metrics for k in "pm"]
-    heads = ["model", "policy"] + [
-        f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
-        for m in metrics
-        for k in "pm"
-    ]
+    columns = ["model", "policy"] + [f"{m}_{k}" for m in metrics for k in "pm"] + ["stick"]
+    heads = (
+        ["model", "policy"]
+        + [
+            f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
+            for m in metrics
+            for k in "pm"
+        ]
+        + ["measured safe scale from"]
+    )
     return markdown_table(list(table.values()), columns, heads)
 
 
@@ -46,14 +53,16 @@ def real_section(data: ReportData) -> str:
         return ""
     preds, config = data.predictions, data.config
     measured = with_percents(
-        [{**r, "small": r["flushed_small"]} for r in data.measured],
+        [{**r, "small": r["flushed_small"], "stick": STICKS[r["stick"]]} for r in data.measured],
         ["accuracy", "flushed", "small"],
     )
     runs_table = markdown_table(
         measured,
-        ["model", "policy", "steps", "skipped", "final_scale", "accuracy", "flushed", "small"],
+        ["model", "policy", "steps", "skipped", "final_scale", "accuracy", "flushed", "small",
+         "stick"],
         ["model", "policy", "steps", "skipped", "final scale", "test accuracy",
-         "flushed (applied steps)", "of which below 2^-24 after scaling"],
+         "flushed (applied steps)", "of which below 2^-24 after scaling",
+         "safe scale from"],
     )  # fmt: skip
     goals = prediction_goals(preds)
     goal_table = markdown_table(
@@ -103,7 +112,12 @@ were then trained again for real, from the same weights and batches, under two o
 overflows more often). At every step of every run a float32 copy of the training graph (same \
 parameters, same batch) computed the true gradients: the measured **flushed** share is the share \
 of the true nonzero values that the float16 backward pass left at exactly zero, and the measured \
-safe scale follows from the true largest |gradient| (`sim.nnabla_studies.real_runs`).
+safe scale follows from the true largest |gradient| and from what the run knows of overflows, \
+its stick (column "safe scale from"): a run that probed its own thresholds as the recording \
+does (`measure_run(..., probe=True)`) uses them; a run without knows only the steps it saw \
+overflow, and its safe scale is too high wherever an overflow is born inside the backward \
+kernels at a scale the run did not use (`sim.nnabla_studies.real_runs`, \
+`sim.replay.measured.MeasuredRun.metrics`).
 
 {runs_table}
 
