@@ -34,7 +34,7 @@ from sim.cli.preflight import (
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
-from sim.replay.run import simulate
+from sim.replay.pool import TracePool, simulate_pooled
 from sim.report.provenance import current_commit
 from sim.report.tables import describe_policy, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
@@ -44,29 +44,42 @@ from updater.common.files import atomic_write_text
 # ---------------------------------------------------------------- subcommands
 
 
+def _one_model(parser, traces, runs):
+    """The trace, or the pool of several recordings of one model (:mod:`sim.replay.pool`)."""
+    names = sorted({t.name for t in traces})
+    if len(names) > 1:
+        parser.error(
+            "--trace given more than once must name recordings of one model (traces of one "
+            f"name), got {', '.join(names)}"
+        )
+    if len(traces) == 1:
+        return traces[0]
+    if runs < len(traces):
+        parser.error(f"--runs must be at least the number of recordings ({len(traces)})")
+    try:
+        return TracePool(traces)
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+
+
 def _cmd_simulate(parser, args) -> int:
     settings = parse_settings(parser, args.policy, args.set)
     policy = build_policy(parser, args.policy, settings)
     if args.plot:
         check_figure(parser, "--plot", args.plot)
-    if args.trace in FAMILIES:
+    specs = args.trace or ["stationary"]
+    if len(specs) == 1 and specs[0] in FAMILIES:
         check_memory(parser, args.steps, args.runs)
-        trace = make_trace(args.trace, steps=args.steps, seed=args.seed)
+        trace = make_trace(specs[0], steps=args.steps, seed=args.seed)
     else:
-        trace = load_trace(parser, args.trace)
+        trace = _one_model(parser, [load_trace(parser, s) for s in specs], args.runs)
         check_memory(parser, trace.steps, args.runs)
     with StageProgress("simulate") as progress:
         progress.start(1)
         progress.stage(f"{args.policy} on {trace.name}: {args.runs} runs x {trace.steps} steps")
-        result = simulate(
-            policy,
-            trace,
-            runs=args.runs,
-            seed=args.seed,
-            jitter=args.jitter,
-            label=args.policy,
-            progress=progress,
-        )
+        result = simulate_pooled(
+            [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
+        )[0]
     summary = result.summary()
     print(f"policy: {describe_policy(args.policy, policy)}")
     print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
@@ -214,10 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trace",
-        default="stationary",
+        action="append",
         help=f"a family ({', '.join(FAMILIES)}), a real model's trace shipped in the package "
         f"({', '.join(MODELS)}) or an .npz trace written by GradientRecorder or Trace.save "
-        "(default stationary)",
+        "(default stationary); repeated, recordings of one model (traces of one name, e.g. "
+        "other batch orders) pooled: the runs are drawn across them",
     )
     common(p)
     p.add_argument(

@@ -9,6 +9,7 @@ from sim.cli.preflight import check_memory, check_output_file, load_trace
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
 from sim.replay.metrics import SHARES, SUMMARY_COLUMNS
+from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import describe_policy, format_value, markdown_table, na_notes, with_percents
 from sim.traces.families import FAMILIES, make_trace
@@ -36,7 +37,12 @@ def run(parser, args) -> int:
             f"--families must be a comma list of {', '.join(FAMILIES)} (or '' with --trace), "
             f"got {args.families!r}"
         )
-    recorded = [load_trace(parser, spec) for spec in args.trace]  # checked before any work
+    try:  # checked before any work; recordings of one model (one name) pool
+        recorded = pool_by_name([load_trace(parser, spec) for spec in args.trace])
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+    if args.runs < max([len(getattr(t, "traces", [t])) for t in recorded], default=1):
+        parser.error("--runs must be at least the number of recordings of one model")
     if args.csv:
         check_output_file(parser, "--csv", args.csv)
     steps = max([args.steps] * bool(families) + [t.steps for t in recorded])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sim.cli.preflight import check_memory, load_trace
 from sim.cli.progress import StageProgress
 from sim.replay.metrics import METRICS
+from sim.replay.pool import pool_by_name
 from sim.replay.tune import TUNED, tune
 from sim.report.tables import format_percent, format_value, markdown_table
 
@@ -39,10 +40,13 @@ def add_parser(sub, common, fmt) -> None:
 
 def run(parser, args) -> int:
     """The ``tune`` subcommand: check, tune, print."""
-    traces = {}
-    for spec in args.trace:
-        trace = load_trace(parser, spec)
-        traces[trace.name if trace.name not in traces else spec] = trace
+    loaded = [load_trace(parser, spec) for spec in args.trace]
+    try:  # recordings of one model (one name) pool: their runs are drawn across them
+        traces = {t.name: t for t in pool_by_name(loaded)}
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+    if args.runs < max(len(getattr(t, "traces", [t])) for t in traces.values()):
+        parser.error("--runs must be at least the number of recordings of one model")
     steps = max(t.steps for t in traces.values())
     check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
     with StageProgress("tune") as progress:

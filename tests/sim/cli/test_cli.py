@@ -221,9 +221,9 @@ def no_work(monkeypatch):
     def work(*args, **kwargs):
         raise AssertionError("the work started before the arguments were checked")
 
-    for name in ("simulate", "make_trace"):
+    for name in ("simulate_pooled", "make_trace"):
         monkeypatch.setattr(f"sim.cli.main.{name}", work)
-    monkeypatch.setattr("sim.replay.sweep.simulate_many", work)
+    monkeypatch.setattr("sim.replay.sweep.simulate_pooled", work)
     monkeypatch.setattr("sim.report.build.build_report", work)
     demo = types.ModuleType("sim.nnabla_studies.demo")
     demo.run_comparison = demo.load_data = work
