@@ -63,7 +63,60 @@ def run(quick: bool = False, steps: Dict[str, int] | None = None) -> Dict:
             for row in rows[-2:]:
                 row["same"] = "yes" if same else "no"
     cost = headroom_cost(2, 1) if quick else headroom_cost()
-    return {"rows": rows, "headroom": cost}
+    return {"rows": rows, "headroom": cost, "replayed": replayed_passes()}
+
+
+class _Scripted:
+    """A recorded step replayed for the search: it overflows from ``limit`` on."""
+
+    rounds_per_attempt = 1
+
+    def __init__(self, limit: float):
+        self.limit = limit
+
+    def with_gradients(self):
+        return []
+
+    def host_grads(self):
+        return []
+
+    def probe(self, scale: float) -> bool:
+        return scale < self.limit
+
+    def save_forward_state(self, slot):
+        return self
+
+    def restore(self):
+        pass
+
+
+def replayed_passes() -> list:
+    """Both searches replayed over the shipped full recordings, without nnabla passes: each
+    step's seed is the recorded run's scale, its real limit the middle of its probed bracket
+    (inf when censored); the passes the searches would have run, per recorded step."""
+    from sim.replay.measured import MeasuredRun, run_path
+    from sim.traces.real import MODELS, SHIPPED_DIR
+    from updater.driver.probes import probe_step
+    from updater.trace import Trace
+
+    rows = []
+    for model in MODELS:
+        trace = Trace.load(SHIPPED_DIR / f"{model}.npz")
+        run = MeasuredRun.load(run_path(SHIPPED_DIR, model, "recorded"))
+        limits = trace.overflow_scale * 0.75  # inside (S/2, S]
+        for label, previous in SEARCHES.items():
+            passes, guess = 0, None
+            for seed, limit, bad in zip(run.scale, limits, trace.nonfinite):
+                if bad:
+                    continue
+                found = probe_step(_Scripted(limit), float(seed), seed < limit, np.inf, True,
+                                   False, (1.0, 2.0**15), guess if previous else None)  # fmt: skip
+                passes += found.passes
+                t = found.threshold
+                guess = t if t < np.inf else (found.finite_scale or None)
+            rows.append({"model": model, "steps": trace.steps, "search": label,
+                         "passes": passes / trace.steps})  # fmt: skip
+    return rows
 
 
 def headroom_cost(steps: int = 10, repeats: int = 3) -> list:
@@ -136,6 +189,16 @@ def markdown(result: Dict) -> str:
         + "; ".join(f"{label} {value:.2f}" for label, value in mean.items())
         + ". Overflow probes only: measuring flushing (`measure_flush=True`) adds 4 passes per "
         "recorded step whatever the search (one float32 pass, three float16 scales).",
+        "",
+        "Both searches replayed over the shipped full recordings (no nnabla pass: each step's "
+        "seed is the recorded run's scale, its limit inside its probed bracket, censored steps "
+        "finite up to 2^15), extra passes per recorded step:",
+        "",
+        markdown_table(
+            result["replayed"],
+            ["model", "steps", "search", "passes"],
+            ["model", "steps", "search", "extra passes per recorded step"],
+        ),
         "",
         "The forward pass's headroom (`forward_headroom=True`: every function's outputs read on "
         "the host, BatchNormalization's batch variance computed), milliseconds per recorded "
