@@ -13,7 +13,14 @@ import platform
 import time
 from pathlib import Path
 
-from benchmarks import bench_comm, bench_depth, bench_fp16, bench_sim, bench_updater
+from benchmarks import (
+    bench_comm,
+    bench_depth,
+    bench_fp16,
+    bench_probes,
+    bench_sim,
+    bench_updater,
+)
 from sim.report.provenance import provenance
 from updater.common.writing import write_text
 
@@ -71,6 +78,11 @@ def main(argv=None) -> None:
             bench_fp16.markdown,
         ),
         ("Simulator policy-steps per second", bench_sim.run, bench_sim.markdown),
+        (
+            "Probe passes per recorded step",
+            lambda: bench_probes.run(args.quick),
+            bench_probes.markdown,
+        ),
         (
             "Distributed step: 1, 2 and 4 MPI ranks",
             lambda: bench_comm.run(blocks=2 if args.quick else 6),

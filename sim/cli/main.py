@@ -39,7 +39,7 @@ from sim.cli.preflight import (
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SUMMARY_COLUMNS
-from sim.replay.run import simulate
+from sim.replay.pool import TracePool, simulate_pooled
 from sim.report.provenance import provenance
 from sim.report.tables import describe_policy, na_notes, summary_table
 from sim.traces.families import FAMILIES
@@ -50,28 +50,42 @@ from updater.policy.presets import names
 # ---------------------------------------------------------------- subcommands
 
 
+def _one_model(parser, traces, runs):
+    """The trace, or the pool of several recordings of one model (:mod:`sim.replay.pool`)."""
+    names = sorted({t.name for t in traces})
+    if len(names) > 1:
+        parser.error(
+            "--trace given more than once must name recordings of one model (traces of one "
+            f"name), got {', '.join(names)}"
+        )
+    if len(traces) == 1:
+        return traces[0]
+    if runs < len(traces):
+        parser.error(f"--runs must be at least the number of recordings ({len(traces)})")
+    try:
+        return TracePool(traces)
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+
+
 def _cmd_simulate(parser, args) -> int:
     settings = parse_settings(parser, args.policy, args.set)
     policy = build_policy(parser, args.policy, settings)
-    inputs = [] if family_name(args.trace) else [trace_file(args.trace)]
+    specs = args.trace or ["stationary"]
+    inputs = [trace_file(s) for s in specs if family_name(s) is None]
     if args.plot is not None:
         check_figure(parser, "--plot", args.plot, args.force, inputs)
-    if family_name(args.trace):
+    if len(specs) == 1 and family_name(specs[0]):
         check_memory(parser, args.steps, args.runs)
-    trace = trace_for(parser, args.trace, args.steps, args.seed)
+    traces = [trace_for(parser, s, args.steps, args.seed) for s in specs]
+    trace = _one_model(parser, traces, args.runs)
     check_memory(parser, trace.steps, args.runs)
     with StageProgress("simulate", quiet=args.verbosity < 0) as progress:
         progress.start(1)
         progress.stage(f"{args.policy} on {trace.name}: {args.runs} runs x {trace.steps} steps")
-        result = simulate(
-            policy,
-            trace,
-            runs=args.runs,
-            seed=args.seed,
-            jitter=args.jitter,
-            label=args.policy,
-            progress=progress,
-        )
+        result = simulate_pooled(
+            [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
+        )[0]
     summary = result.summary()
     print(f"policy: {describe_policy(args.policy, policy)}")
     print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
@@ -224,10 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trace",
-        default="stationary",
+        action="append",
         help=f"a family ({', '.join(FAMILIES)}), a real model's trace shipped in the package "
         f"({', '.join(MODELS)}) or an .npz trace written by GradientRecorder or Trace.save "
-        "(default stationary)",
+        "(default stationary); repeated, recordings of one model (traces of one name, e.g. "
+        "other batch orders) pooled: the runs are drawn across them",
     )
     common(p)
     p.add_argument(

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 from sim.cli.names import did_you_mean, match_name
+from sim.replay.headroom import forward_headroom_warning
 from sim.replay.run import MAX_JITTER, memory_estimate
 from sim.traces.families import FAMILIES, Trace, make_trace
 from sim.traces.real import MODELS, shipped_trace
@@ -80,7 +82,7 @@ def load_trace(parser, spec: str) -> Trace:
     if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
         parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")
     try:
-        return Trace.load(path)
+        trace = Trace.load(path)
     except FileNotFoundError:
         parser.error(f"--trace {spec}: trace file not found")
     except IsADirectoryError:
@@ -90,6 +92,10 @@ def load_trace(parser, spec: str) -> Trace:
     except ValueError as e:  # the loader names the file; the option already does
         problem = str(e).replace(f"gradient trace {path}: ", "", 1)
         parser.error(f"--trace {spec}: {problem} ({TRACE_HINT})")
+    warning = forward_headroom_warning(trace)
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
+    return trace
 
 
 # ---------------------------------------------------------------- output paths

@@ -11,6 +11,7 @@ from sim.cli.preflight import check_memory, check_output_file, family_name, trac
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
 from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
+from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import describe_policy, format_value, na_notes, summary_table
 from sim.traces.families import FAMILIES, make_trace
@@ -36,7 +37,12 @@ def run(parser, args) -> int:
     families = [resolve(parser, "--families", f, list(FAMILIES), "family") for f in given]
     if not (families or args.trace):
         parser.error(f"--families must name at least one of {', '.join(FAMILIES)} without --trace")
-    recorded = [trace_for(parser, s, args.steps, args.seed) for s in args.trace]  # before work
+    try:  # checked before any work; recordings of one model (one name) pool
+        recorded = pool_by_name([trace_for(parser, s, args.steps, args.seed) for s in args.trace])
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+    if args.runs < max([len(getattr(t, "traces", [t])) for t in recorded], default=1):
+        parser.error("--runs must be at least the number of recordings of one model")
     inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
     if args.csv is not None:
         check_output_file(parser, "--csv", args.csv, args.force, inputs)

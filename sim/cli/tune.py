@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sim.cli.preflight import check_memory, family_name, trace_for
 from sim.cli.progress import StageProgress
+from sim.replay.pool import pool_by_name
 from sim.replay.tune import TUNED, tune
 from sim.report.tables import summary_table
 
@@ -41,10 +42,13 @@ def run(parser, args) -> int:
     """The ``tune`` subcommand: check, tune, print."""
     if any(family_name(spec) for spec in args.trace):
         check_memory(parser, args.steps, args.runs, len(TUNED[args.policy][1]) * 8)
-    traces = {}
-    for spec in args.trace:
-        trace = trace_for(parser, spec, args.steps, args.seed)
-        traces[trace.name if trace.name not in traces else spec] = trace
+    loaded = [trace_for(parser, spec, args.steps, args.seed) for spec in args.trace]
+    try:  # recordings of one model (one name) pool: their runs are drawn across them
+        traces = {t.name: t for t in pool_by_name(loaded)}
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+    if args.runs < max(len(getattr(t, "traces", [t])) for t in traces.values()):
+        parser.error("--runs must be at least the number of recordings of one model")
     steps = max(t.steps for t in traces.values())
     check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
     with StageProgress("tune", quiet=args.verbosity < 0) as progress:

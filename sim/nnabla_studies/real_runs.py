@@ -16,7 +16,9 @@ forward pass moves (BatchNormalization) are put back after it.
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -31,11 +33,14 @@ def _host_copies(params) -> list:
 
 
 def measure_run(
-    name: str, policy, label: str, steps: int, seed: int = 0, recorder=None
+    name: str, policy, label: str, steps: int, seed: int = 0, recorder=None, probe: bool = False
 ) -> MeasuredRun:
     """Train model ``name`` for ``steps`` steps in ``cpu:half`` under ``policy``, measuring every
     step against the float32 shadow (module doc). Same seed, same weights and batches whatever
-    the policy; ``recorder`` (a GradientRecorder or None) is handed to the updater.
+    the policy; ``recorder`` (a GradientRecorder or None) is handed to the updater. With
+    ``probe`` (and no recorder) a recorder probes every step's overflow threshold, which the
+    run keeps (``MeasuredRun.overflow_scale``); a recorder that probes every step gives its
+    thresholds too.
     """
     import nnabla as nn
 
@@ -51,6 +56,12 @@ def measure_run(
     flushed = np.zeros(steps)
     flushed_small = np.zeros(steps)
     loss = np.empty(steps)
+    folder = None
+    if probe and recorder is None:
+        from updater import GradientRecorder
+
+        folder = tempfile.TemporaryDirectory()
+        recorder = GradientRecorder(Path(folder.name) / "probes.npz", probe_overflow=True)
     with half_model(name, seed) as model:
         solver, feed = model["solver"], model["feed"]
         with nn.context_scope(get_context("cpu:float")):
@@ -82,7 +93,14 @@ def measure_run(
             loss[i] = float(model["loss"].d)
         seconds = time.perf_counter() - start
         accuracy = model["evaluate"]()
+    probed = {}
+    if recorder is not None and recorder.probe_overflow and recorder.every == 1:
+        trace = recorder.trace()
+        probed = dict(overflow_scale=trace.overflow_scale, finite_scale=trace.finite_scale)
+    if folder is not None:
+        recorder.close()
+        folder.cleanup()
     return MeasuredRun(
         name, label, policy, scale, applied, loss_finite, absmax, flushed, flushed_small, loss,
-        accuracy, seconds, f"{model['data']}; {model['arch']}",
+        accuracy, seconds, f"{model['data']}; {model['arch']}", **probed,
     )  # fmt: skip

@@ -50,6 +50,7 @@ def record_model(
     steps: int | None = None,
     every: int = 1,
     seed: int = 0,
+    recorder_options: Dict | None = None,
 ) -> Dict:
     """Train model ``name`` in ``cpu:half`` under ``DynamicScale()`` with a per-parameter
     :class:`updater.GradientRecorder`, measured like the checked runs
@@ -63,10 +64,13 @@ def record_model(
         every (int, default 1): record every k-th step (the report's predictions need every
             step).
         seed (int, default 0): seed of weights, data and batch order.
+        recorder_options (dict or None, default None): :class:`updater.GradientRecorder`
+            arguments that replace the defaults (per-parameter histograms, overflow probes
+            searching from the previous threshold, flushing measured).
 
     Returns:
         dict: a table row (model, steps, recorded, params, final loss, accuracy, skipped, final
-        scale, seconds, path, bytes, about).
+        scale, seconds, path, bytes, about, probe passes per recorded step).
     """
     from updater import GradientRecorder
     from updater.policy import DynamicScale
@@ -78,7 +82,10 @@ def record_model(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.npz"
-    options = dict(per_parameter=True, probe_overflow=True, measure_flush=True)
+    options = dict(
+        per_parameter=True, probe_overflow=True, measure_flush=True, forward_headroom=True
+    )
+    options.update(recorder_options or {})
     with GradientRecorder(path, every=every, name=name, **options) as recorder:
         run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)
     run.save(run_path(out_dir, name, RECORDED))
@@ -126,7 +133,7 @@ def record_all(
         n = (QUICK_STEPS if quick else DEFAULT_STEPS[name]) if steps is None else steps
         traces.append(record_model(name, out_dir, steps=n, seed=seed))
         for label, policy in CHECKED_POLICIES.items() if policy_runs else ():
-            run = measure_run(name, policy, label, n, seed=seed)
+            run = measure_run(name, policy, label, n, seed=seed, probe=True)
             path = run.save(run_path(out_dir, name, label))
             runs.append({**run.summary(), "path": str(path)})
     return {"traces": traces, "runs": runs}

@@ -57,6 +57,10 @@ class MeasuredRun:
         accuracy (float): test accuracy at the end.
         seconds (float): training time (shadow passes included).
         about (str): the data and the model, in words.
+        overflow_scale, finite_scale (float64 arrays (steps,) or None, the default): the run's
+            own per-step overflow thresholds and the largest scales seen finite, probed as a
+            recording's are (``GradientRecorder(probe_overflow=True)``; inf / 0: none); None
+            for a run that did not probe them.
     """
 
     model: str
@@ -72,6 +76,14 @@ class MeasuredRun:
     accuracy: float
     seconds: float
     about: str = ""
+    overflow_scale: np.ndarray | None = None
+    finite_scale: np.ndarray | None = None
+
+    @property
+    def stick(self) -> str:
+        """What the measured safe scale knows of overflows (:meth:`metrics`): ``"probed"`` (the
+        run's own probed thresholds) or ``"seen"`` (only the steps the run saw overflow)."""
+        return "seen" if self.overflow_scale is None else "probed"
 
     @property
     def steps(self) -> int:
@@ -101,20 +113,27 @@ class MeasuredRun:
             "overflows": int(overflow.sum()),
             "overflows_inside": int((overflow & (self.absmax * self.scale < FP16_OVERFLOW)).sum()),
             "below_max_scale": float(np.mean(self.scale < cap)) if cap else math.nan,
+            "stick": self.stick,
         }
 
     def metrics(self, flushed: np.ndarray | None = None) -> Dict[str, float]:
         """The simulator's per-run metrics (:func:`sim.replay.metrics.run_metrics`) of this run.
 
         The safe scale of a step follows :func:`sim.replay.result.safe_scales`: from the true
-        largest |gradient|, below the scale of a step that overflowed, capped at the policy's
-        ``max_scale``. ``flushed`` (default :attr:`flushed`) is the per-step flushed share used.
+        largest |gradient|, capped at the policy's ``max_scale``, and below the step's probed
+        overflow threshold (at least its probed finite scale) when the run probed them
+        (:attr:`stick` ``"probed"``), else below the scale of a step that overflowed (``"seen"``:
+        blind to the overflows born inside the backward pass at scales the run did not use).
+        ``flushed`` (default :attr:`flushed`) is the per-step flushed share used.
         """
         flushed = self.flushed if flushed is None else flushed
         skipped = ~self.applied
         overflow = skipped & self.loss_finite
-        over_from = np.where(overflow, self.scale, np.inf)
-        safe = safe_scales(self.absmax, over_from, getattr(self.policy, "max_scale", None))
+        cap = getattr(self.policy, "max_scale", None)
+        if self.stick == "probed":
+            safe = safe_scales(self.absmax, self.overflow_scale, cap, self.finite_scale)
+        else:
+            safe = safe_scales(self.absmax, np.where(overflow, self.scale, np.inf), cap)
         columns = [a[:, None] for a in (self.scale, overflow, skipped, safe, flushed)]
         m = run_metrics(*columns, ~self.loss_finite)
         return {k: float(v[0]) for k, v in m.items()}
@@ -131,6 +150,8 @@ class MeasuredRun:
             "seconds": self.seconds,
             "about": self.about,
         }
+        if self.stick == "probed":
+            arrays.update(overflow_scale=self.overflow_scale, finite_scale=self.finite_scale)
         return write_file(path, lambda f: write_npz(f, arrays, compress=True), overwrite)
 
     @classmethod
@@ -153,18 +174,25 @@ class MeasuredRun:
             policy = policy_from_dict(z.json("policy"))
         except (KeyError, TypeError, ValueError) as e:
             raise z.error(f"array 'policy' does not describe a policy ({e})") from None
+        probed = {n: z.array(n, "number").astype(np.float64) for n in _PROBED if n in z}
+        if probed and (
+            len(probed) == 1 or any(a.shape != lengths["scale"] for a in probed.values())
+        ):
+            raise z.error(f"{' and '.join(_PROBED)} must both be there, of the steps' length")
         return cls(
             **{n: z.scalar(n, "text") for n in _TEXT},
             policy=policy,
             **{n: a.astype(bool if n in _FLAGS else np.float64) for n, a in per_step.items()},
             accuracy=float(z.scalar("accuracy", "number")),
             seconds=float(z.scalar("seconds", "number")),
+            **probed,
         )
 
 
 _TEXT = ("model", "label", "about")
 _PER_STEP = ("scale", "applied", "loss_finite", "absmax", "flushed", "flushed_small", "loss")
 _FLAGS = ("applied", "loss_finite")
+_PROBED = ("overflow_scale", "finite_scale")
 
 
 def run_path(out_dir: Union[str, Path], model: str, label: str) -> Path:

@@ -39,9 +39,10 @@ def prediction_rows(
     Returns:
         list of dict: ``model``, ``policy``, ``metric``, ``predicted`` (exact replay), ``low``
         and ``high`` (5th and 95th percentile of the jittered runs), ``measured``, ``error``
-        (predicted - measured); the ``skipped`` rows also list the steps skipped in both, in the
-        measured run only and in the exact replay only (``skipped_both``,
-        ``skipped_measured_only``, ``skipped_predicted_only``).
+        (predicted - measured), ``stick`` (what the measured safe scale knows of overflows:
+        :attr:`sim.replay.measured.MeasuredRun.stick`); the ``skipped`` rows also list the
+        steps skipped in both, in the measured run only and in the exact replay only
+        (``skipped_both``, ``skipped_measured_only``, ``skipped_predicted_only``).
 
     Raises:
         ValueError: a measured run is missing or its step count differs from the trace's.
@@ -83,6 +84,7 @@ def prediction_rows(
                         "high": float(high),
                         "measured": measured[metric],
                         "error": predicted - measured[metric],
+                        "stick": run.stick,
                         **(steps if metric == "skipped" else {}),
                     }
                 )

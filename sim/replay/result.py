@@ -74,25 +74,44 @@ def _largest_power_of_two_below(limit) -> np.ndarray:
         return np.exp2(np.ceil(np.log2(limit)) - 1.0)
 
 
-def safe_scales(absmax, overflow_from=None, max_scale=None) -> np.ndarray:
+def overflow_limits(trace, factor) -> tuple:
+    """The recorded part of the replay's overflow rule (:mod:`sim.replay.run`): ``(limit,
+    floor)``. ``limit`` (float64 ``(steps, columns of factor)``, or None when the trace records
+    no threshold): the loss scale from which a step overflows, its threshold divided by the
+    jitter factor, inf where none was recorded. A probed threshold ``S`` only says the real
+    limit lies in ``(S/2, S]`` (the probes step by powers of two), so its limit is the
+    bracket's geometric middle ``S / sqrt(2)``: the same verdict at every power-of-two scale
+    without jitter, and the jittered replay converges to it as the jitter goes to 0. ``floor``
+    (float64 ``(steps, 1)``): the trace's ``finite_scale``; at or below it a step never
+    overflows (0: not known)."""
+    floor = trace.finite_scale[:, None]
+    over = trace.overflow_scale
+    if not np.isfinite(over).any():
+        return None, floor
+    middle = over / np.sqrt(2.0) if trace.overflow_probed else over
+    return middle[:, None] / factor, floor
+
+
+def safe_scales(absmax, overflow_from=None, max_scale=None, floor=None) -> np.ndarray:
     """The largest safe scale of each step: the largest power of two ``s`` with
-    ``s * absmax <= 65504``, strictly below ``overflow_from`` (the scale from which the step was
-    seen to overflow; inf or None where it never was) and at most ``max_scale`` (None: no cap).
-    Arguments broadcast together; the result is float64."""
+    ``s * absmax <= 65504``, strictly below ``overflow_from`` (the scale from which the step
+    overflows; inf or None where it never does), at least ``floor`` (a scale the step was seen
+    finite at; None: not known) and at most ``max_scale`` (None: no cap). Arguments broadcast
+    together; the result is float64."""
     safe = largest_safe_scale(absmax)
     if overflow_from is not None:
         safe = np.minimum(safe, _largest_power_of_two_below(overflow_from))
+    if floor is not None:
+        safe = np.maximum(safe, floor)
     return safe if max_scale is None else np.minimum(safe, max_scale)
 
 
 def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
     scale = scale_all[:-1]
     skipped = overflow | trace.nonfinite[:, None]
-    over = (
-        trace.overflow_scale[:, None] / factor if np.isfinite(trace.overflow_scale).any() else None
-    )
+    over, floor = overflow_limits(trace, factor)
     cap = getattr(policy, "max_scale", None)
-    safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap)
+    safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap, floor)
     flushed = replay_flushed_share(trace, scale * factor)
     metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
     metrics["final_scale"] = scale_all[-1].copy()

@@ -6,9 +6,12 @@ call advances K runs together: the policy's state holds arrays of shape ``(K,)``
 Step rule (what the real updater sees). At step ``t`` run ``r`` uses the scale ``s`` held in its
 state. The step's gradients, scaled, have largest magnitude ``a = absmax[t] * f[t, r] * s``,
 where ``f`` is the run's jitter factor (below). The step overflows iff ``a >= 65520`` (the
-float16 cast rounds 65520 and above to inf) or ``s >= overflow_scale[t] / f[t, r]`` (the trace
-recorded the step overflowing at ``overflow_scale[t]``; with a power-of-two scale, scaling is
-exact, so a step that overflows at one scale overflows at every larger one). It is skipped iff
+float16 cast rounds 65520 and above to inf) or ``s >= L[t] / f[t, r]`` (the trace recorded the
+step overflowing at ``overflow_scale[t]``; with a power-of-two scale, scaling is exact, so a step
+that overflows at one scale overflows at every larger one; ``L`` is that threshold, or for a
+probed trace the middle of its bracket, :func:`sim.replay.result.overflow_limits`), and
+``s > finite_scale[t]`` (a step seen finite at a scale never overflows at or below it, jitter or
+not: a censored step, finite at the highest probed scale, stays finite up to it). It is skipped iff
 it overflows or the trace marks it non-finite (a bad batch: a non-finite loss or input,
 whatever the scale). The policy is then advanced with ``grads_finite = not skipped`` and
 ``grad_absmax = a`` (the largest scaled gradient, as the updater measures it before
@@ -44,7 +47,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from sim.replay.result import RunResult, policy_label, run_result
+from sim.replay.result import RunResult, overflow_limits, policy_label, run_result
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
 from updater.policy.presets import as_policy
@@ -156,11 +159,14 @@ def simulate(
 
 
 def _overflow_limits(trace: Trace, factor: np.ndarray) -> list:
-    """Per step: None (no recorded overflow) or the loss scales from which the step overflows,
-    ``overflow_scale[t] / f[t]`` (one per column of ``factor``)."""
+    """Per step: None (nothing recorded) or ``(limit, floor)``: the loss scales from which the
+    step overflows (one per column of ``factor``; inf: none) and the scale at or below which it
+    never does (:func:`sim.replay.result.overflow_limits`)."""
+    limit, floor = overflow_limits(trace, factor)
     limits: list = [None] * trace.steps
-    for t in np.flatnonzero(np.isfinite(trace.overflow_scale)):
-        limits[t] = trace.overflow_scale[t] / factor[t]
+    inf = np.full(factor.shape[1], np.inf)
+    for t in np.flatnonzero((trace.finite_scale > 0) | np.isfinite(trace.overflow_scale)):
+        limits[t] = (inf if limit is None else limit[t], float(floor[t, 0]))
     return limits
 
 
@@ -170,8 +176,9 @@ def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
     Args:
         scaled_absmax: ``a``, the largest scaled gradient magnitude.
         scale: the loss scale ``s``.
-        limit: None, or the loss scale from which the step overflows (recorded threshold
-            divided by the jitter factor).
+        limit: None, or ``(limit, floor)``: the loss scale from which the step overflows
+            (recorded threshold divided by the jitter factor) and the scale at or below which
+            it never does (0: not known).
         bad (bool): the trace marks the step a bad batch.
         out (bool array, optional): where to write the overflow flags.
 
@@ -180,7 +187,9 @@ def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
     """
     ovf = np.greater_equal(scaled_absmax, FP16_OVERFLOW, out=out)
     if limit is not None:
-        ovf = np.logical_or(ovf, np.greater_equal(scale, limit), out=out)
+        ovf = np.logical_or(ovf, np.greater_equal(scale, limit[0]), out=out)
+        if limit[1] > 0:
+            ovf = np.logical_and(ovf, np.greater(scale, limit[1]), out=out)
     return ovf, (np.zeros_like(ovf) if bad else np.logical_not(ovf))
 
 
@@ -277,7 +286,7 @@ def simulate_many(
         stacked = stack_policies([policies[i] for i in members], runs)
         n = len(members)
         desc = "+".join(labels[i] for i in members)
-        tiled = [None if lim is None else _tile_runs(lim, n) for lim in limits]
+        tiled = [None if lim is None else (_tile_runs(lim[0], n), lim[1]) for lim in limits]
         scale, overflow = _advance(
             stacked, trace, _tile_runs(absmax, n), tiled, n * runs, progress, desc
         )
@@ -317,7 +326,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
             s = float(state.scale)
             scale[t, r] = s
             a = float(absmax[t, r]) * s
-            limit = None if limits[t] is None else float(limits[t][r])
+            limit = None if limits[t] is None else (float(limits[t][0][r]), limits[t][1])
             ovf, finite = _step_outcome(a, s, limit, bool(trace.nonfinite[t]))
             overflow[t, r] = ovf
             absmax_t = a if policy.needs_grad_absmax else None
@@ -337,10 +346,11 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
     family is drawn) and the per-step tables of the underflow model. Per step and run, 48 bytes
     (jitter factors, scales, flags, underflow shares and their temporaries) plus 32 bytes per
     policy advancing together (the stacked states and every policy's kept trajectories). Per
-    run and policy, 64 bytes whatever the steps (the final states and per-run summaries).
-    Measured as the peak resident memory of ``dls simulate`` less that of a one-run, one-step
-    command: tests/sim/cli/test_cli.py checks it against both that and tracemalloc's peak
-    (``dls simulate --steps 1 --runs 20000000`` peaked at 2726 MiB, this says 2747 MiB).
+    run and policy, 120 bytes whatever the steps (the final states, the per-run overflow limits
+    and summaries). Measured as the peak resident memory of ``dls simulate`` less that of a
+    one-run, one-step command: tests/sim/cli/test_cli.py checks it against both that and
+    tracemalloc's peak (``--steps 1 --runs 1000000`` peaked at 192 MiB, this says 191 MiB;
+    ``--steps 1000 --runs 2000`` at 172 MiB, this says 160 MiB).
 
     Args:
         steps (int, >= 1): steps of the trace.
@@ -348,6 +358,6 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
         policies (int, default 1): policies advancing together.
 
     >>> memory_estimate(10000, 64)
-    121204096
+    121207680
     """
-    return steps * (7000 + 48 * runs + 32 * policies * runs) + 64 * runs * policies
+    return steps * (7000 + 48 * runs + 32 * policies * runs) + 120 * runs * policies

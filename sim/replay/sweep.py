@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
-from sim.replay.run import simulate_many
+from sim.replay.pool import simulate_pooled
 from updater.trace import Trace
 
 
@@ -47,7 +47,8 @@ def run_sweep(
     Args:
         policies (sequence of policies): one per grid point.
         points (sequence of dicts): the swept settings of each policy (from :func:`grid_points`).
-        traces (iterable of Trace): the traces, each run in turn.
+        traces (iterable of Trace or TracePool): the traces, each run in turn; a
+            :class:`sim.replay.pool.TracePool` draws its runs across its recordings.
         runs (int), seed (int), jitter (float): as in :func:`sim.replay.run.simulate_many`.
         progress (optional): as in :func:`sim.replay.run.simulate_many`; a stage reporter (with
             ``stage(name)``) is told one stage per trace.
@@ -69,7 +70,7 @@ def run_sweep(
         if tell is not None:
             what = dict(trace=trace.name, settings=len(policies), runs=runs, jitter=jitter)
             tell(stage.format(steps=trace.steps, **what))
-        results = simulate_many(
+        results = simulate_pooled(
             policies,
             trace,
             runs=runs,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Union
 
+from sim.replay.headroom import forward_headroom_line
 from sim.replay.layers import layer_needs
 from sim.replay.selection import choose, choose_defaults
 from sim.report.experiments import (
@@ -98,6 +99,7 @@ def build_report(
         predictions=predictions(config, real),
         measured=measured_rows(config, real),
         layers={name: layer_needs(t) for name, t in real.items()},
+        forward={name: forward_headroom_line(t) for name, t in real.items()},
         **sweeps,
     )
     tell(progress, "stage", "exact float16 counts on SSD samples; README.md")

@@ -105,6 +105,8 @@ class ReportData:
         measured (list of dict): one row per measured real run (:func:`measured_rows`).
         layers (dict model -> list of dict): :func:`sim.replay.layers.layer_needs` of each real
         trace.
+        forward (dict model -> str): :func:`sim.replay.headroom.forward_headroom_line` of each
+            real trace.
     """
 
     config: ReportConfig
@@ -120,6 +122,7 @@ class ReportData:
     predictions: List[Dict[str, Any]] = field(default_factory=list)
     measured: List[Dict[str, Any]] = field(default_factory=list)
     layers: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
+    forward: Dict[str, str] = field(default_factory=dict)
 
     @property
     def family_names(self) -> List[str]:

@@ -14,6 +14,8 @@ from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, markdown_table, with_percents
 
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
+STICKS = {"probed": "the run's probed thresholds", "seen": "the run's own overflows only"}
+"""What a measured safe scale knows of overflows, in words (``MeasuredRun.stick``)."""
 
 
 def _metric_cell(metric: str, value: float) -> str:
@@ -31,13 +33,18 @@ def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
         spread = f"{_metric_cell(m, r['low'])}-{_metric_cell(m, r['high'])}"
         row[f"{m}_p"] = f"{_metric_cell(m, r['predicted'])} ({spread})"
         row[f"{m}_m"] = _metric_cell(m, r["measured"])
+        row["stick"] = STICKS[r["stick"]]
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    columns = ["model", "policy"] + [f"{m}_{k}" for m in metrics for k in "pm"]
-    heads = ["model", "policy"] + [
-        f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
-        for m in metrics
-        for k in "pm"
-    ]
+    columns = ["model", "policy"] + [f"{m}_{k}" for m in metrics for k in "pm"] + ["stick"]
+    heads = (
+        ["model", "policy"]
+        + [
+            f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
+            for m in metrics
+            for k in "pm"
+        ]
+        + ["measured safe scale from"]
+    )
     return markdown_table(list(table.values()), columns, heads)
 
 
@@ -46,14 +53,16 @@ def real_section(data: ReportData) -> str:
         return ""
     preds, config = data.predictions, data.config
     measured = with_percents(
-        [{**r, "small": r["flushed_small"]} for r in data.measured],
+        [{**r, "small": r["flushed_small"], "stick": STICKS[r["stick"]]} for r in data.measured],
         ["accuracy", "flushed", "small"],
     )
     runs_table = markdown_table(
         measured,
-        ["model", "policy", "steps", "skipped", "final_scale", "accuracy", "flushed", "small"],
+        ["model", "policy", "steps", "skipped", "final_scale", "accuracy", "flushed", "small",
+         "stick"],
         ["model", "policy", "steps", "skipped", "final scale", "test accuracy",
-         "flushed (applied steps)", "of which below 2^-24 after scaling"],
+         "flushed (applied steps)", "of which below 2^-24 after scaling",
+         "safe scale from"],
     )  # fmt: skip
     goals = prediction_goals(preds)
     goal_table = markdown_table(
@@ -77,6 +86,7 @@ def real_section(data: ReportData) -> str:
     blind = ", ".join(f"{r['model']} {pct(r['flushed'])}" for r in recorded)
     models = ", ".join(f"`{m}`" for m in data.real)
     count = NUMBERS.get(len(data.real), str(len(data.real))).capitalize()
+    forward = "\n".join(f"- {line}" for line in data.forward.values())
     return f"""\
 ## Real models: predictions checked against real runs
 
@@ -86,9 +96,13 @@ def real_section(data: ReportData) -> str:
 shipped in the package in `sim/traces/data`, written by `python -m \
 sim.nnabla_studies.real_traces`, fixed seeds; see \
 [sim/traces/data/README.md](../sim/traces/data/README.md)). On each recorded step the recorder \
-**probed the overflow threshold** (the step's forward and backward again at the next powers of \
-two, up to 2^15, or down after an overflow: the smallest scale at which its real backward pass \
-overflows, overflows born inside the backward kernels included) and **measured flushing** (the \
+**probed the overflow threshold** (the step's forward and backward again at other powers of \
+two within the policy's bounds, from the previous step's threshold until the threshold is \
+bracketed: the smallest scale at which its real backward pass overflows, overflows born inside \
+the backward kernels included; a step still finite at 2^15 is stored as "above 2^15" and never \
+overflows at or below it in the replay; a probed threshold S replays at S/sqrt(2), the middle of \
+its bracket (S/2, S], so the jittered spread converges to the exact replay) and **measured \
+flushing** (the \
 share of the true nonzero gradient values, from a float32 copy of the graph, that float16 left at \
 zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is left exactly as without \
 the probes (`updater.driver.probes`). The simulator replays those measurements. The same models \
@@ -98,9 +112,20 @@ were then trained again for real, from the same weights and batches, under two o
 overflows more often). At every step of every run a float32 copy of the training graph (same \
 parameters, same batch) computed the true gradients: the measured **flushed** share is the share \
 of the true nonzero values that the float16 backward pass left at exactly zero, and the measured \
-safe scale follows from the true largest |gradient| (`sim.nnabla_studies.real_runs`).
+safe scale follows from the true largest |gradient| and from what the run knows of overflows, \
+its stick (column "safe scale from"): a run that probed its own thresholds as the recording \
+does (`measure_run(..., probe=True)`) uses them; a run without knows only the steps it saw \
+overflow, and its safe scale is too high wherever an overflow is born inside the backward \
+kernels at a scale the run did not use (`sim.nnabla_studies.real_runs`, \
+`sim.replay.measured.MeasuredRun.metrics`).
 
 {runs_table}
+
+The float16 forward pass's headroom (the largest |value| a function produced, relative to \
+65504; for BatchNormalization its batch variance, which feeds the running variance; \
+`GradientRecorder(forward_headroom=True)`): no loss scale causes or cures an overflow there.
+
+{forward}
 
 From each recorded trace the simulator predicts what the other policies will do: the trace \
 replayed exactly (jitter 0), and in parentheses the 5th-95th percentile of {RANGE_RUNS} runs \

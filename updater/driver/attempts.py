@@ -32,6 +32,7 @@ import nnabla as nn
 import numpy as np
 
 from ..policy import ScaleState
+from .forward_peak import ForwardPeak
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 
@@ -86,6 +87,8 @@ class Attempts:
         self.recorder = recorder
         self._policy = None  # the policy of the iteration running (for probe bounds)
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
+        self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
+        self._forward_peak = ForwardPeak()  # for a recorder measuring the forward's headroom
 
     def seed(self, scale, policy) -> float:
         """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
@@ -132,13 +135,17 @@ class Attempts:
         self._policy = policy
         rounds, work = self.rounds, self.work
         keep = self._replays(step)
+        rec = self.recorder
+        peak = self._forward_peak
+        hook = peak if rec is not None and rec.forward_headroom and rec.wants(step) else None
         attempts, overflow_scale, moved = 0, None, None
         before = self.forward_state.save("before") if self.restore_on_skip else None
         try:
             while True:
                 attempts += 1
                 seed = self.seed(state.scale, policy)
-                loss_finite = rounds.run(seed, replay=attempts > 1, keep=keep)
+                peak.reset()  # the recorded attempt is the last
+                loss_finite = rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 work.all_reduce()
                 found = self._inspect(1.0 / seed if fuse else None, fuse and need_sumsq)
                 arrays, finite, absmax, bad = found[:4]
@@ -176,7 +183,8 @@ class Attempts:
                 before.restore()
             raise
         if self.recorder is not None and self.recorder.wants(step):
-            self._record(step, arrays, seed, finite, not bad_batch, overflow_scale)
+            forward = (peak.peak, peak.where) if hook is not None else None
+            self._record(step, arrays, seed, finite, not bad_batch, overflow_scale, forward)
         if applied and not loss_finite:
             self._count_nonfinite_loss(step)
         if before is not None and not applied:  # a skipped step leaves the model as it was
@@ -203,22 +211,26 @@ class Attempts:
                 step,
             )
 
-    def _record(self, step, arrays, seed, finite, good_batch, overflow_scale) -> None:
+    def _record(self, step, arrays, seed, finite, good_batch, overflow_scale, forward) -> None:
         """Hand the recorded attempt to the recorder, probing its overflow threshold first when
         the recorder asks for it (:mod:`updater.driver.probes`) and the batch was not bad."""
         rec = self.recorder
         over = seed if not finite and good_batch else overflow_scale
-        grads, scale, flush = arrays, seed, None
+        grads, scale, flush, finite_scale = arrays, seed, None, None
         if (rec.probe_overflow or rec.measure_flush) and good_batch:
             known = math.inf if over is None else over
             bounds = probe_bounds(self._policy, self.seed_type)
+            guess = self._probe_guess if rec.probe_from_previous else None
             found = probe_step(
-                self, seed, finite, known, rec.probe_overflow, rec.measure_flush, bounds
+                self, seed, finite, known, rec.probe_overflow, rec.measure_flush, bounds, guess
             )
             rec.probe_passes += found.passes
+            if rec.probe_overflow:  # a censored step's guess: the scale it was finite at
+                t = found.threshold
+                self._probe_guess = t if t < math.inf else (found.finite_scale or None)
             grads, flush = None, found.flush  # host views taken before may be stale
             if rec.probe_overflow:
-                over = found.threshold
+                over, finite_scale = found.threshold, found.finite_scale
             if found.finite_grads is not None:
                 grads, scale = found.finite_grads, found.finite_seed
         rec.record(
@@ -229,6 +241,8 @@ class Attempts:
             overflow_scale=over,
             names=list(self.params()),
             flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+            finite_scale=finite_scale,
+            forward_peak=forward,
         )
 
     # ------------------------------------------ what the probes use (updater.driver.probes.Rerun)

@@ -6,14 +6,17 @@ zero at several scales, against a float32 computation of the same step
 
 No gradient in a trace shows an overflow born inside a float16 backward kernel (e.g. the running
 sums of BatchNormalization's backward) while every stored gradient times the scale stays below
-65520; re-running the step at other scales does. From the recorded attempt's seed ``s``:
-
-- finite at ``s``: probes at ``2s, 4s, ...`` up to the policy's ``max_scale`` (and the largest
-  power of two the seed's precision holds, 2**15 for a float16 seed); the first that overflows is
-  the step's threshold (inf when none does: the simulator's gradient-size rule decides above);
-- overflowed at ``s`` (with a finite loss): probes at ``s/2, s/4, ...`` down to the policy's
-  ``min_scale``; the threshold is the smallest that overflowed, and the first finite probe's
-  gradients are recorded instead of the overflowed attempt's partial ones.
+65520; re-running the step at other scales does. The search probes powers of two of the
+recorded attempt's seed ``s`` within the policy's ``[min_scale, max_scale]`` (capped by the largest
+power of two the seed's precision holds, 2**15 for a float16 seed) until the threshold is
+bracketed: the smallest overflowing scale (inf when none does: the step is censored, finite up to
+the highest scale tried, and the simulator's gradient-size rule decides above) next to the largest
+finite one. It starts from ``guess`` (the previous probed step's threshold, which moves slowly), so
+a step whose threshold did not move costs one or two passes, a censored step one; without a
+guess it walks outward from ``s`` (``2s, 4s, ...`` when finite at ``s``, ``s/2, s/4, ...`` when it
+overflowed). With overflow monotonic in the scale both find the same bracket. For a step that
+overflowed at ``s`` (with a finite loss) the gradients of its largest finite probe are recorded
+instead of the overflowed attempt's partial ones.
 
 Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every function in the
 float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;
@@ -33,6 +36,7 @@ new numbers in every probe's forward, as in a retry.
 
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Protocol
 
 import numpy as np
@@ -73,6 +77,8 @@ class ProbeResult(NamedTuple):
         finite_grads (list of arrays or None): the host gradients of that finite probe.
         flush (float64 array or None): with flush measurement, the flushed share at
             ``seed * 2**FLUSH_OFFSETS`` (NaN where the backward overflowed); else None.
+        finite_scale (float): the largest scale the overflow search saw the step finite at (0:
+            none, or no search); with ``threshold`` inf the step is censored above it.
     """
 
     threshold: float
@@ -80,6 +86,7 @@ class ProbeResult(NamedTuple):
     finite_seed: float | None
     finite_grads: List[np.ndarray] | None
     flush: np.ndarray | None = None
+    finite_scale: float = 0.0
 
 
 def flushed_shares(true: List[np.ndarray], half: List[np.ndarray], scale: float) -> tuple:
@@ -109,7 +116,7 @@ def probe_bounds(policy, seed_type) -> tuple:
 
 def probe_step(
     step: Rerun, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool,
-    bounds: tuple,
+    bounds: tuple, guess: float | None = None,
 ) -> ProbeResult:  # fmt: skip
     """Probe the current step (module doc) after its attempt at ``seed``.
 
@@ -123,15 +130,17 @@ def probe_step(
         overflow (bool): find the overflow threshold.
         flush (bool): measure the flushed shares.
         bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`).
+        guess (float or None, default None): where the threshold likely is (the previous
+            step's); the search probes nearest it first. None: the seed (walk outward).
 
     Returns:
         ProbeResult.
     """
-    low, high = bounds
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
     passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
+    finite_scale = 0.0
     try:
         if flush:
             true = step.reference_grads()
@@ -148,24 +157,43 @@ def probe_step(
                     half, passes = step.host_grads(), passes + step.rounds_per_attempt
                 if ok:
                     shares[i] = flushed_shares(true, half, scale)[0]
-        scale = seed * 2 if finite else seed / 2
-        while overflow and low <= scale <= high and scale < threshold:
-            ok = step.probe(scale)
-            passes += step.rounds_per_attempt
-            if finite and not ok:
-                threshold = scale
-                break
-            if not finite:
-                if ok:
-                    finite_seed = scale
-                    finite_grads = [np.array(g) for g in step.host_grads()]
-                    break
-                threshold = scale
-            scale = scale * 2 if finite else scale / 2
-        if overflow and not finite:
-            threshold = min(threshold, seed)
+        if overflow:
+            threshold, finite_scale, finite_grads, n = _bracket(
+                step, seed, finite, known_overflow, bounds, seed if guess is None else guess
+            )
+            passes += n
+            finite_seed = finite_scale if not finite and finite_scale > 0 else None
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
         moved.restore()
-    return ProbeResult(threshold, passes, finite_seed, finite_grads, shares)
+    return ProbeResult(threshold, passes, finite_seed, finite_grads, shares, finite_scale)
+
+
+def _bracket(step: Rerun, seed, finite, known_overflow, bounds, guess) -> tuple:
+    """The overflow search: probes at ``seed * 2**k`` within ``bounds``, each the untried scale
+    nearest ``guess`` (log2) strictly between the largest scale seen finite and the smallest
+    seen overflowing, until no such scale is left. With overflow monotonic in the scale, any
+    ``guess`` gives the same bracket; ``guess == seed`` walks outward from the seed one power of
+    two at a time. Returns ``(threshold, finite_scale, finite_grads, passes)``: the smallest
+    overflowing scale (inf: none), the largest finite one (0: none), for a step that overflowed
+    at ``seed`` the gradients of that finite probe (else None), and the rounds run."""
+    low, high = bounds
+    over = min(known_overflow, math.inf if finite else seed)
+    fin, grads, passes = (seed if finite else 0.0), None, 0
+    k_low, k_high = math.ceil(math.log2(low / seed)), math.floor(math.log2(high / seed))
+    want = math.log2(guess / seed)
+    while True:
+        first = k_low if fin == 0 else max(k_low, math.floor(math.log2(fin / seed)) + 1)
+        last = k_high if over == math.inf else min(k_high, math.ceil(math.log2(over / seed)) - 1)
+        if first > last:
+            return over, fin, grads, passes
+        scale = seed * 2.0 ** min(max(round(want), first), last)
+        ok = step.probe(scale)
+        passes += step.rounds_per_attempt
+        if not ok:
+            over = scale
+            continue
+        fin = scale
+        if not finite:
+            grads = [np.array(g) for g in step.host_grads()]

@@ -111,12 +111,14 @@ class Rounds:
         return nonfinite_indices([v.data for v in inputs], self._limits)
 
     def run(
-        self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None
-    ) -> bool | None:
+        self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None,
+        hook=None,
+    ) -> bool | None:  # fmt: skip
         """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's) seeded with
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
         calling the feeder); ``count``: add the rounds to ``passes`` and check the loss (and,
-        unless ``replay``, the inputs); a probe or the float32 reference run counts nothing.
+        unless ``replay``, the inputs); a probe or the float32 reference run counts nothing;
+        ``hook``: the forward's ``function_post_hook`` (None: none).
         Returns whether every round's loss was finite when read on the host
         (:attr:`batch_on_host`), else None."""
         loss = self.loss if loss is None else loss
@@ -144,7 +146,7 @@ class Rounds:
             elif keep:
                 for v, saved in zip(self.inputs(), self._kept[r]):
                     restore_array(v, saved)
-            loss.forward(clear_no_need_grad=self.clear_buffer)
+            loss.forward(clear_no_need_grad=self.clear_buffer, function_post_hook=hook)
             loss.backward(seed, clear_buffer=self.clear_buffer)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
                 loss_finite = self.loss_finite() and loss_finite

@@ -1,7 +1,8 @@
-"""NumPy only: the gradient trace format (:mod:`updater.trace.format`), its parts written during
-a run (:mod:`updater.trace.parts`) and the recorder that writes it
-(:mod:`updater.trace.recorder`)."""
+"""NumPy only: the gradient trace format (:mod:`updater.trace.format`), what it holds per step
+(:mod:`updater.trace.values`), its parts written during a run (:mod:`updater.trace.parts`) and
+the recorder that writes it (:mod:`updater.trace.recorder`, its rows :mod:`updater.trace.rows`)."""
 
-from .format import EXP_MAX, EXP_MIN, FORMAT_VERSION, NBINS, Trace, binade_histogram
+from .format import FORMAT_VERSION, Trace
+from .values import EXP_MAX, EXP_MIN, NBINS, binade_histogram
 
 __all__ = ["EXP_MAX", "EXP_MIN", "FORMAT_VERSION", "NBINS", "Trace", "binade_histogram"]

@@ -5,7 +5,8 @@ binade (bin ``i`` counts values ``v`` with ``floor(log2|v|) == EXP_MIN + i``; va
 range land in the end bins), the count of exact zeros, the largest magnitude (unscaled),
 whether the step is non-finite whatever the scale (a bad batch: the loss itself was inf/NaN), and
 the smallest loss scale at which the step was seen to overflow (``overflow_scale``, inf when it
-never was). :class:`updater.trace.recorder.GradientRecorder` writes it from a training run; the
+never was), and the largest scale at which probes saw it finite (``finite_scale``, 0 when not
+known). :class:`updater.trace.recorder.GradientRecorder` writes it from a training run; the
 simulator (:mod:`sim.traces.families` makes synthetic ones, :mod:`sim.replay.run` replays them)
 reads it. Optionally (``GradientRecorder(per_parameter=True)``) a trace also holds the same
 statistics for each parameter array ("layers": ``fc1/affine/W`` and ``fc1/affine/b`` are two),
@@ -18,6 +19,10 @@ gradients) overflows at every scale ``>= s_o`` and replays as a normal step belo
 ``absmax``, because the overflow can happen in intermediate backward values that no parameter
 gradient shows. Synthetic families record no overflow (``overflow_scale`` all inf): their
 overflows follow from ``absmax`` alone.
+
+Censored steps. A probed step still finite at the highest scale ``S`` the probes tried is stored
+as "above S": ``overflow_scale`` inf and ``finite_scale`` S. Nothing is known of it above ``S``;
+at or below ``S`` it never overflows (the replay holds to that, jitter or not).
 """
 
 from __future__ import annotations
@@ -31,96 +36,25 @@ import numpy as np
 
 from ..common.npz import read_npz, write_npz
 from ..common.writing import write_file
+from .values import (
+    EXP_MAX,
+    EXP_MIN,
+    NBINS,
+    binade_histogram,
+    check_counts,
+    check_label,
+    check_magnitudes,
+)
 
 logger = logging.getLogger(__name__)
 
-EXP_MIN = -80
-"""Binade of the first histogram bin (values below 2**EXP_MIN are counted there)."""
-EXP_MAX = 40
-"""Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
-NBINS = EXP_MAX - EXP_MIN + 1
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
 the optional per-layer arrays (version-1 and -2 files load without layers); 4 added
-``overflow_probed`` and the optional measured flush curve (older files load without them)."""
+``overflow_probed`` and the optional measured flush curve (older files load without them); 5
+added ``finite_scale`` (older files load with it all 0: not known) and the optional forward
+headroom (``forward_peak``, ``forward_where``)."""
 _LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
-
-
-def binade_histogram(values) -> tuple:
-    """Histogram one step's gradient values by binade.
-
-    Args:
-        values (array-like of float): gradient values (any float dtype, any shape).
-
-    Returns:
-        ``(counts, zeros, absmax, finite)``: int64 counts of length :data:`NBINS` over nonzero
-        finite magnitudes, the number of exact zeros, the largest finite magnitude (0.0 if none)
-        and whether every value was finite.
-
-    >>> counts, zeros, absmax, finite = binade_histogram([0.0, 0.75, -3.0, 1e-30])
-    >>> int(counts[-1 - EXP_MIN]), int(counts[1 - EXP_MIN]), zeros, absmax, finite
-    (1, 1, 1, 3.0, True)
-    """
-    a = np.abs(np.asarray(values, dtype=np.float64).ravel())
-    fin = np.isfinite(a)
-    all_finite = bool(fin.all())
-    if not all_finite:
-        a = a[fin]
-    nonzero = a[a > 0]
-    _, exp = np.frexp(nonzero)
-    binade = np.clip(exp.astype(np.int64) - 1, EXP_MIN, EXP_MAX) - EXP_MIN
-    counts = np.bincount(binade, minlength=NBINS).astype(np.int64)
-    absmax = float(nonzero.max()) if nonzero.size else 0.0
-    return counts, int(a.size - nonzero.size), absmax, all_finite
-
-
-def check_label(what: str, text) -> str:
-    """``text`` if it is printable text (a name shown in tables and messages), else
-    ``TypeError``/``ValueError`` naming ``what``: no newlines, ANSI escapes or other control
-    characters.
-
-    >>> check_label("name", "fc1/affine/W")
-    'fc1/affine/W'
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be a str, got {text!r}")
-    if not text.isprintable():
-        raise ValueError(
-            f"{what} must be printable text (no newlines or control characters), got {text!r}"
-        )
-    return text
-
-
-MAX_COUNT = 2**53
-"""Most values one step may count (its bins and zeros together): beyond it a file's counts are
-wrapped or made up, and sums of them would lose exactness."""
-
-
-def _check_counts(name: str, counts: np.ndarray, zeros: np.ndarray | None = None) -> None:
-    """``ValueError`` unless every count is >= 0 and each step's total (with ``zeros``) stays
-    within :data:`MAX_COUNT`."""
-    if (counts < 0).any():
-        step = np.argwhere(counts < 0)[0]
-        raise ValueError(f"{name} must be >= 0; step {step[0]} holds {counts[tuple(step)]}")
-    if zeros is not None:
-        total = counts.reshape(counts.shape[0], -1).sum(axis=1, dtype=np.float64)
-        total += zeros.reshape(zeros.shape[0], -1).sum(axis=1, dtype=np.float64)
-        if (total > MAX_COUNT).any():
-            step = int(np.flatnonzero(total > MAX_COUNT)[0])
-            raise ValueError(
-                f"{name} with zeros count {total[step]:.3g} values at step {step}, more than "
-                f"{MAX_COUNT:.3g}: wrapped or made up"
-            )
-
-
-def _check_magnitudes(name: str, values: np.ndarray) -> None:
-    """``ValueError`` unless every value is finite and >= 0."""
-    bad = ~((values >= 0) & (values < np.inf))  # NaN fails both
-    if bad.any():
-        step = np.argwhere(bad)[0]
-        raise ValueError(
-            f"{name} must hold finite magnitudes >= 0; step {step[0]} holds {values[tuple(step)]!r}"
-        )
 
 
 @dataclass
@@ -152,6 +86,14 @@ class Trace:
         flush_scales, flush_shares: float64 arrays ``(steps, K)`` or None (the default): the
             share of nonzero gradient values float16 flushed to zero, measured against a float32
             computation of the step at those scales (NaN where not measured). Given together.
+        finite_scale: float64 array ``(steps,)``, >= 0 and below ``overflow_scale``: the largest
+            scale at which probes (or the recorded attempt) saw the step finite; 0 where not
+            known. None (the default) means all 0. With ``overflow_scale`` inf it marks a
+            censored step ("above ``finite_scale``", module doc).
+        forward_peak: float64 array ``(steps,)`` or None (the default): the largest |value| the
+            float16 forward pass produced, relative to 65504 (inf: inf/NaN; NaN: not measured).
+        forward_where: tuple of ``steps`` str or None: the function that produced it
+            (``<type>#<k>``; BatchNormalization's batch variance is marked). Given together.
     """
 
     counts: np.ndarray
@@ -167,6 +109,9 @@ class Trace:
     overflow_probed: bool = False
     flush_scales: np.ndarray | None = None
     flush_shares: np.ndarray | None = None
+    finite_scale: np.ndarray | None = None
+    forward_peak: np.ndarray | None = None
+    forward_where: tuple | None = None
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -182,7 +127,10 @@ class Trace:
         if self.overflow_scale is None:
             self.overflow_scale = np.full(steps, np.inf)
         self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
-        for name in ("zeros", "absmax", "nonfinite", "overflow_scale"):
+        if self.finite_scale is None:
+            self.finite_scale = np.zeros(steps)
+        self.finite_scale = np.array(self.finite_scale, dtype=np.float64)
+        for name in ("zeros", "absmax", "nonfinite", "overflow_scale", "finite_scale"):
             shape = getattr(self, name).shape
             if shape != (steps,):
                 raise ValueError(f"{name} must have shape ({steps},), got {shape}")
@@ -192,9 +140,16 @@ class Trace:
                 f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
                 f"got {bad!r}"
             )
-        _check_counts("counts", self.counts, self.zeros)
-        _check_counts("zeros", self.zeros)
-        _check_magnitudes("absmax", self.absmax)
+        check_counts("counts", self.counts, self.zeros)
+        check_counts("zeros", self.zeros)
+        check_magnitudes("absmax", self.absmax)
+        ok = (self.finite_scale >= 0) & (self.finite_scale < self.overflow_scale)
+        if not ok.all():  # also catches NaN
+            t = int(np.flatnonzero(~ok)[0])
+            raise ValueError(
+                f"finite_scale must hold numbers >= 0 (0: not known) below overflow_scale, got "
+                f"{self.finite_scale[t]!r} at step {t} (overflow_scale {self.overflow_scale[t]!r})"
+            )
         given = [getattr(self, name) is not None for name in _LAYER_FIELDS]
         if any(given) and not all(given):
             raise ValueError(
@@ -225,6 +180,31 @@ class Trace:
             if ((shares < 0) | (shares > 1)).any():
                 raise ValueError("flush_shares must hold shares in [0, 1] (NaN: not measured)")
 
+        self._check_forward()
+
+    def _check_forward(self) -> None:
+        if (self.forward_peak is None) != (self.forward_where is None):
+            raise ValueError("forward_peak and forward_where must be given together or not at all")
+        if self.forward_peak is None:
+            return
+        self.forward_peak = np.asarray(self.forward_peak, dtype=np.float64)
+        if isinstance(self.forward_where, str):
+            raise TypeError(f"forward_where must be a sequence of str, got {self.forward_where!r}")
+        self.forward_where = tuple(str(w) for w in self.forward_where)
+        shape = (self.steps,)
+        if self.forward_peak.shape != shape or len(self.forward_where) != self.steps:
+            raise ValueError(
+                f"forward_peak and forward_where must both have {self.steps} entries, got "
+                f"{self.forward_peak.shape} and {len(self.forward_where)}"
+            )
+        if (self.forward_peak < 0).any():
+            raise ValueError("forward_peak must hold numbers >= 0 (NaN: not measured)")
+
+    @property
+    def has_forward(self) -> bool:
+        """Whether the trace holds the forward pass's measured headroom."""
+        return self.forward_peak is not None
+
     @property
     def has_flush(self) -> bool:
         """Whether the trace holds measured flushed shares."""
@@ -251,9 +231,9 @@ class Trace:
         ):
             if getattr(self, name).shape != want:
                 raise ValueError(f"{name} must have shape {want}, got {getattr(self, name).shape}")
-        _check_counts("layer_counts", self.layer_counts, self.layer_zeros)
-        _check_counts("layer_zeros", self.layer_zeros)
-        _check_magnitudes("layer_absmax", self.layer_absmax)
+        check_counts("layer_counts", self.layer_counts, self.layer_zeros)
+        check_counts("layer_zeros", self.layer_zeros)
+        check_magnitudes("layer_absmax", self.layer_absmax)
         same = (self.layer_counts.sum(axis=1) == self.counts).all(axis=1)
         same &= self.layer_zeros.sum(axis=1) == self.zeros
         if not same.all():
@@ -316,10 +296,14 @@ class Trace:
             "nonfinite": self.nonfinite,
             "overflow_scale": self.overflow_scale,
             "overflow_probed": self.overflow_probed,
+            "finite_scale": self.finite_scale,
             "name": self.name,
         }
         if self.has_flush:
             arrays.update(flush_scales=self.flush_scales, flush_shares=self.flush_shares)
+        if self.has_forward:
+            arrays["forward_peak"] = self.forward_peak
+            arrays["forward_where"] = np.array(self.forward_where, dtype=str)
         if self.has_layers:
             arrays["layer_names"] = np.array(self.layer_names, dtype=str)
             arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
@@ -334,7 +318,7 @@ class Trace:
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
         versions 1 and 2 load without layers, files before version 4 without probes or flush
-        measurements.
+        measurements, files before version 5 with ``finite_scale`` all 0 (not known).
 
         Raises:
             OSError: the file is missing, a folder or unreadable.
@@ -357,17 +341,23 @@ class Trace:
             )
         name = z.scalar("name", "text") if "name" in z else Path(path).stem
         kinds = dict(counts="int", zeros="int", absmax="number", nonfinite="bool")
-        kinds.update(overflow_scale="number", layer_names="text", layer_counts="int")
+        kinds.update(
+            overflow_scale="number", finite_scale="number", layer_names="text", layer_counts="int"
+        )
         kinds.update(layer_zeros="int", layer_absmax="number")
         kinds.update(flush_scales="number", flush_shares="number")
+        kinds.update(forward_peak="number", forward_where="text")
         a = {k: z.array(k, kind) for k, kind in kinds.items() if k in z}
         layers = {n: a[n] for n in _LAYER_FIELDS if n in a}
         if "layer_names" in layers:
             layers["layer_names"] = tuple(str(n) for n in layers["layer_names"].ravel())
-        extra = {n: a[n] for n in ("flush_scales", "flush_shares") if n in a}
+        extra = {n: a[n] for n in ("flush_scales", "flush_shares", "forward_peak") if n in a}
+        if "forward_where" in a:
+            extra["forward_where"] = tuple(str(w) for w in a["forward_where"].ravel())
         probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
         try:
             fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)
-            return cls(*fields, a.get("overflow_scale"), **layers, overflow_probed=probed, **extra)
+            over, fin = a.get("overflow_scale"), a.get("finite_scale")
+            return cls(*fields, over, **layers, overflow_probed=probed, **extra, finite_scale=fin)
         except (TypeError, ValueError) as e:
             raise z.error(str(e)) from None

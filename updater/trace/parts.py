@@ -18,7 +18,8 @@ from typing import List, Union
 import numpy as np
 
 from ..common.writing import atomic_write, check_target
-from .format import NBINS, Trace
+from .format import Trace
+from .values import NBINS
 
 try:
     import fcntl
@@ -172,6 +173,13 @@ def concat_traces(traces: List[Trace], name: str) -> Trace:
                 [getattr(t, key) if t.has_flush else np.full((t.steps, width), np.nan)
                  for t in traces]
             )  # fmt: skip
+    if any(t.has_forward for t in traces):
+        per_layer["forward_peak"] = np.concatenate(
+            [t.forward_peak if t.has_forward else np.full(t.steps, np.nan) for t in traces]
+        )
+        per_layer["forward_where"] = tuple(
+            w for t in traces for w in (t.forward_where if t.has_forward else ("",) * t.steps)
+        )
     return Trace(
         np.concatenate([t.counts for t in traces]),
         np.concatenate([t.zeros for t in traces]),
@@ -180,6 +188,7 @@ def concat_traces(traces: List[Trace], name: str) -> Trace:
         name,
         np.concatenate([t.overflow_scale for t in traces]),
         overflow_probed=all(t.overflow_probed for t in traces),
+        finite_scale=np.concatenate([t.finite_scale for t in traces]),
         **per_layer,
     )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 import weakref
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import List, Union
 import numpy as np
 
 from ..common.float16 import FP16_OVERFLOW
-from ..common.validation import check_bool, check_int, check_positive
-from .format import NBINS, Trace, binade_histogram, check_label
+from ..common.validation import check_bool, check_int, check_number, check_positive
+from .format import Trace
 from .parts import (
     PartsLock,
     check_trace_path,
@@ -30,6 +29,8 @@ from .parts import (
     parts_dir,
     write_part,
 )
+from .rows import trace_of, write_at_exit
+from .values import NBINS, binade_histogram, check_label
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +90,11 @@ class GradientRecorder:
     scale and records the smallest at which the real backward pass overflows, within the
     policy's bounds (:mod:`updater.driver.probes`), so the simulator sees overflows born inside the
     backward kernels, which no stored gradient shows; for a step that overflowed, the first
-    finite probe's gradients are recorded instead. Training is left exactly as without probing.
-    Cost: the extra forward/backward rounds, counted in :attr:`probe_passes`.
+    finite probe's gradients are recorded instead. The search starts at the previous probed
+    step's threshold and stops once the threshold is bracketed between a finite and an
+    overflowing power of two (a step still finite at the highest scale, censored, costs one
+    pass). Training is left exactly as without probing. Cost: the extra forward/backward
+    rounds, counted in :attr:`probe_passes`.
 
     Measured flushing (``measure_flush=True``, off by default): on each recorded step the
     updater also runs the step in float32 once (a copy of the graph, same parameters) and in
@@ -110,6 +114,12 @@ class GradientRecorder:
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
             several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
+        probe_from_previous (bool, default True): start each step's overflow search at the
+            previous probed step's threshold; False walks outward from the step's own scale
+            (the older search: the same thresholds, more passes).
+        forward_headroom (bool, default False): record each recorded step's largest |value|
+            of the float16 forward pass relative to 65504, and the function that produced it
+            (for BatchNormalization, its batch variance; :mod:`updater.driver.forward_peak`).
 
     Raises:
         OSError: ``path``'s folder is missing, ``path`` is a folder, a link or a file dls did
@@ -133,12 +143,16 @@ class GradientRecorder:
         measure_flush: bool = False,
         write_every: int | None = None,
         write_seconds: float | None = None,
+        probe_from_previous: bool = True,
+        forward_headroom: bool = False,
     ) -> None:
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
+        self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
+        self.forward_headroom = check_bool("forward_headroom", forward_headroom)
         self.probe_passes = 0
         self.path = check_trace_path(path)
         self.name = check_label("name", name if name is not None else self.path.stem)
@@ -160,7 +174,7 @@ class GradientRecorder:
         self._written, self._parts = [0], [0]
         self._exit_hook = weakref.finalize(
             self,
-            _write_at_exit,
+            write_at_exit,
             self._rows,
             self._written,
             self._parts,
@@ -184,6 +198,8 @@ class GradientRecorder:
         overflow_scale: float | None = None,
         names: List[str] | None = None,
         flush: tuple | None = None,
+        finite_scale: float | None = None,
+        forward_peak: tuple | None = None,
     ) -> None:
         """Add one step.
 
@@ -207,6 +223,12 @@ class GradientRecorder:
                 and a name missing from a step gets zero counts and zeros at that step.
             flush (tuple or None, default None): ``(scales, shares)``, the measured flushed
                 shares of this step (NaN: not measured); None: not measured.
+            finite_scale (float or None, default None): the largest scale at which the step
+                was seen finite (by probes), >= 0 and below the step's overflow scale; None or
+                0: not known. Finite there with no overflow scale: censored ("above" it).
+            forward_peak (tuple or None, default None): ``(peak, where)``, the forward pass's
+                largest |value| / 65504 (>= 0, inf allowed) and the function (str); None: not
+                measured.
 
         >>> import tempfile
         >>> rec = GradientRecorder(tempfile.mkdtemp() + "/t.npz")
@@ -225,6 +247,9 @@ class GradientRecorder:
                     f"overflow_scale must be a number > 0 or None, got {overflow_scale!r}"
                 )
             over = float(overflow_scale)
+        seen_finite = 0.0
+        if finite_scale is not None:
+            seen_finite = check_number("finite_scale", finite_scale, 0.0, math.inf)
         grads = list(grads)
         columns = self._columns(names, len(grads)) if self.per_parameter else None
         rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
@@ -245,7 +270,18 @@ class GradientRecorder:
             flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
-        self._rows.append((counts, zeros, absmax, bad, over, layers, flush))
+        if not seen_finite < over:
+            raise ValueError(
+                f"finite_scale must be below the step's overflow scale {over!r}, got "
+                f"{seen_finite!r}"
+            )
+        if forward_peak is not None:
+            forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
+            if not forward_peak[0] >= 0:
+                raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
+        self._rows.append(
+            (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
+        )
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
         if (every is not None and len(self._rows) >= every) or (
@@ -267,7 +303,7 @@ class GradientRecorder:
         self._last_write = time.monotonic()
 
     def _recent(self) -> Trace:
-        return _trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
+        return trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
 
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:
@@ -342,59 +378,3 @@ class GradientRecorder:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _trace_of(
-    rows: List[tuple], name: str, layer_names: List[str] | None, probed: bool = False
-) -> Trace:
-    if not rows:
-        raise ValueError("no steps recorded yet; call update() before building a trace")
-    counts, zeros, absmax, bad, over, layers, flush = zip(*rows)
-    per_layer = {}
-    if layer_names is not None:  # columns absent from a step stay 0
-        shape = (len(rows), len(layer_names))
-        c, z, a = np.zeros(shape + (NBINS,), np.int64), np.zeros(shape, np.int64), np.zeros(shape)
-        for t, (columns, c_t, z_t, a_t) in enumerate(layers):
-            c[t, columns], z[t, columns], a[t, columns] = c_t, z_t, a_t
-        per_layer = dict(layer_names=layer_names, layer_counts=c, layer_zeros=z, layer_absmax=a)
-    measured = [f for f in flush if f is not None]
-    if measured:  # steps without a measurement (bad batches) get NaN rows
-        empty = np.full_like(measured[0][0], np.nan)
-        per_layer["flush_scales"] = np.stack([empty if f is None else f[0] for f in flush])
-        per_layer["flush_shares"] = np.stack([empty if f is None else f[1] for f in flush])
-    return Trace(
-        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed, **per_layer
-    )
-
-
-def _write_at_exit(
-    rows: List[tuple],
-    written: List[int],
-    parts: List[int],
-    lock: list,
-    path: Path,
-    name: str,
-    layer_names: List[str] | None,
-    probed: bool,
-) -> None:
-    """A recorder's exit hook: write the steps recorded since its last write, if any, merge
-    the parts written and release the lock; a failure is printed to stderr, loudly, with what
-    was lost and what is left."""
-    try:
-        if parts[0]:
-            if rows:
-                write_part(path, parts[0], _trace_of(rows, name, layer_names, probed))
-            merge_parts(path, name)
-            logger.info("GradientRecorder merged its parts into %s at exit", path)
-        elif len(rows) > written[0]:
-            _trace_of(rows, name, layer_names, probed).save(path)
-            logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
-    except Exception as e:
-        kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
-        sys.stderr.write(
-            f"ERROR: GradientRecorder could not write {path} at exit, {len(rows)} recorded "
-            f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
-        )
-        return
-    if lock:
-        lock.pop().release()

@@ -47,10 +47,25 @@ def test_the_probes_find_the_smallest_overflowing_power_of_two(tmp_path, start, 
     trace = recorder.trace()
     assert record.update_applied == (start < 2.0**14)
     assert trace.overflow_scale.tolist() == [2.0**14]
+    assert trace.finite_scale.tolist() == [2.0**13]  # the bracket's other end
     assert trace.absmax.tolist() == [4.0]  # the true largest gradient, also after an overflow
     assert trace.counts.sum() == 3 and trace.zeros.tolist() == [1]
     assert recorder.probe_passes == passes
     assert upd.passes == 1  # probes are not counted as training passes
+
+
+@pytest.mark.parametrize("start, passes", [(2.0**14, 1), (2.0**15, 0)])
+def test_a_step_finite_at_the_highest_probed_scale_is_stored_as_above_it(tmp_path, start, passes):
+    """|grad| = seed / 4 never overflows up to 2**15, the policy's max_scale: censored."""
+    solver, loss = _sum_model(f"probe_censored_{int(start)}", [0.25, -1.0 / 8])
+    policy = DynamicScale(init_scale=start, growth_interval=1000)
+    recorder = GradientRecorder(tmp_path / "t.npz", probe_overflow=True)
+    upd = DynamicLossScalingUpdater(solver, loss, None, policy=policy, recorder=recorder)
+    upd.update()
+    back = Trace.load(recorder.close())
+    assert back.overflow_scale.tolist() == [np.inf]
+    assert back.finite_scale.tolist() == [2.0**15]
+    assert recorder.probe_passes == passes
 
 
 def test_without_probes_the_recorder_keeps_the_old_rule(tmp_path):
@@ -62,6 +77,7 @@ def test_without_probes_the_recorder_keeps_the_old_rule(tmp_path):
     )
     upd.update()
     assert recorder.trace().overflow_scale.tolist() == [np.inf]
+    assert recorder.trace().finite_scale.tolist() == [0.0]  # not known
     assert recorder.probe_passes == 0
 
 

@@ -1,0 +1,90 @@
+"""What a trace holds per step, NumPy only: the binade histogram of a step's gradient values
+(:func:`binade_histogram`, bins :data:`EXP_MIN` .. :data:`EXP_MAX`) and the checks of a trace's
+counts, magnitudes and names."""
+
+from __future__ import annotations
+
+import numpy as np
+
+EXP_MIN = -80
+"""Binade of the first histogram bin (values below 2**EXP_MIN are counted there)."""
+EXP_MAX = 40
+"""Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
+NBINS = EXP_MAX - EXP_MIN + 1
+
+
+def binade_histogram(values) -> tuple:
+    """Histogram one step's gradient values by binade.
+
+    Args:
+        values (array-like of float): gradient values (any float dtype, any shape).
+
+    Returns:
+        ``(counts, zeros, absmax, finite)``: int64 counts of length :data:`NBINS` over nonzero
+        finite magnitudes, the number of exact zeros, the largest finite magnitude (0.0 if none)
+        and whether every value was finite.
+
+    >>> counts, zeros, absmax, finite = binade_histogram([0.0, 0.75, -3.0, 1e-30])
+    >>> int(counts[-1 - EXP_MIN]), int(counts[1 - EXP_MIN]), zeros, absmax, finite
+    (1, 1, 1, 3.0, True)
+    """
+    a = np.abs(np.asarray(values, dtype=np.float64).ravel())
+    fin = np.isfinite(a)
+    all_finite = bool(fin.all())
+    if not all_finite:
+        a = a[fin]
+    nonzero = a[a > 0]
+    _, exp = np.frexp(nonzero)
+    binade = np.clip(exp.astype(np.int64) - 1, EXP_MIN, EXP_MAX) - EXP_MIN
+    counts = np.bincount(binade, minlength=NBINS).astype(np.int64)
+    absmax = float(nonzero.max()) if nonzero.size else 0.0
+    return counts, int(a.size - nonzero.size), absmax, all_finite
+
+
+def check_label(what: str, text) -> str:
+    """``text`` if it is printable text (a name shown in tables and messages), else
+    ``TypeError``/``ValueError`` naming ``what``: no newlines, ANSI escapes or other control
+    characters.
+
+    >>> check_label("name", "fc1/affine/W")
+    'fc1/affine/W'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, got {text!r}")
+    if not text.isprintable():
+        raise ValueError(
+            f"{what} must be printable text (no newlines or control characters), got {text!r}"
+        )
+    return text
+
+
+MAX_COUNT = 2**53
+"""Most values one step may count (its bins and zeros together): beyond it a file's counts are
+wrapped or made up, and sums of them would lose exactness."""
+
+
+def check_counts(name: str, counts: np.ndarray, zeros: np.ndarray | None = None) -> None:
+    """``ValueError`` unless every count is >= 0 and each step's total (with ``zeros``) stays
+    within :data:`MAX_COUNT`."""
+    if (counts < 0).any():
+        step = np.argwhere(counts < 0)[0]
+        raise ValueError(f"{name} must be >= 0; step {step[0]} holds {counts[tuple(step)]}")
+    if zeros is not None:
+        total = counts.reshape(counts.shape[0], -1).sum(axis=1, dtype=np.float64)
+        total += zeros.reshape(zeros.shape[0], -1).sum(axis=1, dtype=np.float64)
+        if (total > MAX_COUNT).any():
+            step = int(np.flatnonzero(total > MAX_COUNT)[0])
+            raise ValueError(
+                f"{name} with zeros count {total[step]:.3g} values at step {step}, more than "
+                f"{MAX_COUNT:.3g}: wrapped or made up"
+            )
+
+
+def check_magnitudes(name: str, values: np.ndarray) -> None:
+    """``ValueError`` unless every value is finite and >= 0."""
+    bad = ~((values >= 0) & (values < np.inf))  # NaN fails both
+    if bad.any():
+        step = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name} must hold finite magnitudes >= 0; step {step[0]} holds {values[tuple(step)]!r}"
+        )
