@@ -98,7 +98,9 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
     if rest:
         band = np.array([curves[n] for n in rest])
         low = np.where(band > 0, band, np.nan)
-        ax.fill_between(k, np.nanmin(low, axis=0), np.nanmax(low, axis=0), color="0.8", lw=0,
+        # fmin/fmax skip NaN and give NaN (no band) where every array is 0, without a warning
+        lowest, highest = np.fmin.reduce(low, axis=0), np.fmax.reduce(low, axis=0)
+        ax.fill_between(k, lowest, highest, color="0.8", lw=0,
                         label=f"the other {len(rest)} arrays (min to max)")  # fmt: skip
     kw = dict(color="black", lw=3.0)
     _curve(ax, k, pooled_flushed_share(whole, scales), needs[None], tolerance, "whole model", kw)
