@@ -10,7 +10,8 @@ evaluation (:func:`half_model`):
 - ``sequence_lstm``: nnabla's ``PF.lstm`` (one layer) reading a random 0/1 sequence and
   classifying how many ones it holds (a counting task, generated with a fixed seed), Adam.
 
-Everything is seeded (weights, data split, batch order, generated sequences).
+Everything is seeded (weights, data split, batch order, generated sequences); the batch order
+also has a seed of its own (:func:`half_model`'s ``order``).
 """
 
 from __future__ import annotations
@@ -259,11 +260,19 @@ BUILDERS: Dict[str, Callable[[int], Dict]] = {
 }
 
 
+def batch_order_rng(seed: int, order: int) -> np.random.RandomState:
+    """The generator of the batch order ``order`` of a model built with ``seed``: order 0 is
+    the builders' own (seed + 1); another order draws other batches from the same weights and
+    data."""
+    return np.random.RandomState(seed + 1 if order == 0 else [seed + 1, order])
+
+
 @contextlib.contextmanager
-def half_model(name: str, seed: int):
+def half_model(name: str, seed: int, order: int = 0):
     """Model ``name`` (a dict of :func:`_classifier`) built in ``cpu:half`` under its own
-    parameter scope, with nnabla seeded by ``seed``; its parameters are cleared before and after.
-    The block runs in the ``cpu:half`` context."""
+    parameter scope, with nnabla seeded by ``seed`` and its batches drawn in batch order
+    ``order`` (:func:`batch_order_rng`: the same weights and data, other batches); its
+    parameters are cleared before and after. The block runs in the ``cpu:half`` context."""
     import nnabla as nn
 
     from updater import get_context
@@ -275,6 +284,8 @@ def half_model(name: str, seed: int):
         nn.clear_parameters()
         try:
             with nn.context_scope(get_context("cpu:half")):
-                yield BUILDERS[name](seed)
+                model = BUILDERS[name](seed)
+                model["feed"].rng = batch_order_rng(seed, order)
+                yield model
         finally:
             nn.clear_parameters()

@@ -33,11 +33,19 @@ def _host_copies(params) -> list:
 
 
 def measure_run(
-    name: str, policy, label: str, steps: int, seed: int = 0, recorder=None, probe: bool = False
+    name: str,
+    policy,
+    label: str,
+    steps: int,
+    seed: int = 0,
+    recorder=None,
+    probe: bool = False,
+    order: int = 0,
 ) -> MeasuredRun:
     """Train model ``name`` for ``steps`` steps in ``cpu:half`` under ``policy``, measuring every
-    step against the float32 shadow (module doc). Same seed, same weights and batches whatever
-    the policy; ``recorder`` (a GradientRecorder or None) is handed to the updater. With
+    step against the float32 shadow (module doc). Same seed and batch order ``order``, same
+    weights and batches whatever the policy (another order: the same weights, other batches);
+    ``recorder`` (a GradientRecorder or None) is handed to the updater. With
     ``probe`` (and no recorder) a recorder probes every step's overflow threshold, which the
     run keeps (``MeasuredRun.overflow_scale``); a recorder that probes every step gives its
     thresholds too.
@@ -62,7 +70,7 @@ def measure_run(
 
         folder = tempfile.TemporaryDirectory()
         recorder = GradientRecorder(Path(folder.name) / "probes.npz", probe_overflow=True)
-    with half_model(name, seed) as model:
+    with half_model(name, seed, order) as model:
         solver, feed = model["solver"], model["feed"]
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
@@ -102,5 +110,5 @@ def measure_run(
         folder.cleanup()
     return MeasuredRun(
         name, label, policy, scale, applied, loss_finite, absmax, flushed, flushed_small, loss,
-        accuracy, seconds, f"{model['data']}; {model['arch']}", **probed,
+        accuracy, seconds, f"{model['data']}; {model['arch']}", **probed, order=order,
     )  # fmt: skip

@@ -22,6 +22,8 @@ steps per model in seconds.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Union
 
@@ -30,7 +32,7 @@ from sim.nnabla_studies.real_runs import measure_run
 from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import provenance
 from sim.report.tables import markdown_table
-from sim.traces.real import MODELS, SHIPPED_DIR
+from sim.traces.real import CHECK_ORDERS, MODELS, RECORDINGS, SHIPPED_DIR, trace_path
 from updater.common.writing import write_text
 
 DEFAULT_STEPS = {
@@ -51,11 +53,13 @@ def record_model(
     every: int = 1,
     seed: int = 0,
     recorder_options: Dict | None = None,
+    order: int = 0,
 ) -> Dict:
     """Train model ``name`` in ``cpu:half`` under ``DynamicScale()`` with a per-parameter
     :class:`updater.GradientRecorder`, measured like the checked runs
-    (:mod:`sim.nnabla_studies.real_runs`): writes the trace ``<out_dir>/<name>.npz`` and the
-    measured run ``<out_dir>/<name>.recorded.run.npz``.
+    (:mod:`sim.nnabla_studies.real_runs`): writes the trace (:func:`sim.traces.real.trace_path`:
+    ``<out_dir>/<name>.npz`` in batch order 0) and the measured run
+    (``<out_dir>/<name>.recorded.run.npz`` in batch order 0).
 
     Args:
         name (str): one of :data:`MODELS`.
@@ -67,10 +71,11 @@ def record_model(
         recorder_options (dict or None, default None): :class:`updater.GradientRecorder`
             arguments that replace the defaults (per-parameter histograms, overflow probes
             searching from the previous threshold, flushing measured).
+        order (int, default 0): the batch order (the same weights and data, other batches).
 
     Returns:
-        dict: a table row (model, steps, recorded, params, final loss, accuracy, skipped, final
-        scale, seconds, path, bytes, about, probe passes per recorded step).
+        dict: a table row (model, batch order, steps, recorded, params, final loss, accuracy,
+        skipped, final scale, seconds, path, bytes, about, probe passes per recorded step).
     """
     from updater import GradientRecorder
     from updater.policy import DynamicScale
@@ -81,17 +86,26 @@ def record_model(
         raise ValueError(f"steps and every must be >= 1, got {steps} and {every}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.npz"
+    path = trace_path(out_dir, name, order)
     options = dict(
         per_parameter=True, probe_overflow=True, measure_flush=True, forward_headroom=True
     )
     options.update(recorder_options or {})
     with GradientRecorder(path, every=every, name=name, **options) as recorder:
-        run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder=recorder)
-    run.save(run_path(out_dir, name, RECORDED))
+        run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder, order=order)
+    run.save(run_path(out_dir, name, RECORDED, order))
     trace = recorder.trace()
     summary = run.summary()
-    kept = ("model", "steps", "skipped", "final_scale", "final_loss", "accuracy", "seconds")
+    kept = (
+        "model",
+        "order",
+        "steps",
+        "skipped",
+        "final_scale",
+        "final_loss",
+        "accuracy",
+        "seconds",
+    )
     return {
         **{k: summary[k] for k in kept},
         "recorded": trace.steps,
@@ -111,9 +125,14 @@ def record_all(
     seed: int = 0,
     models=MODELS,
     policy_runs: bool = True,
+    recordings=RECORDINGS,
+    check_orders=CHECK_ORDERS,
+    jobs: int = 1,
 ) -> Dict[str, List[Dict]]:
-    """Record a trace of each model into ``out_dir`` and, with ``policy_runs``, its real runs
-    under :data:`sim.replay.measured.CHECKED_POLICIES` (same steps and seed).
+    """Record traces of each model into ``out_dir``, one per batch order of ``recordings``, and,
+    with ``policy_runs``, its real runs under :data:`sim.replay.measured.CHECKED_POLICIES` in
+    each batch order of ``check_orders`` (same steps and seed; orders that were not recorded, so
+    the check holds the predictions to training they did not see).
 
     Args:
         out_dir (str or Path): folder of the ``.npz`` files.
@@ -123,24 +142,49 @@ def record_all(
         seed (int, default 0): seed of every model.
         models (sequence of str): which models (default all of :data:`MODELS`).
         policy_runs (bool, default True): also train under the checked policies.
+        recordings, check_orders (sequences of int): the batch orders recorded and checked
+            (:data:`sim.traces.real.RECORDINGS`, :data:`sim.traces.real.CHECK_ORDERS`).
+        jobs (int, default 1): recordings and runs trained at once, each in a process of its own
+            (the results do not depend on it; the seconds do, on a machine with fewer cores).
 
     Returns:
         dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
-        model, policy, steps, skipped, final scale, accuracy, seconds, path).
+        model, policy, batch order, steps, skipped, final scale, accuracy, seconds, path).
     """
-    traces, runs = [], []
+    tasks = []
     for name in models:
         n = (QUICK_STEPS if quick else DEFAULT_STEPS[name]) if steps is None else steps
-        traces.append(record_model(name, out_dir, steps=n, seed=seed))
-        for label, policy in CHECKED_POLICIES.items() if policy_runs else ():
-            run = measure_run(name, policy, label, n, seed=seed, probe=True)
-            path = run.save(run_path(out_dir, name, label))
-            runs.append({**run.summary(), "path": str(path)})
-    return {"traces": traces, "runs": runs}
+        tasks += [(name, n, order, None) for order in recordings]
+        if policy_runs:
+            tasks += [
+                (name, n, order, label) for order in check_orders for label in CHECKED_POLICIES
+            ]
+    args = [(task, str(out_dir), seed) for task in tasks]
+    if jobs == 1:
+        rows = [_train(*a) for a in args]
+    else:
+        context = multiprocessing.get_context("spawn")  # no nnabla state shared with a fork
+        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            rows = list(pool.map(_train, *zip(*args)))
+    return {
+        "traces": [r for r, t in zip(rows, tasks) if t[3] is None],
+        "runs": [r for r, t in zip(rows, tasks) if t[3] is not None],
+    }
+
+
+def _train(task, out_dir: str, seed: int) -> Dict:
+    """One task of :func:`record_all`: a recording (``label`` None) or a checked run; its row."""
+    name, steps, order, label = task
+    if label is None:
+        return record_model(name, out_dir, steps=steps, seed=seed, order=order)
+    run = measure_run(name, CHECKED_POLICIES[label], label, steps, seed, probe=True, order=order)
+    path = run.save(run_path(out_dir, name, label, order))
+    return {**run.summary(), "path": str(path)}
 
 
 TRACE_COLUMNS = {
     "model": "model",
+    "order": "batch order",
     "steps": "steps",
     "recorded": "recorded steps",
     "params": "parameters",
@@ -155,6 +199,7 @@ TRACE_COLUMNS = {
 RUN_COLUMNS = {
     "model": "model",
     "policy": "policy",
+    "order": "batch order",
     "steps": "steps",
     "skipped": "skipped",
     "final_scale": "final scale",
@@ -170,6 +215,12 @@ def format_table(rows: List[Dict], columns: Dict[str, str] = TRACE_COLUMNS) -> s
     return markdown_table(rows, list(columns), list(columns.values()))
 
 
+def _orders(orders) -> str:
+    """Batch orders in words: ``0 and 1``."""
+    words = [str(o) for o in orders]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def main(argv=None) -> int:
     checked = ", ".join(CHECKED_POLICIES)
     parser = argparse.ArgumentParser(
@@ -178,9 +229,10 @@ def main(argv=None) -> int:
         "on a generated counting task, self-attention reversing token sequences) in cpu:half "
         "with DynamicLossScalingUpdater and the default DynamicScale(), recording a gradient "
         "trace of every step with GradientRecorder, overflow thresholds probed and flushing "
-        "measured (OUT/<model>.npz), then train each again for real under each "
-        f"checked policy ({checked}), measured against a float32 shadow of the model at every "
-        "step (OUT/<model>.<policy>.run.npz): the report (dls report) checks the simulator's "
+        "measured (OUT/<model>.npz, and OUT/<model>.order<k>.npz in other batch orders), then "
+        f"train each again for real under each checked policy ({checked}) in a batch order "
+        "not recorded, measured against a float32 shadow of the model at every step "
+        "(OUT/<model>.order<k>.<policy>.run.npz): the report (dls report) checks the simulator's "
         "predictions from the traces against these runs. A full run takes minutes on "
         "2 cores (nnabla's cpu:half is software float16); --quick takes seconds. Replay a "
         "trace with: dls simulate --trace OUT/<model>.npz (the shipped ones: --trace <model>)",
@@ -204,10 +256,18 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--traces-only", action="store_true", help="record the traces, not the checked runs"
     )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        help="recordings and runs trained at once, in processes of their own (default 1; the "
+        "files do not depend on it)",
+    )
     args = parser.parse_args(argv)
     out = SHIPPED_DIR if args.out is None else Path(args.out)
     done = record_all(out, steps=args.steps, quick=args.quick, seed=args.seed,
-                      models=args.models, policy_runs=not args.traces_only)  # fmt: skip
+                      models=args.models, policy_runs=not args.traces_only,
+                      jobs=args.jobs)  # fmt: skip
     table = format_table(done["traces"])
     runs = format_table(done["runs"], RUN_COLUMNS) if done["runs"] else ""
     print(table)
@@ -221,11 +281,16 @@ def main(argv=None) -> int:
         text = (
             "# Gradient traces of real nnabla models\n\n"
             f"Recorded by `{command}` with "
-            f"{provenance(out)} (cpu:half, DynamicScale(), seed {args.seed}; every step "
-            "recorded, with per-parameter histograms, and measured against a float32 shadow of "
-            "the model: `<model>.recorded.run.npz`). Replay one with "
+            f"{provenance(out)} (cpu:half, DynamicScale(), seed {args.seed}, "
+            f"{args.jobs} at once). Each model is recorded {len(RECORDINGS)} times, in batch "
+            f"orders {_orders(RECORDINGS)}: the same weights and data, other batches "
+            "(`<model>.npz`, then `<model>.order<k>.npz`). Every step is recorded, with "
+            "per-parameter histograms, overflow thresholds probed, flushing measured and the "
+            "forward pass's float16 headroom, and measured against a float32 shadow of the "
+            "model (`<model>[.order<k>].recorded.run.npz`). Replay one with "
             "`dls simulate --trace <file>` (the shipped ones also by name: "
-            "`dls simulate --trace digits_mlp`).\n\n"
+            "`dls simulate --trace digits_mlp`), or several recordings of one model as one "
+            "pool: `dls simulate --trace A --trace B`.\n\n"
             + table
             + "\n\n"
             + "\n".join(f"- {line}" for line in lines)
@@ -233,9 +298,11 @@ def main(argv=None) -> int:
         )
         if runs:
             text += (
-                "\nThe same models trained again for real under the checked policies, measured "
-                "against a float32 shadow at every step (`<model>.<policy>.run.npz`, read by "
-                "`dls report` to check the simulator's predictions):\n\n" + runs + "\n"
+                "\nThe same models trained again for real under the checked policies in batch "
+                f"order {_orders(CHECK_ORDERS)}, which no recording used, measured against a "
+                "float32 shadow at every step, overflow thresholds probed "
+                "(`<model>.order<k>.<policy>.run.npz`, read by `dls report` to check the "
+                "simulator's predictions):\n\n" + runs + "\n"
             )
         write_text(out / "README.md", text)
     return 0

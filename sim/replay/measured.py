@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.replay.metrics import run_metrics
 from sim.replay.result import safe_scales
+from sim.traces.real import recording_stem
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.npz import read_npz, write_npz
 from updater.common.writing import write_file
@@ -28,9 +29,11 @@ RECORDED = "recorded"
 CHECKED_POLICIES = {
     "nnabla-legacy": PRESETS["nnabla-legacy"],
     "dynamic-fast": DynamicScale(growth_interval=50),
+    "headroom": PRESETS["headroom"],
 }
 """The policies whose real runs check the simulator's predictions: the old updater's low start
-(8, doubling every 2000 steps: underflow) and DynamicScale growing every 50 steps (overflows)."""
+(8, doubling every 2000 steps: underflow), DynamicScale growing every 50 steps (overflows) and
+HeadroomScale (resting near the overflow thresholds)."""
 MEASURED = (RECORDED, *CHECKED_POLICIES)
 """The labels of every measured run of a model."""
 
@@ -61,6 +64,8 @@ class MeasuredRun:
             own per-step overflow thresholds and the largest scales seen finite, probed as a
             recording's are (``GradientRecorder(probe_overflow=True)``; inf / 0: none); None
             for a run that did not probe them.
+        order (int, default 0): the batch order of the run
+            (:func:`sim.nnabla_studies.models.half_model`).
     """
 
     model: str
@@ -78,6 +83,7 @@ class MeasuredRun:
     about: str = ""
     overflow_scale: np.ndarray | None = None
     finite_scale: np.ndarray | None = None
+    order: int = 0
 
     @property
     def stick(self) -> str:
@@ -91,17 +97,18 @@ class MeasuredRun:
         return int(self.scale.shape[0])
 
     def summary(self) -> Dict[str, Any]:
-        """A table row: model, policy, steps, skipped, final scale, final loss (mean over the
-        applied steps among the last tenth), accuracy, seconds, the mean over applied steps of
-        ``flushed`` and ``flushed_small``, ``overflows`` (skipped steps with a finite loss),
-        ``overflows_inside`` (those whose true largest |gradient| times the scale stayed below
-        65520: the overflow happened inside the backward pass) and ``below_max_scale`` (share of
-        steps below the policy's ``max_scale``; NaN without one)."""
+        """A table row: model, policy, batch order, steps, skipped, final scale, final loss (mean
+        over the applied steps among the last tenth), accuracy, seconds, the mean over applied
+        steps of ``flushed`` and ``flushed_small``, ``overflows`` (skipped steps with a finite
+        loss), ``overflows_inside`` (those whose true largest |gradient| times the scale stayed
+        below 65520: the overflow happened inside the backward pass) and ``below_max_scale``
+        (share of steps below the policy's ``max_scale``; NaN without one)."""
         overflow = ~self.applied & self.loss_finite
         cap = getattr(self.policy, "max_scale", None)
         return {
             "model": self.model,
             "policy": self.label,
+            "order": self.order,
             "steps": self.steps,
             "skipped": int((~self.applied).sum()),
             "final_scale": float(self.scale[-1]),
@@ -149,6 +156,7 @@ class MeasuredRun:
             "accuracy": self.accuracy,
             "seconds": self.seconds,
             "about": self.about,
+            "order": self.order,
         }
         if self.stick == "probed":
             arrays.update(overflow_scale=self.overflow_scale, finite_scale=self.finite_scale)
@@ -186,7 +194,16 @@ class MeasuredRun:
             accuracy=float(z.scalar("accuracy", "number")),
             seconds=float(z.scalar("seconds", "number")),
             **probed,
+            order=_order(z),
         )
+
+
+def _order(z) -> int:
+    """The run's batch order (0 in files written before runs had one)."""
+    order = int(z.scalar("order", "int")) if "order" in z else 0
+    if order < 0:
+        raise z.error(f"array 'order' must be a batch order >= 0, got {order}")
+    return order
 
 
 _TEXT = ("model", "label", "about")
@@ -195,6 +212,7 @@ _FLAGS = ("applied", "loss_finite")
 _PROBED = ("overflow_scale", "finite_scale")
 
 
-def run_path(out_dir: Union[str, Path], model: str, label: str) -> Path:
-    """Where the measured run of ``model`` under policy ``label`` is kept."""
-    return Path(out_dir) / f"{model}.{label}.run.npz"
+def run_path(out_dir: Union[str, Path], model: str, label: str, order: int = 0) -> Path:
+    """Where the measured run of ``model`` under policy ``label`` in batch order ``order`` is
+    kept."""
+    return Path(out_dir) / f"{recording_stem(model, order)}.{label}.run.npz"

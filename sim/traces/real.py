@@ -39,6 +39,27 @@ def traces_dir(folder: Union[str, Path]) -> Path:
     return SHIPPED_DIR if str(folder) == SHIPPED else Path(folder)
 
 
+RECORDINGS = (0, 1)
+"""The batch orders of the recordings of each model (:func:`trace_path`): two samples of
+training, pooled by the report's predictions (:class:`sim.replay.pool.TracePool`)."""
+CHECK_ORDERS = (2,)
+"""The batch orders of the real runs that check the predictions: none of them was recorded."""
+
+
+def recording_stem(model: str, order: int = 0) -> str:
+    """The file stem of ``model``'s recording (and its runs) in batch order ``order``.
+
+    >>> recording_stem("digits_mlp"), recording_stem("digits_mlp", 1)
+    ('digits_mlp', 'digits_mlp.order1')
+    """
+    return model if order == 0 else f"{model}.order{order}"
+
+
+def trace_path(folder: Union[str, Path], model: str, order: int = 0) -> Path:
+    """Where ``model``'s trace recorded in batch order ``order`` is kept in ``folder``."""
+    return Path(folder) / f"{recording_stem(model, order)}.npz"
+
+
 def shipped_trace(model: str) -> Path:
     """The shipped trace file of ``model`` (one of :data:`MODELS`).
 
@@ -47,4 +68,4 @@ def shipped_trace(model: str) -> Path:
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    return SHIPPED_DIR / f"{model}.npz"
+    return trace_path(SHIPPED_DIR, model)
