@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.traces.real import MODELS
+from sim.replay.measured import measured_paths
+from sim.traces.real import MODELS, RECORDINGS, trace_path
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -76,9 +77,10 @@ def installed(tmp_path_factory):
 def test_the_wheel_carries_the_shipped_traces_and_no_tests(installed):
     _, wheel, _, _ = installed
     names = zipfile.ZipFile(wheel).namelist()
+    data = Path("sim/traces/data")
     for model in MODELS:
-        assert f"sim/traces/data/{model}.npz" in names
-        assert f"sim/traces/data/{model}.recorded.run.npz" in names
+        wanted = [trace_path(data, model, k) for k in RECORDINGS] + measured_paths(data, model)
+        assert not [str(p) for p in wanted if str(p) not in names], names
     assert "sim/traces/data/README.md" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
     assert not [n for n in names if n.startswith(("tests/", "reports/", "benchmarks/"))]

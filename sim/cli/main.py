@@ -240,9 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace",
         action="append",
         help=f"a family ({', '.join(FAMILIES)}), a real model's trace shipped in the package "
-        f"({', '.join(MODELS)}) or an .npz trace written by GradientRecorder or Trace.save "
-        "(default stationary); repeated, recordings of one model (traces of one name, e.g. "
-        "other batch orders) pooled: the runs are drawn across them",
+        f"({', '.join(MODELS)}; <model>.order1: the same model in another batch order) or an "
+        ".npz trace written by GradientRecorder or Trace.save (default stationary); repeated, "
+        "recordings of one model (traces of one name, e.g. other batch orders) pooled: the "
+        "runs are drawn across them",
     )
     common(p)
     p.add_argument(

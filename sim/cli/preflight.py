@@ -16,7 +16,7 @@ from sim.cli.names import did_you_mean, match_name
 from sim.replay.headroom import forward_headroom_warning
 from sim.replay.run import MAX_JITTER, memory_estimate
 from sim.traces.families import FAMILIES, Trace, make_trace
-from sim.traces.real import MODELS, shipped_trace
+from sim.traces.real import SHIPPED_RECORDINGS, shipped_trace
 from updater.common.writing import UnsafeOutputError, check_target
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
@@ -61,23 +61,26 @@ def trace_for(parser, spec: str, steps: int, seed: int) -> Trace:
 
 
 def trace_file(spec: str) -> Path:
-    """The file ``--trace spec`` names: a shipped real model's trace (its name in any case,
-    when no such file exists here), or the path itself."""
-    model = match_name(spec, MODELS) if spec in MODELS or not Path(spec).exists() else None
+    """The file ``--trace spec`` names: a shipped recording (its name in any case, when no such
+    file exists here), or the path itself."""
+    names = SHIPPED_RECORDINGS
+    model = match_name(spec, names) if spec in names or not Path(spec).exists() else None
     return Path(spec) if model is None else shipped_trace(model)
 
 
 def load_trace(parser, spec: str) -> Trace:
-    """The trace ``--trace spec`` names (a shipped real model's name, :data:`MODELS`, in any
-    case, or an .npz file), or a one-line error saying what is wrong with the file (missing, a
-    folder, not an .npz archive, a single .npy array, missing arrays, ...: :meth:`Trace.load`'s
-    words); a name that is neither suggests the closest family or model."""
+    """The trace ``--trace spec`` names (a shipped recording's name,
+    :data:`sim.traces.real.SHIPPED_RECORDINGS`, in any case, or an .npz file), or a one-line
+    error saying what is wrong with the file (missing, a folder, not an .npz archive, a single
+    .npy array, missing arrays, ...: :meth:`Trace.load`'s words); a name that is neither
+    suggests the closest family or recording."""
     path = trace_file(spec)
     if not path.exists() and path.suffix != ".npz":
-        names = [*FAMILIES, *MODELS]
+        names = [*FAMILIES, *SHIPPED_RECORDINGS]
         parser.error(
             f"--trace must be a family ({', '.join(FAMILIES)}), a shipped real trace "
-            f"({', '.join(MODELS)}) or an .npz trace file, got {spec!r}" + did_you_mean(spec, names)
+            f"({', '.join(SHIPPED_RECORDINGS)}) or an .npz trace file, got {spec!r}"
+            + did_you_mean(spec, names)
         )
     if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
         parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")

@@ -31,7 +31,7 @@ from sim.argtypes import positive_int, seed_int
 from sim.nnabla_studies.real_runs import measure_run
 from sim.replay.measured import CHECKED_POLICIES, RECORDED, run_path
 from sim.report.provenance import provenance
-from sim.report.tables import markdown_table
+from sim.report.tables import in_words, markdown_table
 from sim.traces.real import CHECK_ORDERS, MODELS, RECORDINGS, SHIPPED_DIR, trace_path
 from updater.common.writing import write_text
 
@@ -215,12 +215,6 @@ def format_table(rows: List[Dict], columns: Dict[str, str] = TRACE_COLUMNS) -> s
     return markdown_table(rows, list(columns), list(columns.values()))
 
 
-def _orders(orders) -> str:
-    """Batch orders in words: ``0 and 1``."""
-    words = [str(o) for o in orders]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
 def main(argv=None) -> int:
     checked = ", ".join(CHECKED_POLICIES)
     parser = argparse.ArgumentParser(
@@ -283,7 +277,7 @@ def main(argv=None) -> int:
             f"Recorded by `{command}` with "
             f"{provenance(out)} (cpu:half, DynamicScale(), seed {args.seed}, "
             f"{args.jobs} at once). Each model is recorded {len(RECORDINGS)} times, in batch "
-            f"orders {_orders(RECORDINGS)}: the same weights and data, other batches "
+            f"orders {in_words(RECORDINGS)}: the same weights and data, other batches "
             "(`<model>.npz`, then `<model>.order<k>.npz`). Every step is recorded, with "
             "per-parameter histograms, overflow thresholds probed, flushing measured and the "
             "forward pass's float16 headroom, and measured against a float32 shadow of the "
@@ -299,7 +293,7 @@ def main(argv=None) -> int:
         if runs:
             text += (
                 "\nThe same models trained again for real under the checked policies in batch "
-                f"order {_orders(CHECK_ORDERS)}, which no recording used, measured against a "
+                f"order {in_words(CHECK_ORDERS)}, which no recording used, measured against a "
                 "float32 shadow at every step, overflow thresholds probed "
                 "(`<model>.order<k>.<policy>.run.npz`, read by `dls report` to check the "
                 "simulator's predictions):\n\n" + runs + "\n"

@@ -11,13 +11,13 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Union
 
 import numpy as np
 
 from sim.replay.metrics import run_metrics
 from sim.replay.result import safe_scales
-from sim.traces.real import recording_stem
+from sim.traces.real import CHECK_ORDERS, RECORDINGS, recording_stem
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.npz import read_npz, write_npz
 from updater.common.writing import write_file
@@ -34,8 +34,6 @@ CHECKED_POLICIES = {
 """The policies whose real runs check the simulator's predictions: the old updater's low start
 (8, doubling every 2000 steps: underflow), DynamicScale growing every 50 steps (overflows) and
 HeadroomScale (resting near the overflow thresholds)."""
-MEASURED = (RECORDED, *CHECKED_POLICIES)
-"""The labels of every measured run of a model."""
 
 
 @dataclass
@@ -216,3 +214,12 @@ def run_path(out_dir: Union[str, Path], model: str, label: str, order: int = 0) 
     """Where the measured run of ``model`` under policy ``label`` in batch order ``order`` is
     kept."""
     return Path(out_dir) / f"{recording_stem(model, order)}.{label}.run.npz"
+
+
+def measured_paths(out_dir: Union[str, Path], model: str) -> List[Path]:
+    """Every measured run of ``model`` in ``out_dir``: each recording's own run
+    (:data:`RECORDED`, batch orders :data:`sim.traces.real.RECORDINGS`), then the checked
+    policies' (:data:`CHECKED_POLICIES`, batch orders :data:`sim.traces.real.CHECK_ORDERS`)."""
+    return [run_path(out_dir, model, RECORDED, k) for k in RECORDINGS] + [
+        run_path(out_dir, model, label, k) for k in CHECK_ORDERS for label in CHECKED_POLICIES
+    ]

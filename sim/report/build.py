@@ -21,7 +21,7 @@ from sim.report.experiments import (
     compare,
     default_sweeps,
     family_rows,
-    load_real_traces,
+    load_real_pools,
     make_traces,
     measured_rows,
     predictions,
@@ -32,6 +32,7 @@ from sim.report.experiments import (
 from sim.report.figures import figure_plan, write_figures
 from sim.report.provenance import provenance
 from sim.report.text import render
+from sim.traces.real import RECORDINGS
 from updater.common.writing import check_target, write_text
 
 __all__ = ["QUICK", "ReportConfig", "build_report", "choose"]
@@ -70,7 +71,8 @@ def build_report(
     if not isinstance(config, ReportConfig):
         raise TypeError(f"config must be a ReportConfig, got {type(config).__name__}")
     out = Path(out_dir)
-    real = load_real_traces(config)
+    pools = load_real_pools(config)
+    real = {model: pool.traces[0] for model, pool in pools.items()}  # the first recordings
     traces = {**make_traces(config), **real}
     for name in [*figure_plan(traces), "README.md"]:
         check_target(out / name, overwrite)
@@ -96,10 +98,14 @@ def build_report(
         ssd=ssd_numbers(values),
         real=list(real),
         synthetic_sweeps=synthetic,
-        predictions=predictions(config, real),
+        predictions=predictions(config, pools),
         measured=measured_rows(config, real),
         layers={name: layer_needs(t) for name, t in real.items()},
-        forward={name: forward_headroom_line(t) for name, t in real.items()},
+        forward={
+            (name, k): forward_headroom_line(t)
+            for name, pool in pools.items()
+            for k, t in zip(RECORDINGS, pool.traces)
+        },
         **sweeps,
     )
     tell(progress, "stage", "exact float16 counts on SSD samples; README.md")

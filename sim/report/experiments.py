@@ -15,7 +15,8 @@ import numpy as np
 
 from sim.casting.counts import classify
 from sim.casting.underflow import pooled_flushed_share
-from sim.replay.measured import MEASURED, MeasuredRun, run_path
+from sim.replay.measured import MeasuredRun, measured_paths
+from sim.replay.pool import TracePool
 from sim.replay.predictions import prediction_rows
 from sim.replay.result import RunResult
 from sim.replay.run import simulate_many
@@ -29,7 +30,7 @@ from sim.traces.families import (
     sample_values,
     ssd_binade_shares,
 )
-from sim.traces.real import MODEL_NOTES, MODELS, SHIPPED, traces_dir
+from sim.traces.real import MODEL_NOTES, MODELS, RECORDINGS, SHIPPED, trace_path, traces_dir
 from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
 from updater.policy.presets import PRESETS
 from updater.trace import Trace
@@ -105,8 +106,8 @@ class ReportData:
         measured (list of dict): one row per measured real run (:func:`measured_rows`).
         layers (dict model -> list of dict): :func:`sim.replay.layers.layer_needs` of each real
         trace.
-        forward (dict model -> str): :func:`sim.replay.headroom.forward_headroom_line` of each
-            real trace.
+        forward (dict (model, batch order) -> str):
+            :func:`sim.replay.headroom.forward_headroom_line` of each real recording.
     """
 
     config: ReportConfig
@@ -122,7 +123,7 @@ class ReportData:
     predictions: List[Dict[str, Any]] = field(default_factory=list)
     measured: List[Dict[str, Any]] = field(default_factory=list)
     layers: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
-    forward: Dict[str, str] = field(default_factory=dict)
+    forward: Dict[tuple, str] = field(default_factory=dict)
 
     @property
     def family_names(self) -> List[str]:
@@ -158,12 +159,12 @@ def real_traces_dir(config: ReportConfig) -> Path | None:
 
 def check_real_traces(config: ReportConfig) -> None:
     """Raise FileNotFoundError naming what is missing from the real traces' folder (each
-    model's trace and its measured runs); nothing when the real traces are left out."""
+    model's recordings and its measured runs); nothing when the real traces are left out."""
     folder = real_traces_dir(config)
     if folder is None:
         return
-    wanted = [folder / f"{m}.npz" for m in MODELS]
-    wanted += [run_path(folder, m, label) for m in MODELS for label in MEASURED]
+    wanted = [trace_path(folder, m, k) for m in MODELS for k in RECORDINGS]
+    wanted += [p for m in MODELS for p in measured_paths(folder, m)]
     missing = [p.name for p in wanted if not p.is_file()]
     if missing:
         raise FileNotFoundError(
@@ -173,32 +174,40 @@ def check_real_traces(config: ReportConfig) -> None:
         )
 
 
-def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
-    """The real models' traces (:data:`sim.traces.real.MODELS`), empty when left out.
+def load_real_pools(config: ReportConfig) -> Dict[str, TracePool]:
+    """The real models' recordings (:data:`sim.traces.real.MODELS`, batch orders
+    :data:`sim.traces.real.RECORDINGS`), one pool per model; empty when left out.
 
     Raises:
         FileNotFoundError: a trace or a measured run is missing (:func:`check_real_traces`).
     """
     check_real_traces(config)
     folder = real_traces_dir(config)
-    return {} if folder is None else {m: Trace.load(folder / f"{m}.npz") for m in MODELS}
+    if folder is None:
+        return {}
+    return {
+        m: TracePool([Trace.load(trace_path(folder, m, k)) for k in RECORDINGS]) for m in MODELS
+    }
 
 
-def measured_rows(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
-    """:meth:`sim.replay.measured.MeasuredRun.summary` of each measured real run of ``traces``: the
-    recording's own run, then the checked policies'."""
+def load_real_traces(config: ReportConfig) -> Dict[str, Trace]:
+    """The real models' first recordings (batch order 0), empty when left out
+    (:func:`load_real_pools`)."""
+    return {m: pool.traces[0] for m, pool in load_real_pools(config).items()}
+
+
+def measured_rows(config: ReportConfig, traces: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """:meth:`sim.replay.measured.MeasuredRun.summary` of each measured real run of the models
+    of ``traces`` (:func:`sim.replay.measured.measured_paths`): the recordings' own runs, then
+    the checked policies'."""
     folder = real_traces_dir(config)
-    return [
-        MeasuredRun.load(run_path(folder, model, label)).summary()
-        for model in traces
-        for label in MEASURED
-    ]
+    return [MeasuredRun.load(p).summary() for m in traces for p in measured_paths(folder, m)]
 
 
-def predictions(config: ReportConfig, traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
-    """:func:`sim.replay.predictions.prediction_rows` of the real ``traces`` at the report's
-    jitter."""
-    return prediction_rows(traces, real_traces_dir(config), config.jitter, config.seed)
+def predictions(config: ReportConfig, pools: Mapping[str, TracePool]) -> List[Dict[str, Any]]:
+    """:func:`sim.replay.predictions.prediction_rows` of the real models' recordings at the
+    report's jitter."""
+    return prediction_rows(pools, real_traces_dir(config), config.jitter, config.seed)
 
 
 def family_rows(traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:

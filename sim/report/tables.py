@@ -90,3 +90,13 @@ def find_row(rows: Sequence[Dict[str, Any]], **match) -> Dict[str, Any]:
         if all(r[k] == v for k, v in match.items()):
             return r
     raise KeyError(f"no row with {match}")
+
+
+def in_words(items) -> str:
+    """Items joined as words: ``0``, ``0 and 1``, ``0, 1 and 2``.
+
+    >>> in_words([0]), in_words([0, 1]), in_words([0, 1, 2])
+    ('0', '0 and 1', '0, 1 and 2')
+    """
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

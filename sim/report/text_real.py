@@ -8,10 +8,11 @@ from typing import Any, Dict, Sequence
 from sim.replay.layers import TOLERANCE, format_layer_needs
 from sim.replay.measured import RECORDED
 from sim.replay.metrics import METRICS
-from sim.replay.predictions import RANGE_RUNS, prediction_goals
+from sim.replay.predictions import RANGE_RUNS, prediction_goals, recordings_compared
 from sim.report.experiments import ReportData
 from sim.report.tables import format_percent as pct
-from sim.report.tables import format_value, markdown_table, with_percents
+from sim.report.tables import format_value, in_words, markdown_table, with_percents
+from sim.traces.real import CHECK_ORDERS, RECORDINGS
 
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
 STICKS = {"probed": "the run's probed thresholds", "seen": "the run's own overflows only"}
@@ -23,29 +24,34 @@ def _metric_cell(metric: str, value: float) -> str:
 
 
 def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
-    """The predictions against the real runs: one row per (model, policy), per metric the
-    prediction with its spread and the measured value."""
+    """The predictions against the real runs: one row per (model, policy, batch order of the
+    real run), per metric the prediction with its pooled spread and the measured value."""
     table: Dict[tuple, Dict[str, Any]] = {}
     for r in rows:
-        key = (r["model"], r["policy"])
-        row = table.setdefault(key, {"model": key[0], "policy": key[1]})
+        key = (r["model"], r["policy"], r["order"])
+        row = table.setdefault(key, dict(zip(("model", "policy", "order"), key)))
         m = r["metric"]
         spread = f"{_metric_cell(m, r['low'])}-{_metric_cell(m, r['high'])}"
         row[f"{m}_p"] = f"{_metric_cell(m, r['predicted'])} ({spread})"
         row[f"{m}_m"] = _metric_cell(m, r["measured"])
         row["stick"] = STICKS[r["stick"]]
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    columns = ["model", "policy"] + [f"{m}_{k}" for m in metrics for k in "pm"] + ["stick"]
-    heads = (
-        ["model", "policy"]
-        + [
-            f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
-            for m in metrics
-            for k in "pm"
-        ]
-        + ["measured safe scale from"]
+    columns = ["model", "policy", "order"] + [f"{m}_{k}" for m in metrics for k in "pm"]
+    heads = ["model", "policy", "batch order"] + [
+        f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
+        for m in metrics
+        for k in "pm"
+    ]
+    return markdown_table(list(table.values()), columns + ["stick"], heads + ["safe scale from"])
+
+
+def recordings_table(rows: Sequence[Dict[str, Any]]) -> str:
+    """:func:`sim.replay.predictions.recordings_compared` of the skipped steps, as a table."""
+    return markdown_table(
+        [{**r, "inside": f"{r['inside']} of {r['runs']}"} for r in recordings_compared(rows)],
+        ["spread", "inside", "width"],
+        ["spread of the skipped steps from", "real runs inside", "mean width (steps)"],
     )
-    return markdown_table(list(table.values()), columns, heads)
 
 
 def real_section(data: ReportData) -> str:
@@ -58,9 +64,9 @@ def real_section(data: ReportData) -> str:
     )
     runs_table = markdown_table(
         measured,
-        ["model", "policy", "steps", "skipped", "final_scale", "accuracy", "flushed", "small",
-         "stick"],
-        ["model", "policy", "steps", "skipped", "final scale", "test accuracy",
+        ["model", "policy", "order", "steps", "skipped", "final_scale", "accuracy", "flushed",
+         "small", "stick"],
+        ["model", "policy", "batch order", "steps", "skipped", "final scale", "test accuracy",
          "flushed (applied steps)", "of which below 2^-24 after scaling",
          "safe scale from"],
     )  # fmt: skip
@@ -71,7 +77,8 @@ def real_section(data: ReportData) -> str:
         ["goal", "result", "goal met"],
     )
     misses = "\n".join(
-        f"- {METRICS[g['metric']].label}: {m['model']} under {m['policy']}: {m['by']}"
+        f"- {METRICS[g['metric']].label}: {m['model']} under {m['policy']} (batch order "
+        f"{m['order']}): {m['by']}"
         for g in goals
         for m in g["misses"]
     )
@@ -83,17 +90,22 @@ def real_section(data: ReportData) -> str:
         f"{r['model']} under {r['policy']} {pct(r['flushed'] - r['flushed_small'])}"
         for r in checked
     )
-    blind = ", ".join(f"{r['model']} {pct(r['flushed'])}" for r in recorded)
+    blind = ", ".join(f"{r['model']} (batch order {r['order']}) {pct(r['flushed'])}"
+                      for r in recorded)  # fmt: skip
     models = ", ".join(f"`{m}`" for m in data.real)
     count = NUMBERS.get(len(data.real), str(len(data.real))).capitalize()
-    forward = "\n".join(f"- {line}" for line in data.forward.values())
+    forward = "\n".join(f"- batch order {k}: {line}" for (_, k), line in data.forward.items())
+    skipped = recordings_compared(preds)
+    apart = f"{skipped[0]['apart']:.3g}" if skipped else "n/a"
     return f"""\
 ## Real models: predictions checked against real runs
 
 {count} real nnabla models ({models}; what each is: the families table above) were trained in \
-`cpu:half` with the updater under the default `DynamicScale()`, and every step recorded with \
-`GradientRecorder(per_parameter=True, probe_overflow=True, measure_flush=True)` (`<model>.npz`, \
-shipped in the package in `sim/traces/data`, written by `python -m \
+`cpu:half` with the updater under the default `DynamicScale()`, each **{_count(RECORDINGS)} \
+times, in batch orders {in_words(RECORDINGS)}** (the same weights and data, other batches: two \
+samples of training), and every step recorded with `GradientRecorder(per_parameter=True, \
+probe_overflow=True, measure_flush=True, forward_headroom=True)` (`<model>.npz` and \
+`<model>.order<k>.npz`, shipped in the package in `sim/traces/data`, written by `python -m \
 sim.nnabla_studies.real_traces`, fixed seeds; see \
 [sim/traces/data/README.md](../sim/traces/data/README.md)). On each recorded step the recorder \
 **probed the overflow threshold** (the step's forward and backward again at other powers of \
@@ -102,35 +114,39 @@ bracketed: the smallest scale at which its real backward pass overflows, overflo
 the backward kernels included; a step still finite at 2^15 is stored as "above 2^15" and never \
 overflows at or below it in the replay; a probed threshold S replays at S/sqrt(2), the middle of \
 its bracket (S/2, S], so the jittered spread converges to the exact replay) and **measured \
-flushing** (the \
-share of the true nonzero gradient values, from a float32 copy of the graph, that float16 left at \
-zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is left exactly as without \
-the probes (`updater.driver.probes`). The simulator replays those measurements. The same models \
-were then trained again for real, from the same weights and batches, under two other policies: \
-`nnabla-legacy` (scale 8, doubling every 2000 steps: underflow) and `dynamic-fast` \
+flushing** (the share of the true nonzero gradient values, from a float32 copy of the graph, \
+that float16 left at zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is \
+left exactly as without the probes (`updater.driver.probes`). The simulator replays those \
+measurements. The same models were then trained again for real, from the same weights, **in \
+batch order {in_words(CHECK_ORDERS)}, which no recording used**, under three other policies: \
+`nnabla-legacy` (scale 8, doubling every 2000 steps: underflow), `dynamic-fast` \
 (`DynamicScale(growth_interval=50)`: it climbs back to 2^15 50 steps after each backoff, so it \
-overflows more often). At every step of every run a float32 copy of the training graph (same \
-parameters, same batch) computed the true gradients: the measured **flushed** share is the share \
-of the true nonzero values that the float16 backward pass left at exactly zero, and the measured \
-safe scale follows from the true largest |gradient| and from what the run knows of overflows, \
-its stick (column "safe scale from"): a run that probed its own thresholds as the recording \
-does (`measure_run(..., probe=True)`) uses them; a run without knows only the steps it saw \
-overflow, and its safe scale is too high wherever an overflow is born inside the backward \
-kernels at a scale the run did not use (`sim.nnabla_studies.real_runs`, \
-`sim.replay.measured.MeasuredRun.metrics`).
+overflows more often) and `headroom` (`HeadroomScale()`: it rests near the largest safe scale, \
+where the censored thresholds matter). At every step of every run a float32 copy of the \
+training graph (same parameters, same batch) computed the true gradients: the measured \
+**flushed** share is the share of the true nonzero values that the float16 backward pass left \
+at exactly zero, and the measured safe scale follows from the true largest |gradient| and from \
+what the run knows of overflows, its stick (column "safe scale from"): every run here probed its \
+own thresholds as the recording does (`measure_run(..., probe=True)`); a run without would know \
+only the steps it saw overflow, and its safe scale would be too high wherever an overflow is \
+born inside the backward kernels at a scale the run did not use \
+(`sim.nnabla_studies.real_runs`, `sim.replay.measured.MeasuredRun.metrics`).
 
 {runs_table}
 
-The float16 forward pass's headroom (the largest |value| a function produced, relative to \
-65504; for BatchNormalization its batch variance, which feeds the running variance; \
-`GradientRecorder(forward_headroom=True)`): no loss scale causes or cures an overflow there.
+The float16 forward pass's headroom in each recording (the largest |value| a function \
+produced, relative to 65504; for BatchNormalization its batch variance, which feeds the running \
+variance; `GradientRecorder(forward_headroom=True)`): no loss scale causes or cures an overflow \
+there.
 
 {forward}
 
-From each recorded trace the simulator predicts what the other policies will do: the trace \
-replayed exactly (jitter 0), and in parentheses the 5th-95th percentile of {RANGE_RUNS} runs \
-with the report's jitter ({config.jitter}). Shares are per step (flushed: averaged over \
-applied steps).
+From the recordings the simulator predicts what the other policies will do: the mean of the \
+recordings' exact replays (jitter 0), and in parentheses the 5th-95th percentile of \
+{RANGE_RUNS} runs drawn across the recordings (`dls simulate --trace A --trace B`, \
+`sim.replay.pool`) with the report's jitter ({config.jitter}), so the spread holds training's \
+own randomness as well as a trajectory's. Shares are per step (flushed: averaged over applied \
+steps).
 
 {prediction_table(preds)}
 
@@ -140,13 +156,19 @@ The goals the predictions are held to (`sim.replay.predictions.prediction_goals`
 
 {"Runs that miss:" + chr(10) + chr(10) + misses if misses else "No run misses its goal."}
 
+**How many recordings.** The same skipped-steps check with each recording alone and with the \
+recordings pooled (`sim.replay.predictions.recordings_compared`); the recordings' exact \
+replays lie {apart} skipped steps apart on average (the largest minus the smallest, per model \
+and policy):
+
+{recordings_table(preds)}
+
 Where the remaining error comes from:
 
-- **Different trajectories.** A policy that skips or flushes differently applies different \
-updates, so the measured run's weights, and its gradients, drift from the recorded run's: \
-overflows happen at other steps, and the number of skipped steps can differ by a few even when \
-each step's threshold is measured right (a run that misses the skipped-steps goal lists the \
-steps skipped in both, in the real run only and in the replay only). Of the {overflows} \
+- **Different trajectories.** The real run sees batches no recording saw, and a policy that \
+skips or flushes differently applies different updates, so its weights, and its gradients, \
+drift from the recorded runs': overflows happen at other steps, which the pooled spread covers \
+only as far as the recordings differ from each other. Of the {overflows} \
 overflows of the checked runs, \
 {inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
 the backward pass): those the probes measure, and no parameter gradient shows.
@@ -157,6 +179,10 @@ values. Of the checked runs' flushed shares, the part that is not a value below 
 scaling ({arithmetic}) was zeroed by float16 arithmetic inside the backward pass (e.g. a ReLU \
 whose float16 input is not positive while its float32 input is), which the measurement includes \
 and the binade model alone does not."""
+
+
+def _count(orders) -> str:
+    return NUMBERS.get(len(orders), str(len(orders)))
 
 
 def layers_section(data: ReportData) -> str:

@@ -60,12 +60,20 @@ def trace_path(folder: Union[str, Path], model: str, order: int = 0) -> Path:
     return Path(folder) / f"{recording_stem(model, order)}.npz"
 
 
-def shipped_trace(model: str) -> Path:
-    """The shipped trace file of ``model`` (one of :data:`MODELS`).
+SHIPPED_RECORDINGS = tuple(recording_stem(m, k) for m in MODELS for k in RECORDINGS)
+"""The names of the shipped recordings: each model's name (batch order 0) and
+``<model>.order<k>`` (``dls simulate --trace digits_mlp --trace digits_mlp.order1``)."""
 
-    >>> shipped_trace("digits_mlp").name
-    'digits_mlp.npz'
+
+def shipped_trace(name: str) -> Path:
+    """The shipped trace file of recording ``name`` (one of :data:`SHIPPED_RECORDINGS`: a
+    model's name, or ``<model>.order<k>``).
+
+    >>> shipped_trace("digits_mlp").name, shipped_trace("digits_mlp.order1").name
+    ('digits_mlp.npz', 'digits_mlp.order1.npz')
     """
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    return trace_path(SHIPPED_DIR, model)
+    if name not in SHIPPED_RECORDINGS:
+        raise ValueError(
+            f"a shipped recording is one of {', '.join(SHIPPED_RECORDINGS)}, got {name!r}"
+        )
+    return SHIPPED_DIR / f"{name}.npz"

@@ -70,9 +70,19 @@ def test_simulate_takes_a_shipped_trace_by_name_from_any_folder(tmp_path, capsys
     assert "trace: digits_conv_bn (800 steps)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
-    assert "(digits_mlp, digits_conv_bn, sequence_lstm, sequence_attention)" in " ".join(
-        capsys.readouterr().out.split()
+    assert "(digits_mlp, digits_conv_bn, sequence_lstm, sequence_attention; <model>.order1" in (
+        " ".join(capsys.readouterr().out.split())
     )
+
+
+def test_simulate_pools_the_shipped_recordings_of_a_model_by_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["simulate", "--trace", "digits_conv_bn", "--trace", "Digits_Conv_BN.order1"]
+    assert main([*argv, "--runs", "2"]) == 0
+    assert "trace: digits_conv_bn (2 recordings) (800 steps)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["simulate", "--trace", "digits_conv_bn.order9"])
+    assert "did you mean" in capsys.readouterr().err.lower()
 
 
 def test_sweep_prints_and_writes_csv(tmp_path, capsys):

@@ -72,3 +72,50 @@ def test_the_shipped_traces_load_are_small_and_replay():
         result = simulate(DynamicScale(), trace, runs=2, seed=0, progress=False)
         assert result.scale.shape[1] == 2
         assert np.isfinite(result.scale).all() and (result.scale > 0).all()
+
+
+@pytest.mark.nnabla
+def test_a_batch_order_keeps_the_weights_and_data_and_draws_other_batches(nnabla_and_digits):
+    from sim.nnabla_studies.models import half_model
+
+    seen = {}
+    for order in (0, 0, 1):
+        with half_model("digits_conv_bn", 3, order) as model:
+            weights = {k: v.d.copy() for k, v in model["solver"].get_parameters().items()}
+            model["feed"]()
+            x = model["feed"].x_var.d.copy()
+        if order in seen:  # the same order: the same first batch
+            np.testing.assert_array_equal(seen[order][1], x)
+        seen[order] = (weights, x)
+    (w0, x0), (w1, x1) = seen[0], seen[1]
+    assert w0.keys() == w1.keys()
+    for k in w0:
+        np.testing.assert_array_equal(w0[k], w1[k], err_msg=k)
+    assert not np.array_equal(x0, x1)
+    # order 0 is the builders' own order (seed + 1): the recordings made before orders existed
+    first = np.random.RandomState(3 + 1).permutation(len(model["feed"].x))[: x0.shape[0]]
+    np.testing.assert_array_equal(x0, model["feed"].x[first])
+
+
+@pytest.mark.nnabla
+def test_recording_in_two_processes_writes_the_same_files(tmp_path, nnabla_and_digits):
+    from sim.nnabla_studies.real_traces import record_all
+    from sim.replay.measured import MeasuredRun, measured_paths
+
+    rows = {}
+    for jobs in (1, 2):
+        rows[jobs] = record_all(tmp_path / str(jobs), steps=3, models=["digits_mlp"], jobs=jobs)
+    assert [r["path"].replace("/2/", "/1/") for r in rows[2]["runs"]] == [
+        r["path"] for r in rows[1]["runs"]
+    ]
+    for k in (0, 1):
+        a, b = (
+            Trace.load(tmp_path / str(j) / ("digits_mlp" + ".order1" * k + ".npz")) for j in (1, 2)
+        )
+        np.testing.assert_array_equal(a.counts, b.counts)
+        np.testing.assert_array_equal(a.overflow_scale, b.overflow_scale)
+    for p1, p2 in zip(*(measured_paths(tmp_path / str(j), "digits_mlp") for j in (1, 2))):
+        r1, r2 = MeasuredRun.load(p1), MeasuredRun.load(p2)
+        np.testing.assert_array_equal(r1.scale, r2.scale)
+        np.testing.assert_array_equal(r1.loss, r2.loss)
+        assert (r1.label, r1.order) == (r2.label, r2.order)

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from sim.replay.measured import MEASURED, MeasuredRun, run_path
+from sim.replay.measured import MeasuredRun, measured_paths, run_path
 from sim.traces.real import MODELS
 from tests.broken_files import ARCHIVE_BREAKAGES, drop_array, set_array
 from tests.paths import SHIPPED_TRACES
@@ -28,6 +28,11 @@ BROKEN = {
         set_array("policy", np.array(json.dumps({"name": "Magic"}))),
         "array 'policy' does not describe a policy",
     ),
+    "negative batch order": (set_array("order", np.array(-1)), "array 'order' must be a batch"),
+    "batch order as a float": (
+        set_array("order", np.array(1.5)),
+        "array 'order' has dtype <f8, expected an integer array",
+    ),
     "accuracy as text": (
         set_array("accuracy", np.array("high")),
         "array 'accuracy' has dtype <U4, expected a number",
@@ -44,9 +49,9 @@ def run_file(tmp_path):
 
 def test_every_shipped_run_loads_and_saves_back_the_same(tmp_path):
     for model in MODELS:
-        for label in MEASURED:
-            run = MeasuredRun.load(run_path(SHIPPED_TRACES, model, label))
-            assert (run.model, run.label) == (model, label)
+        for path in measured_paths(SHIPPED_TRACES, model):
+            run = MeasuredRun.load(path)
+            assert run_path(SHIPPED_TRACES, run.model, run.label, run.order) == path
             again = MeasuredRun.load(run.save(tmp_path / "again.run.npz"))
             assert again.summary() == run.summary() and again.policy == run.policy
 

@@ -5,11 +5,10 @@ from sim.replay.predictions import prediction_goals
 
 
 def _row(metric, predicted, measured, low=None, high=None, model="m", policy="p"):
-    steps = dict(skipped_both=[3], skipped_measured_only=[7], skipped_predicted_only=[])
     return {
-        **steps,
         "model": model,
         "policy": policy,
+        "order": 2,
         "metric": metric,
         "predicted": predicted,
         "measured": measured,
@@ -27,8 +26,8 @@ def test_skipped_must_be_inside_the_spread_everywhere():
         {
             "model": "bn",
             "policy": "p",
-            "by": "measured 11, spread 3-4 (outside by 7); skipped at the same steps in both: "
-            "[3], in the real run only: [7], in the replay only: []",
+            "order": 2,
+            "by": "measured 11, spread 3-4 (outside by 7)",
         }
     ]
     assert prediction_goals(rows[:1])[0]["met"]
@@ -51,3 +50,20 @@ def test_flushed_needs_25_percent_or_a_hundredth_of_a_point_in_three_quarters():
     (goal,) = prediction_goals(rows)
     assert goal["met"] and goal["result"] == "within in 3 of 4"
     assert not prediction_goals(rows[1:3])[0]["met"]
+
+
+def test_recordings_compared_counts_each_spread_and_the_pooled_one():
+    from sim.replay.predictions import recordings_compared
+
+    rows = [
+        {**_row("skipped", 5, 9, 2, 10), "each": [3, 7], "alone": [(2, 4), (6, 9)]},
+        {**_row("skipped", 1, 1, 0, 2), "each": [1, 1], "alone": [(0, 2), (0, 1)]},
+    ]
+    compared = recordings_compared(rows)
+    assert [(c["spread"], c["inside"], c["width"]) for c in compared] == [
+        ("recording 0 alone", 1, 2.0),  # 9 is outside 2-4
+        ("recording 1 alone", 2, 2.0),
+        ("2 recordings pooled", 2, 5.0),
+    ]
+    assert {c["runs"] for c in compared} == {2} and {c["apart"] for c in compared} == {2.0}
+    assert recordings_compared(rows, "mean_flushed") == []

@@ -11,10 +11,11 @@ import pytest
 
 from sim.nnabla_studies.real_runs import measure_run
 from sim.nnabla_studies.real_traces import record_all
-from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
+from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, measured_paths, run_path
+from sim.replay.pool import TracePool
 from sim.replay.predictions import PREDICTED, prediction_rows
-from sim.report.experiments import QUICK, check_real_traces, load_real_traces
-from sim.traces.real import MODELS
+from sim.report.experiments import QUICK, check_real_traces, load_real_pools, load_real_traces
+from sim.traces.real import CHECK_ORDERS, MODELS, RECORDINGS, trace_path
 from tests.paths import SHIPPED_TRACES
 from updater.driver.probes import flushed_shares
 from updater.policy import DynamicScale, StaticScale
@@ -67,8 +68,8 @@ def _final_parameters(monkeypatch, sink):
     original = rt.half_model
 
     @contextlib.contextmanager
-    def copying(name, seed):
-        with original(name, seed) as model:
+    def copying(name, seed, order=0):
+        with original(name, seed, order) as model:
             yield model
             sink.update({k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()})
 
@@ -102,16 +103,22 @@ def test_the_shadow_pass_leaves_training_as_without_it(monkeypatch, nnabla_and_d
 @pytest.mark.nnabla
 def test_predictions_from_a_recorded_trace_against_its_real_runs(tmp_path, nnabla_and_digits):
     done = record_all(tmp_path, steps=6, seed=0, models=["digits_mlp"])
-    assert [r["policy"] for r in done["runs"]] == list(CHECKED_POLICIES)
-    trace = Trace.load(tmp_path / "digits_mlp.npz")
-    assert trace.steps == 6  # every step recorded: the replay lines up with the real runs
-    rows = prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
-    assert [(r["policy"], r["metric"]) for r in rows] == [
-        (p, m) for p in CHECKED_POLICIES for m in PREDICTED
+    assert [(r["policy"], r["order"]) for r in done["runs"]] == [
+        (p, k) for k in CHECK_ORDERS for p in CHECKED_POLICIES
+    ]
+    assert [r["order"] for r in done["traces"]] == list(RECORDINGS) == [0, 1]
+    pool = TracePool([Trace.load(trace_path(tmp_path, "digits_mlp", k)) for k in RECORDINGS])
+    assert pool.steps == 6  # every step recorded: the replay lines up with the real runs
+    # the two batch orders start from the same weights and see other batches
+    assert pool.traces[0].absmax[0] != pool.traces[1].absmax[0]
+    rows = prediction_rows({"digits_mlp": pool}, tmp_path, jitter=0.25)
+    assert [(r["policy"], r["order"], r["metric"]) for r in rows] == [
+        (p, k, m) for p in CHECKED_POLICIES for k in CHECK_ORDERS for m in PREDICTED
     ]
     for r in rows:
+        assert r["predicted"] == pytest.approx(np.mean(r["each"])) and len(r["each"]) == 2
         assert r["error"] == pytest.approx(r["predicted"] - r["measured"])
-        assert r["low"] <= r["high"]
+        assert r["low"] <= r["high"] and len(r["alone"]) == 2
     legacy = {r["metric"]: r for r in rows if r["policy"] == "nnabla-legacy"}
     # scale 8 against gradients of about 0.1-1: every step far below the safe scale, both ways
     assert legacy["below_half_safe"]["predicted"] == legacy["below_half_safe"]["measured"] == 1
@@ -128,7 +135,7 @@ def test_a_run_of_another_length_or_a_missing_run_is_refused(tmp_path, nnabla_an
         prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
     for label, policy in CHECKED_POLICIES.items():
         measure_run("digits_mlp", policy, label, steps=2).save(
-            run_path(tmp_path, "digits_mlp", label)
+            run_path(tmp_path, "digits_mlp", label, CHECK_ORDERS[0])
         )
     with pytest.raises(ValueError, match="has 2 steps but the trace digits_mlp has 3"):
         prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
@@ -146,8 +153,9 @@ def test_the_report_names_what_is_missing_from_the_real_traces_folder(tmp_path):
 def test_the_shipped_traces_and_runs_line_up():
     config = dataclasses.replace(QUICK, real_traces=str(SHIPPED))
     check_real_traces(config)
-    for model, trace in load_real_traces(config).items():
-        assert model in MODELS
-        for label in CHECKED_POLICIES:
-            run = MeasuredRun.load(run_path(SHIPPED, model, label))
-            assert run.steps == trace.steps and run.model == model
+    for model, pool in load_real_pools(config).items():
+        assert model in MODELS and len(pool.traces) == len(RECORDINGS)
+        for path in measured_paths(SHIPPED, model):
+            run = MeasuredRun.load(path)
+            assert run.steps == pool.steps and run.model == model
+            assert path == run_path(SHIPPED, model, run.label, run.order)
