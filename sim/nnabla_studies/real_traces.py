@@ -128,6 +128,7 @@ def record_all(
     recordings=RECORDINGS,
     check_orders=CHECK_ORDERS,
     jobs: int = 1,
+    recorder_options: Dict | None = None,
 ) -> Dict[str, List[Dict]]:
     """Record traces of each model into ``out_dir``, one per batch order of ``recordings``, and,
     with ``policy_runs``, its real runs under :data:`sim.replay.measured.CHECKED_POLICIES` in
@@ -146,6 +147,7 @@ def record_all(
             (:data:`sim.traces.real.RECORDINGS`, :data:`sim.traces.real.CHECK_ORDERS`).
         jobs (int, default 1): recordings and runs trained at once, each in a process of its own
             (the results do not depend on it; the seconds do, on a machine with fewer cores).
+        recorder_options (dict or None): :func:`record_model`'s, for every recording.
 
     Returns:
         dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
@@ -159,7 +161,7 @@ def record_all(
             tasks += [
                 (name, n, order, label) for order in check_orders for label in CHECKED_POLICIES
             ]
-    args = [(task, str(out_dir), seed) for task in tasks]
+    args = [(task, str(out_dir), seed, recorder_options) for task in tasks]
     if jobs == 1:
         rows = [_train(*a) for a in args]
     else:
@@ -172,11 +174,12 @@ def record_all(
     }
 
 
-def _train(task, out_dir: str, seed: int) -> Dict:
+def _train(task, out_dir: str, seed: int, recorder_options: Dict | None) -> Dict:
     """One task of :func:`record_all`: a recording (``label`` None) or a checked run; its row."""
     name, steps, order, label = task
     if label is None:
-        return record_model(name, out_dir, steps=steps, seed=seed, order=order)
+        return record_model(name, out_dir, steps, seed=seed, recorder_options=recorder_options,
+                            order=order)  # fmt: skip
     run = measure_run(name, CHECKED_POLICIES[label], label, steps, seed, probe=True, order=order)
     path = run.save(run_path(out_dir, name, label, order))
     return {**run.summary(), "path": str(path)}

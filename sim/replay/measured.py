@@ -35,6 +35,10 @@ CHECKED_POLICIES = {
 (8, doubling every 2000 steps: underflow), DynamicScale growing every 50 steps (overflows) and
 HeadroomScale (resting near the overflow thresholds)."""
 
+OVERFLOW_PRONE_SCALE = 2.0**15
+"""The scale at which a run's overflow-prone steps are counted (``overflow_prone``): the highest
+the probes reach (a float16 seed's largest power of two, the default ``max_scale``)."""
+
 
 @dataclass
 class MeasuredRun:
@@ -100,7 +104,9 @@ class MeasuredRun:
         steps of ``flushed`` and ``flushed_small``, ``overflows`` (skipped steps with a finite
         loss), ``overflows_inside`` (those whose true largest |gradient| times the scale stayed
         below 65520: the overflow happened inside the backward pass) and ``below_max_scale``
-        (share of steps below the policy's ``max_scale``; NaN without one)."""
+        (share of steps below the policy's ``max_scale``; NaN without one), ``stick`` and
+        ``overflow_prone`` (steps whose probed threshold is at most
+        :data:`OVERFLOW_PRONE_SCALE`; NaN for a run that did not probe)."""
         overflow = ~self.applied & self.loss_finite
         cap = getattr(self.policy, "max_scale", None)
         return {
@@ -119,6 +125,11 @@ class MeasuredRun:
             "overflows_inside": int((overflow & (self.absmax * self.scale < FP16_OVERFLOW)).sum()),
             "below_max_scale": float(np.mean(self.scale < cap)) if cap else math.nan,
             "stick": self.stick,
+            "overflow_prone": (
+                math.nan
+                if self.overflow_scale is None
+                else int((self.overflow_scale <= OVERFLOW_PRONE_SCALE).sum())
+            ),
         }
 
     def metrics(self, flushed: np.ndarray | None = None) -> Dict[str, float]:

@@ -64,11 +64,11 @@ def real_section(data: ReportData) -> str:
     )
     runs_table = markdown_table(
         measured,
-        ["model", "policy", "order", "steps", "skipped", "final_scale", "accuracy", "flushed",
-         "small", "stick"],
-        ["model", "policy", "batch order", "steps", "skipped", "final scale", "test accuracy",
-         "flushed (applied steps)", "of which below 2^-24 after scaling",
-         "safe scale from"],
+        ["model", "policy", "order", "steps", "skipped", "overflow_prone", "final_scale",
+         "accuracy", "flushed", "small", "stick"],
+        ["model", "policy", "batch order", "steps", "skipped", "steps overflowing at 2^15 (probed)",
+         "final scale", "test accuracy", "flushed (applied steps)",
+         "of which below 2^-24 after scaling", "safe scale from"],
     )  # fmt: skip
     goals = prediction_goals(preds)
     goal_table = markdown_table(
@@ -92,6 +92,12 @@ def real_section(data: ReportData) -> str:
     )
     blind = ", ".join(f"{r['model']} (batch order {r['order']}) {pct(r['flushed'])}"
                       for r in recorded)  # fmt: skip
+    prone = "; ".join(
+        f"{m}: recordings {in_words([r['overflow_prone'] for r in recorded if r['model'] == m])}, "
+        + ", ".join(f"{r['policy']} {r['overflow_prone']}" for r in checked if r["model"] == m)
+        for m in data.real
+        if any(r["overflow_prone"] for r in data.measured if r["model"] == m)
+    )
     models = ", ".join(f"`{m}`" for m in data.real)
     count = NUMBERS.get(len(data.real), str(len(data.real))).capitalize()
     forward = "\n".join(f"- batch order {k}: {line}" for (_, k), line in data.forward.items())
@@ -168,7 +174,9 @@ Where the remaining error comes from:
 - **Different trajectories.** The real run sees batches no recording saw, and a policy that \
 skips or flushes differently applies different updates, so its weights, and its gradients, \
 drift from the recorded runs': overflows happen at other steps, which the pooled spread covers \
-only as far as the recordings differ from each other. Of the {overflows} \
+only as far as the recordings differ from each other. A policy that skips many steps trains \
+another model, whose gradients overflow more often than any recording's: the steps that \
+overflow at 2^15 by each run's own probes ({prone or "none in any run"}). Of the {overflows} \
 overflows of the checked runs, \
 {inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
 the backward pass): those the probes measure, and no parameter gradient shows.
