@@ -275,6 +275,7 @@ def main(argv=None) -> int:
         command = "python -m sim.nnabla_studies.real_traces" + (
             "" if args.out is None else f" --out {args.out}"
         )
+        command += f" --jobs {args.jobs}" * (args.jobs != 1)
         text = (
             "# Gradient traces of real nnabla models\n\n"
             f"Recorded by `{command}` with "

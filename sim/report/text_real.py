@@ -174,9 +174,11 @@ Where the remaining error comes from:
 - **Different trajectories.** The real run sees batches no recording saw, and a policy that \
 skips or flushes differently applies different updates, so its weights, and its gradients, \
 drift from the recorded runs': overflows happen at other steps, which the pooled spread covers \
-only as far as the recordings differ from each other. A policy that skips many steps trains \
-another model, whose gradients overflow more often than any recording's: the steps that \
-overflow at 2^15 by each run's own probes ({prone or "none in any run"}). Of the {overflows} \
+only as far as the recordings differ from each other. Each run's own probes show how far \
+the gradients drift: the steps they found overflowing at 2^15 ({prone or "none in any run"}). \
+A checked run with more or fewer such steps than every recording is a run that no pool of \
+these recordings describes: its skipped steps fall outside the spread however many runs are \
+drawn. Of the {overflows} \
 overflows of the checked runs, \
 {inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
 the backward pass): those the probes measure, and no parameter gradient shows.
