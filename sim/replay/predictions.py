@@ -67,27 +67,30 @@ def prediction_rows(
             exact = [simulate(policy, t, runs=1, jitter=0.0).metrics for t in recordings]
             alone = [simulate(policy, t, RANGE_RUNS, seed, jitter).metrics for t in recordings]
             (spread,) = simulate_pooled([policy], pool, RANGE_RUNS, seed, jitter)
+            predicted = {}  # per metric, the same for every measured run
+            for metric in PREDICTED:
+                each = [float(m[metric][0]) for m in exact]
+                low, high = np.nanpercentile(spread.metrics[metric], [5, 95])
+                predicted[metric] = {
+                    "predicted": float(np.mean(each)),
+                    "each": each,
+                    "low": float(low),
+                    "high": float(high),
+                    "alone": [tuple(np.nanpercentile(m[metric], [5, 95]).tolist()) for m in alone],
+                }
             for order in orders:
                 run = _measured_run(runs_dir, model, label, order, recordings[0].steps)
                 measured = run.metrics()
-                for metric in PREDICTED:
-                    each = [float(m[metric][0]) for m in exact]
-                    low, high = np.nanpercentile(spread.metrics[metric], [5, 95])
+                for metric, p in predicted.items():
                     rows.append(
                         {
                             "model": model,
                             "policy": label,
                             "order": order,
                             "metric": metric,
-                            "predicted": float(np.mean(each)),
-                            "each": each,
-                            "low": float(low),
-                            "high": float(high),
-                            "alone": [
-                                tuple(np.nanpercentile(m[metric], [5, 95]).tolist()) for m in alone
-                            ],
+                            **p,
                             "measured": measured[metric],
-                            "error": float(np.mean(each)) - measured[metric],
+                            "error": p["predicted"] - measured[metric],
                             "stick": run.stick,
                         }
                     )

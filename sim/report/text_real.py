@@ -45,10 +45,10 @@ def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
     return markdown_table(list(table.values()), columns + ["stick"], heads + ["safe scale from"])
 
 
-def recordings_table(rows: Sequence[Dict[str, Any]]) -> str:
-    """:func:`sim.replay.predictions.recordings_compared` of the skipped steps, as a table."""
+def recordings_table(compared: Sequence[Dict[str, Any]]) -> str:
+    """:func:`sim.replay.predictions.recordings_compared` rows, as a table."""
     return markdown_table(
-        [{**r, "inside": f"{r['inside']} of {r['runs']}"} for r in recordings_compared(rows)],
+        [{**r, "inside": f"{r['inside']} of {r['runs']}"} for r in compared],
         ["spread", "inside", "width"],
         ["spread of the skipped steps from", "real runs inside", "mean width (steps)"],
     )
@@ -167,7 +167,7 @@ recordings pooled (`sim.replay.predictions.recordings_compared`); the recordings
 replays lie {apart} skipped steps apart on average (the largest minus the smallest, per model \
 and policy):
 
-{recordings_table(preds)}
+{recordings_table(skipped)}
 
 Where the remaining error comes from:
 
