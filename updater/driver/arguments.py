@@ -20,7 +20,6 @@ from ..common.validation import check_int, check_positive
 from ..policy.policies import DynamicScale, ScaleState, policy_from_dict
 from ..policy.presets import as_policy
 from .arrays import graph_leaves
-from .solver_group import check_solver
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
 """nnabla's defaults, used for the legacy arguments not given when one of them is."""
@@ -159,47 +158,6 @@ def check_variables(name: str, values, leaves: bool = False, inputs_of=None) -> 
                 "inputs), not its outputs"
             )
     return list(values)
-
-
-def check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder) -> None:
-    """Type and value checks of the nnabla objects given to the updater."""
-    check_solver("solver", solver)
-    if not isinstance(loss, nn.Variable):
-        raise TypeError(f"loss must be an nnabla.Variable, got {type(loss).__name__}")
-    if loss.parent is not None and loss.parent.info.type_name == "Sink":
-        raise ValueError(
-            "loss is the output of F.sink, whose backward writes 1 into its inputs and ignores "
-            "the seed, so loss scaling cannot work (the gradients would come out 1/scale too "
-            "small, and no overflow would ever be seen); sum the losses instead: "
-            "loss = l1 + l2 (or F.add_n(l1, l2, ...))"
-        )
-    if loss.size != 1:
-        raise ValueError(
-            f"loss must be a scalar (one element), got shape {tuple(loss.shape)}; "
-            "reduce it with F.mean or F.sum"
-        )
-    if data_feeder is not None and not callable(data_feeder):
-        raise TypeError(f"data_feeder must be callable or None, got {data_feeder!r}")
-    if comm is not None and not callable(getattr(comm, "all_reduce", None)):
-        raise TypeError(
-            f"comm must offer all_reduce(data, division, inplace), got {type(comm).__name__}"
-        )
-    if grads is not None:
-        kinds = sorted({type(g).__name__ for g in grads if not isinstance(g, nn.NdArray)})
-        if not isinstance(grads, (list, tuple)) or kinds:
-            got = type(grads).__name__ if not isinstance(grads, (list, tuple)) else kinds
-            raise TypeError(
-                f"grads must be a list of nnabla.NdArray (e.g. [p.grad for p in params]) "
-                f"or None, got {got}"
-            )
-    if monitor is not None and not hasattr(monitor, "save_path"):
-        raise TypeError(
-            f"monitor must be an nnabla.monitor.Monitor or None, got {type(monitor).__name__}"
-        )
-    if recorder is not None and not callable(getattr(recorder, "record", None)):
-        raise TypeError(
-            f"recorder must be a GradientRecorder or None, got {type(recorder).__name__}"
-        )
 
 
 def legacy_setting(policy, name: str):

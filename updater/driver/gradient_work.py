@@ -5,7 +5,7 @@ weight decay -> ``solver.update()``."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List
+from typing import Dict, List
 
 import nnabla as nn
 import numpy as np
@@ -33,17 +33,10 @@ class GradientWork:
         self.average_grads = average_grads
         self._params: Dict[str, nn.Variable] | None = None
         self._flag = None  # three-element agreement flag, made on first use
-        self._settings_agreed = False
 
-    def new_step(self, settings: Callable[[], Dict[str, Any]] | None = None) -> None:
-        """Forget the parameters read (the next :meth:`params` reads them again). On the first
-        step, with a communicator that compares
-        (:meth:`updater.runtime.comm.MPICommunicator.check_same`), refuse to start (ValueError
-        on every rank) unless every rank runs the same ``settings()``."""
+    def new_step(self) -> None:
+        """Forget the parameters read (the next :meth:`params` reads them again)."""
         self._params = None
-        if settings and not self._settings_agreed and hasattr(self.comm, "check_same"):
-            self.comm.check_same(settings(), "updater settings")
-        self._settings_agreed = True
 
     def params(self) -> Dict[str, nn.Variable]:
         """The solver's current parameters, read once per step."""

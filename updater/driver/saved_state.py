@@ -10,10 +10,6 @@ from .arguments import check_seed_holds, checked_state
 from .records import COUNTERS, Counters
 
 STATE_FORMAT_VERSION = 1
-RANK_SETTINGS = ("accum_grad", "average_grads", "finite_check", "weight_decay", "clip_grad_norm",
-                 "on_overflow", "max_retries", "restore_on_skip", "enabled",
-                 "max_consecutive_nonfinite")  # fmt: skip
-"""The updater settings (besides its state) every rank of a data-parallel run must share."""
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +29,21 @@ def state_dict(policy, scale_state, counters: Counters) -> Dict[str, Any]:
 
 def rank_settings(updater) -> Dict[str, Any]:
     """What every rank must run alike: the state (``policy.growth_interval``,
-    ``scale_state.scale``, ``counters.steps``, ...) and :data:`RANK_SETTINGS`, flat."""
+    ``scale_state.scale``, ``counters.steps``, ...) and what the ranks share of the options
+    (:meth:`updater.driver.options.UpdaterOptions.shared`: ``accum_grad``, ``solver.type``,
+    ``solver.learning_rate``, ...), flat."""
     state = updater.state_dict()
-    flat = {f"{k}.{name}": v for k in ("policy", "scale_state", "counters")
-            for name, v in state[k].items()}  # fmt: skip
-    return {**flat, **{name: getattr(updater, name) for name in RANK_SETTINGS}}
+    parts = ("policy", "scale_state", "counters")
+    flat = {f"{k}.{name}": v for k in parts for name, v in state[k].items()}
+    return {**flat, **updater._options.shared()}
+
+
+def agree_settings(updater, comm) -> None:
+    """With a communicator that compares (:meth:`updater.runtime.comm.MPICommunicator.check_same`,
+    one collective), refuse to start (``ValueError`` on every rank, naming the first setting
+    that differs) unless every rank runs the same :func:`rank_settings`."""
+    if hasattr(comm, "check_same"):
+        comm.check_same(rank_settings(updater), "updater settings")
 
 
 def loaded_state(state: Dict[str, Any], seed_type, policy, counters: Counters):

@@ -14,26 +14,23 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
 import nnabla as nn
 import numpy as np
 
-from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
+from ..common.validation import check_int
 from ..policy import ScaleState
+from ..policy.presets import as_policy
 from . import saved_state
 from .arguments import (
-    check_driver_arguments,
     check_scale,
-    check_variables,
+    check_seed_holds,
     legacy_setting,
     policy_from_arguments,
     with_legacy_setting,
 )
 from .arrays import seed_dtype
-from .attempts import Attempts
+from .assembly import assemble
 from .call_order import CallOrder, refuse_init_scale, refuse_new_scale
-from .finite_checks import choose_check
-from .forward_state import ForwardState
-from .gradient_work import GradientWork
+from .options import OPTIONS, REBUILDS, UpdaterOptions, args_doc
 from .outside_forward import OutsideForward
-from .records import Counters, Monitor, NonFiniteGradientsError, StepRecord
-from .rounds import Rounds
+from .records import Counters, NonFiniteGradientsError, StepRecord
 
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..policy.base import Policy
@@ -41,102 +38,58 @@ if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Moni
     from .solver_group import SolverGroup
 
 
-def _read_only(owner: str, name: str, converted: Callable | None = None) -> property:
-    """An attribute that reads ``name`` of the collaborator ``owner``; assignable (the value
-    passed through ``converted``) when ``converted`` is given."""
-
-    def write(self, value) -> None:
-        setattr(getattr(self, owner), name, converted(value))
-
-    read = lambda self: getattr(getattr(self, owner), name)  # noqa: E731
-    return property(read, None if converted is None else write, doc=f"``{owner}.{name}``")
+def _counter(name: str) -> property:
+    """A read-only attribute: the counter ``name`` (:class:`Counters`)."""
+    return property(lambda self: getattr(self._counters, name), doc=f"counter ``{name}``")
 
 
 class DynamicLossScalingUpdater:
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
-    ``update()``: ``solver.zero_grad()``; ``accum_grad`` rounds of ``data_feeder()``,
-    ``loss.forward()``, ``loss.backward(seed)``; with ``comm``, the all-reduce and the workers'
-    agreement; the finite check; if finite: unscale in float32 by ``1/seed`` (the seed is the
-    scale rounded to the loss's precision, so unscaling is exact), clip, weight decay,
-    ``solver.update()``; the policy's advance. Each step's verdict (applied, overflow or bad
-    batch) follows one rule (:func:`updater.driver.records.verdict`); ``on_overflow="retry"``
-    recomputes the same batches at the lowered scale (:mod:`updater.driver.attempts`). The
-    solver's parameters are read again at every step that needs them.
+        ``update()``: ``solver.zero_grad()``; ``accum_grad`` rounds of ``data_feeder()``,
+        ``loss.forward()``, ``loss.backward(seed)``; with ``comm``, the all-reduce and the workers'
+        agreement; the finite check; if finite: unscale in float32 by ``1/seed`` (the seed is the
+        scale rounded to the loss's precision, so unscaling is exact), clip, weight decay,
+        ``solver.update()``; the policy's advance. Each step's verdict (applied, overflow or bad
+        batch) follows one rule (:func:`updater.driver.records.verdict`); ``on_overflow="retry"``
+        recomputes the same batches at the lowered scale (:mod:`updater.driver.attempts`). The
+        solver's parameters are read again at every step that needs them.
 
-    Args:
-        solver (nnabla.solvers.Solver): solver with parameters already set.
-        loss (nnabla.Variable): scalar loss (one element).
-        data_feeder (callable or None, default None): called before each forward.
-        scale (float or None, default None): legacy initial scale, in [min_scale, max_scale];
-            None: 8.0 if ``scaling_factor`` or ``N`` is given.
-        scaling_factor (float or None, default None): legacy growth multiplier and backoff
-            divisor, > 1; None: 2.0 if ``scale`` or ``N`` is given.
-        N (int or None, default None): legacy finite steps before growth, a whole number
-            >= 1; None: 2000.
-        clear_buffer (bool, default True): free buffers in forward/backward.
-        accum_grad (int, default 1): forward/backward rounds per update, >= 1.
-        weight_decay (float or None, default None): ``solver.weight_decay`` after unscaling,
-            >= 0.
-        comm (nnabla communicator or None, default None): has ``all_reduce(data, division,
-            inplace)``: nnabla's or :class:`updater.runtime.comm.MPICommunicator`.
-        grads (list of nnabla.NdArray or None, default None): gradients to all-reduce; empty
-            or None: every current parameter gradient of the solver.
-        policy (policy, str or None, default None): the scaling policy (from
-            :mod:`updater.policy`, or a name :func:`updater.make_policy` takes: ``"dynamic"``);
-            then none of the legacy trio nor ``min_scale``/``max_scale`` may be given. None:
-            ``DynamicScale()``, or nnabla's trio as a ``DynamicScale`` with nnabla's meaning.
-        min_scale (float or None, default None): floor of the built policy, >= 2**-24; 1.0.
-        max_scale (float or None, default None): cap of the built policy; None: the largest
-            power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
-            that (also in ``policy=``): ValueError.
-        on_overflow (str, default "skip"): "skip", or "retry" the same batch at the lowered
-            scale.
-        max_retries (int, default 8): retries per ``update()`` in "retry" mode, >= 0.
-        max_consecutive_nonfinite (int, default 32): ``update()`` calls in a row without an
-            update after which :class:`NonFiniteGradientsError` is raised, >= 1.
-        clip_grad_norm (float or None, default None): clip the global L2 norm of the unscaled
-            gradients to this, > 0.
-        average_grads (bool, default False): all-reduce with ``division=True``.
-        history (int, default 0): keep the last ``history`` records in ``self.history``, >= 0.
-        monitor (nnabla.monitor.Monitor or None, default None): writes ``loss_scale`` and
-            ``skipped_steps`` each step.
-        recorder (GradientRecorder or None, default None): records gradient histograms.
-        finite_check (str, default "auto"): the inf/NaN check's path
-            (:mod:`updater.driver.finite_checks`): "numpy" (host views), "solver" (one graph
-            on the gradients' device, one host read), "nnabla" (``check_inf_or_nan_grad()``),
-            or "auto" ("solver" off the CPU; on the CPU "numpy" or "nnabla" by model size and
-            what the steps read). All decide exactly as ``solver.check_inf_or_nan_grad()``.
-        enabled (bool, default True): False turns loss scaling off (as PyTorch's
-            ``GradScaler(enabled=False)``): seed 1, no check, every step applied.
-        restore_on_skip (bool, default True): a skipped step puts back the state its passes
-            wrote (:func:`updater.driver.written.forward_written`, and ``forward_state``); False
-            keeps it moved, as nnabla's updater does.
-        unchecked_inputs (list of nnabla.Variable, default ()): inputs that may hold inf on
-            purpose (a -inf attention mask), left out of the bad-data check; each must feed the
-            graph of ``loss`` (else ``ValueError``).
-        forward_state (list of nnabla.Variable, default ()): Variables that a function of
-            yours (a ``PythonFunction``) writes in its forward pass: kept and put back as the
-            state found in the graph, never checked as data; no function's outputs.
-        init_scale: not accepted (``TypeError`` naming ``scale=`` and ``policy=``).
-        on_nonfinite_statistics (str, default "warn"): a running statistic that became
-            inf/NaN is reported once: "warn" logs it, "raise" raises
-            :class:`updater.driver.forward_state.NonFiniteStatisticsError` from ``step()``.
+        Args:
+    {options}
+            scale (float or None, default None): legacy initial scale, in [min_scale, max_scale];
+                None: 8.0 if ``scaling_factor`` or ``N`` is given.
+            scaling_factor (float or None, default None): legacy growth multiplier and backoff
+                divisor, > 1; None: 2.0 if ``scale`` or ``N`` is given.
+            N (int or None, default None): legacy finite steps before growth, a whole number
+                >= 1; None: 2000.
+            policy (policy, str or None, default None): the scaling policy (from
+                :mod:`updater.policy`, or a name :func:`updater.make_policy` takes: ``"dynamic"``);
+                then none of the legacy trio nor ``min_scale``/``max_scale`` may be given. None:
+                ``DynamicScale()``, or nnabla's trio as a ``DynamicScale`` with nnabla's meaning.
+            min_scale (float or None, default None): floor of the built policy, >= 2**-24; 1.0.
+            max_scale (float or None, default None): cap of the built policy; None: the largest
+                power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
+                that (also in ``policy=``): ValueError.
+            init_scale: not accepted (``TypeError`` naming ``scale=`` and ``policy=``).
 
-    Attributes:
-        scale, scaling_factor, N: as nnabla's, assignable (checked; the last two replace the
-            policy, ``AttributeError`` for policies without them).
-        grads (list of nnabla.NdArray): the gradients given to all-reduce (``[]``: all).
-        steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
-            nonfinite_losses, nonfinite_statistics (int): the counters, read-only
-            (:class:`~updater.driver.records.Counters`).
-        history (collections.deque of StepRecord): the last ``history`` records.
-        finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
-        The other options read back as read-only attributes of the same name, but
-        ``data_feeder``, which may be replaced.
+        Attributes:
+            solver, loss, data_feeder, clear_buffer, accum_grad, weight_decay, comm, grads, and
+                every option above: as nnabla's updater has them, assignable (checked, as in the
+                constructor), taking effect at the next ``update()``/``backward()``; they are
+                held in one record (:class:`updater.driver.options.UpdaterOptions`).
+            scale, scaling_factor, N: as nnabla's, assignable (checked; the last two replace the
+                policy, ``AttributeError`` for policies without them).
+            policy: the policy, assignable.
+            steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
+                nonfinite_losses, nonfinite_statistics (int): the counters, read-only
+                (:class:`~updater.driver.records.Counters`).
+            history (collections.deque of StepRecord): the last ``history`` records; its length
+                is set by the constructor.
+            finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
 
-    Raises:
-        TypeError / ValueError: for any bad argument, naming it and the accepted range.
+        Raises:
+            TypeError / ValueError: for any bad argument, naming it and the accepted range.
     """
 
     def __init__(
@@ -153,84 +106,91 @@ class DynamicLossScalingUpdater:
         unchecked_inputs: Sequence[nn.Variable] = (), on_nonfinite_statistics: str = "warn",
         forward_state: Sequence[nn.Variable] = (), init_scale: None = None,
     ) -> None:  # fmt: skip
+        given = locals()
         refuse_init_scale(init_scale)
-        check_driver_arguments(solver, loss, data_feeder, comm, grads, monitor, recorder)
-        seed_type = seed_dtype(loss)
-        policy = policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale,
-                                       seed_type)  # fmt: skip
-        check_choice("on_overflow", on_overflow, ("skip", "retry"))
-        check_choice("finite_check", finite_check, ("auto", "numpy", "solver", "nnabla"))
-        check_choice("on_nonfinite_statistics", on_nonfinite_statistics, ("warn", "raise"))
-        self.solver, self.loss, self.policy = solver, loss, policy
-        self.weight_decay = check_number("weight_decay", weight_decay, 0.0, none_ok=True)
-        self.clip_grad_norm = check_positive("clip_grad_norm", clip_grad_norm, none_ok=True)
-        self.max_consecutive_nonfinite = check_int("max_consecutive_nonfinite",
-                                                   max_consecutive_nonfinite, 1)  # fmt: skip
-        self.history = deque(maxlen=check_int("history", history, 0))
-        self._seed_type = seed_type
-        self._state: ScaleState = policy.init()
-        self._enabled = check_bool("enabled", enabled)
-        self._counters = Counters()
-        self._monitor = None if monitor is None else Monitor(monitor)
-        reads = policy.needs_grad_absmax or clip_grad_norm is not None or recorder is not None
-        sizes = [p.size for p in solver.get_parameters().values()]
-        check = choose_check(finite_check, not reads, sizes, solver, loss)
-        self._work = GradientWork(
-            solver, check, comm, list(grads or []), check_bool("average_grads", average_grads)
+        self._options = options = UpdaterOptions(**{name: given[name] for name in OPTIONS})
+        self._policy = policy_from_arguments(
+            policy, scale, scaling_factor, N, min_scale, max_scale, seed_dtype(loss)
         )
-        given = check_variables("forward_state", forward_state, leaves=True)
-        state = ForwardState(loss, check.checks_extras, on_nonfinite_statistics, self._counters,
-                             given)  # fmt: skip
-        self._forward_state = state
-        self._rounds = Rounds(
-            solver, loss, data_feeder, check_int("accum_grad", accum_grad, 1),
-            check_bool("clear_buffer", clear_buffer), self._enabled, self._work.params,
-            check_variables("unchecked_inputs", unchecked_inputs, inputs_of=loss),
-            check.checks_extras, self._counters, lambda: state.written,
-        )  # fmt: skip
-        self._attempts = Attempts(
-            self._rounds, self._work, self._forward_state, self._counters, seed_type,
-            on_overflow, check_int("max_retries", max_retries, 0),
-            check_bool("restore_on_skip", restore_on_skip), recorder,
-        )  # fmt: skip
+        self._history = deque(maxlen=options.history)
+        self._state: ScaleState = self._policy.init()
+        self._counters = Counters()
         self._order = CallOrder()
-        self._outside = OutsideForward(loss, self._rounds, lambda: state.written)
+        self._agreed = False  # the ranks compared their settings (on the first step)
+        self._outside: OutsideForward | None = None
+        self._assemble()
 
-    steps = _read_only("_counters", "steps")
-    updates_applied = _read_only("_counters", "updates_applied")
-    overflows = _read_only("_counters", "overflows")
-    skips = _read_only("_counters", "skips")
-    consecutive_nonfinite = _read_only("_counters", "consecutive_nonfinite")
-    batches = _read_only("_counters", "batches")
-    passes = _read_only("_counters", "passes")
-    nonfinite_losses = _read_only("_counters", "nonfinite_losses")
-    nonfinite_statistics = _read_only("_counters", "nonfinite_statistics")
-    accum_grad = _read_only("_rounds", "accum_grad")
-    clear_buffer = _read_only("_rounds", "clear_buffer")
-    unchecked_inputs = _read_only("_rounds", "unchecked_inputs")
-    comm = _read_only("_work", "comm")
-    average_grads = _read_only("_work", "average_grads")
-    on_overflow = _read_only("_attempts", "on_overflow")
-    max_retries = _read_only("_attempts", "max_retries")
-    restore_on_skip = _read_only("_attempts", "restore_on_skip")
-    recorder = _read_only("_attempts", "recorder")
-    on_nonfinite_statistics = _read_only("_forward_state", "on_nonfinite_statistics")
-    forward_state = _read_only("_forward_state", "given")
-    enabled = _read_only("_rounds", "enabled")
+    def _assemble(self) -> None:
+        """Build the collaborators (:func:`updater.driver.assembly.assemble`), again after an
+        option they are built from or the policy was assigned; the counters, the scale state,
+        the call order and the watch of the loss's graph stay."""
+        self._stale = False
+        parts = assemble(self._options, self._policy, self._counters)
+        self._seed_type, self._monitor, self._work = parts[:3]
+        self._forward_state, self._rounds, self._attempts = parts[3:]
+        loss = self._options.loss
+        if self._outside is None or self._outside.loss is not loss:  # reads the options live
+            self._outside = OutsideForward(loss, self, lambda: self._forward_state.written)
 
-    data_feeder = _read_only("_rounds", "data_feeder", lambda value: value)
-    grads = _read_only("_work", "grads", lambda value: list(value or []))  # as nnabla's
+    def _set_option(self, name: str, value) -> None:
+        """Assign an option (checked); the collaborators built from it are built again at the
+        next ``update()``/``backward()``."""
+        options = self._options.replaced(**{name: value})
+        if name == "loss":
+            check_seed_holds(self._policy, seed_dtype(options.loss))
+        if name == "comm":
+            self._agreed = False  # the ranks compare their settings again over the new one
+        self._options = options
+        self._stale = self._stale or name in REBUILDS
+
+    steps = _counter("steps")
+    updates_applied = _counter("updates_applied")
+    overflows = _counter("overflows")
+    skips = _counter("skips")
+    consecutive_nonfinite = _counter("consecutive_nonfinite")
+    batches = _counter("batches")
+    passes = _counter("passes")
+    nonfinite_losses = _counter("nonfinite_losses")
+    nonfinite_statistics = _counter("nonfinite_statistics")
+
+    @property
+    def policy(self) -> Policy:
+        """The scaling policy; assignable (the collaborators follow at the next step)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, value) -> None:
+        self._policy = as_policy(value)
+        self._stale = True
 
     @property
     def finite_check(self) -> str:
-        """The finite check path in use: "numpy", "solver" or "nnabla"."""
+        """The finite check path in use: "numpy", "solver" or "nnabla"; assignable as the
+        argument ("auto" too)."""
+        self._build()
         return self._work.check.name
+
+    @finite_check.setter
+    def finite_check(self, value) -> None:
+        self._set_option("finite_check", value)
+
+    @property
+    def history(self):
+        """The last records (a deque; its length is the argument ``history``)."""
+        return self._history
+
+    @history.setter
+    def history(self, value) -> None:
+        raise AttributeError(
+            f"history holds the last records and cannot be replaced (got {value!r}): its "
+            "length is the constructor's argument, DynamicLossScalingUpdater(..., history=N)"
+        )
 
     @property
     def scale(self) -> float:
         """The loss scale the next ``update()`` starts from (the seed is its rounding); 1.0
         when ``enabled=False``."""
-        return float(self._state.scale) if self._enabled else 1.0
+        return float(self._state.scale) if self._options.enabled else 1.0
 
     @scale.setter
     def scale(self, value) -> None:
@@ -284,7 +244,7 @@ class DynamicLossScalingUpdater:
         """
         refuse_new_scale(new_scale)
         self._order.start_update()
-        self._backward(fuse=self.recorder is None or not self.recorder.wants(self.steps))
+        self._backward(by_update=True)
         self.unscale()
         return self._step(by_step=False)
 
@@ -302,19 +262,32 @@ class DynamicLossScalingUpdater:
                 loss's forward pass ran outside the updater since its last step in a graph
                 whose forward writes state (:mod:`updater.driver.outside_forward`).
         """
-        return self._backward(fuse=False)
+        return self._backward(by_update=False)
 
-    def _backward(self, fuse: bool) -> bool:
-        """:meth:`backward`; ``fuse`` unscales in the checking pass or measures for clipping in
-        the same read when the gradients will not be seen scaled."""
+    def _build(self) -> None:
+        """Build the collaborators again when an option they are built from was assigned."""
+        if self._stale:
+            self._assemble()
+
+    def _backward(self, by_update: bool) -> bool:
+        """:meth:`backward`; ``by_update``: called by ``update()``, which unscales in the
+        checking pass (or measures for clipping in the same read) when the recorder does not
+        want this step's scaled gradients."""
         self._order.start()
+        self._build()
+        o = self._options
         self._outside.check()
-        self._work.new_step(lambda: saved_state.rank_settings(self))
-        if not self._enabled:
+        self._work.new_step()
+        if not self._agreed:
+            self._agreed = True
+            saved_state.agree_settings(self, o.comm)
+        if not o.enabled:
             pending = self._attempts.unscaled_run(self._state)
         else:
-            need_sumsq = self.clip_grad_norm is not None
-            pending = self._attempts.run(self.policy, self._state, self.steps, fuse, need_sumsq)
+            rec = o.recorder
+            fuse = by_update and (rec is None or not rec.wants(self.steps))
+            need_sumsq = o.clip_grad_norm is not None
+            pending = self._attempts.run(self._policy, self._state, self.steps, fuse, need_sumsq)
             self._state = pending.state  # the failed attempts advanced the policy
         self._order.pending = pending
         self._outside.after_step()
@@ -353,27 +326,27 @@ class DynamicLossScalingUpdater:
         pending = self._order.require("step()")
         self.unscale()
         finite = pending.finite
+        o = self._options
         if finite:
-            self._work.apply(pending.sumsq, self.clip_grad_norm, self.weight_decay)
+            self._work.apply(pending.sumsq, o.clip_grad_norm, o.weight_decay)
         self._state = pending.new_state
         self._order.end(by_step)
         step = self.steps
         record = StepRecord(
             step=step, scale=pending.seed, update_applied=finite,
-            new_scale=float(self._state.scale) if self._enabled else 1.0,
+            new_scale=float(self._state.scale) if self._options.enabled else 1.0,
             grad_absmax=pending.absmax, loss_finite=pending.loss_finite,
             attempts=pending.attempts, bad_batch=pending.bad_batch,
         )  # fmt: skip
         counters = self._counters
         counters.count_step(finite)
-        self.history.append(record)
+        self._history.append(record)
         if self._monitor is not None:
             self._monitor.add(step, record.scale, counters.skips)
         self._forward_state.report(pending.statistics, step)
-        if counters.consecutive_nonfinite >= self.max_consecutive_nonfinite:
+        if counters.consecutive_nonfinite >= o.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
-                record, pending.bad, counters.consecutive_nonfinite,
-                self.max_consecutive_nonfinite,
+                record, pending.bad, counters.consecutive_nonfinite, o.max_consecutive_nonfinite,
                 self._rounds.bad_input_names() if pending.bad_batch else (),
             )  # fmt: skip
         return record
@@ -396,5 +369,24 @@ class DynamicLossScalingUpdater:
         return (
             f"DynamicLossScalingUpdater(scale={self.scale!r}, policy={self.policy!r}, "
             f"steps={self.steps}, updates_applied={self.updates_applied}, skips={self.skips}, "
-            f"finite_check={self.finite_check!r})"
+            f"finite_check={self._work.check.name!r})"
         )
+
+
+def _option_property(name: str) -> property:
+    """The updater's attribute of option ``name``: reads the record, assigns through
+    :meth:`DynamicLossScalingUpdater._set_option`."""
+
+    def write(self, value) -> None:
+        self._set_option(name, value)
+
+    read = lambda self: getattr(self._options, name)  # noqa: E731
+    return property(read, write, doc=OPTIONS[name].metadata["doc"])
+
+
+for _name in OPTIONS:
+    if _name not in vars(DynamicLossScalingUpdater):
+        setattr(DynamicLossScalingUpdater, _name, _option_property(_name))
+DynamicLossScalingUpdater.__doc__ = DynamicLossScalingUpdater.__doc__.replace(
+    "{options}", args_doc(" " * 8)
+)
