@@ -26,12 +26,13 @@ float16 arithmetic upstream), measured at the seed used and at ``seed * 2**k`` f
 :data:`FLUSH_OFFSETS` (NaN where that backward overflowed).
 
 Each probe is a forward and a backward per accumulation round (one forward reused for several
-backwards is wrong for ``PF.lstm``), with the all-reduce and the workers' agreement when there is
-a communicator. Afterwards the model is as without probing: the real attempt's gradients and the
-state the forward pass moves (BatchNormalization's running statistics) are put back; the solver
-is not called. Probes call no data feeder (the round inputs are written back) and do not count
-in the updater's counters. Random functions inside the graph (``F.dropout``, ``F.randn``) draw
-new numbers in every probe's forward, as in a retry.
+backwards is wrong for ``PF.lstm``); with a communicator each worker probes its own gradients, with
+no all-reduce and no agreement (a recorder on one worker leaves the others' steps as without one,
+and its probes measure that worker's own backward). Afterwards the model is as without probing:
+the real attempt's gradients and the state the forward pass moves (BatchNormalization's running
+statistics) are put back; the solver is not called. Probes call no data feeder (the round inputs
+are written back) and do not count in the updater's counters. Random functions inside the graph
+(``F.dropout``, ``F.randn``) draw new numbers in every probe's forward, as in a retry.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Rerun(Protocol):
 
     def host_grads(self) -> List[np.ndarray]: ...  # host views of the gradients
 
-    def probe(self, scale: float) -> bool: ...  # rounds at ``scale``; finite on every worker?
+    def probe(self, scale: float) -> bool: ...  # rounds at ``scale``; finite here?
 
     def reference_grads(self) -> List[np.ndarray]: ...  # the float32 graph's, at seed 1
 

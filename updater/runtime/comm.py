@@ -198,10 +198,11 @@ class MPICommunicator:
 
     def check_same(self, settings: Mapping[str, Any], what: str = "settings") -> None:
         """Collective (one ``allgather``): ``ValueError`` on every rank, naming the first
-        setting that differs, unless every rank passed equal ``settings``."""
+        setting that differs (in the order of rank 0's ``settings``), unless every rank passed
+        equal ``settings``."""
         every = self._comm.allgather(dict(settings)) if self.size > 1 else []
         for rank, other in enumerate(every):
-            for key in sorted(set(every[0]) | set(other), key=str):
+            for key in [*every[0], *(k for k in other if k not in every[0])]:
                 if other.get(key) != every[0].get(key):
                     raise ValueError(
                         f"ranks run different {what}: {key} is {other.get(key)!r} on rank "

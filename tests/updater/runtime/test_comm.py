@@ -383,12 +383,20 @@ def test_a_parameter_added_to_the_solver_later_is_all_reduced(tmp_path):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), key
 
 
-@pytest.mark.parametrize("mode", ["growth_interval", "accum_grad"])
+SETTINGS = {
+    "growth_interval": "policy.growth_interval",
+    "accum_grad": "accum_grad",
+    "lr": "solver.learning_rate",
+    "adam": "solver.type",
+}
+"""rank_settings.py's modes whose ranks differ, and the setting the refusal names."""
+
+
+@pytest.mark.parametrize("mode", sorted(SETTINGS))
 def test_ranks_with_different_settings_refuse_to_start(tmp_path, mode):
     status, out, _ = run_job("rank_settings.py", 2, tmp_path, mode)
     assert status != 0, out
-    setting = "policy.growth_interval" if mode == "growth_interval" else "accum_grad"
-    assert f"ranks run different updater settings: {setting} is" in out, out
+    assert f"ranks run different updater settings: {SETTINGS[mode]} is" in out, out
     assert not list(tmp_path.glob("rank*.steps"))  # no rank trained a step
 
 
@@ -396,3 +404,18 @@ def test_ranks_with_the_same_settings_train(tmp_path):
     status, out, _ = run_job("rank_settings.py", 2, tmp_path, "same")
     assert status == 0, out
     assert [p.read_text() for p in sorted(tmp_path.glob("rank*.steps"))] == ["3", "3"]
+
+
+@pytest.mark.parametrize("mode", ["recorder", "probing"])
+def test_a_recorder_on_one_rank_changes_no_rank_s_training(tmp_path, mode):
+    """A recorder on rank 0 only, plain or probing (its probes enter no collective), is not a
+    setting the ranks compare, and every rank's parameters come out bit for bit as without it."""
+    for folder in ("same", mode):
+        (tmp_path / folder).mkdir()
+    run_ok("rank_settings.py", 2, tmp_path / "same", "same")
+    status, out, _ = run_job("rank_settings.py", 2, tmp_path / mode, mode, limit_s=90)
+    assert status == 0, out
+    assert (tmp_path / mode / "trace.npz").exists()
+    for without, recorded in zip(load_ranks(tmp_path / "same", 2), load_ranks(tmp_path / mode, 2)):
+        for key in without:
+            assert np.array_equal(without[key].view(np.uint8), recorded[key].view(np.uint8)), key
