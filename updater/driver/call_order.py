@@ -1,16 +1,25 @@
 """The order of the updater's calls: ``backward()`` starts an iteration, ``unscale()`` and
 ``step()`` need its gradients, ``step()`` ends it; ``update()`` is a whole iteration.
 
-PyTorch's ``GradScaler`` habit, ``if u.backward(): u.unscale()``, ``u.step()``, ``u.update()``,
-runs two iterations per loop here: ``step()`` already advanced the scale, and ``update()`` feeds
-and trains on another batch. ``update()`` right after ``step()`` in two iterations in a row
-raises ``RuntimeError`` saying so (once is allowed: a loop may run the stages by hand on some
-iterations and ``update()`` on the others). Also the answers to PyTorch's ``init_scale=`` and
+A loop may run the stages by hand on some iterations and ``update()`` on the others, in any
+pattern. PyTorch's ``GradScaler`` habit, ``if u.backward(): u.unscale()``, ``u.step()``,
+``u.update()``, runs two iterations per loop here: ``step()`` already advanced the scale, and
+``update()`` trains again. Without a data feeder that second iteration would train the same batch
+twice: ``update()`` right after ``step()`` with every input of the graph as ``step()`` left it
+(compared bit for bit with a copy taken when ``step()`` ended an iteration) raises
+``RuntimeError`` saying so. With a data feeder each ``update()`` feeds its own batch, and the two
+patterns are the same calls: both run. Also the answers to PyTorch's ``init_scale=`` and
 ``update(new_scale=...)``.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import nnabla as nn
+import numpy as np
+
+from .arrays import array_dtype, copy_array, host_view
 from .attempts import Pending
 
 
@@ -39,8 +48,7 @@ class CallOrder:
 
     def __init__(self):
         self.pending: Pending | None = None  # set by backward(), cleared by step()
-        self._ended_by_step = False  # the last iteration was ended by a call of step()
-        self._updates_after_step = 0  # iterations in a row ended by step(), then update()
+        self._left = None  # copies of the inputs, when step() ended the last iteration
 
     def start(self) -> None:
         """Before an iteration's backward pass: ``RuntimeError`` when one is pending."""
@@ -50,19 +58,18 @@ class CallOrder:
                 "step() (or call update(), which runs backward(), unscale() and step())"
             )
 
-    def start_update(self) -> None:
-        """Before ``update()``: ``RuntimeError`` for the GradScaler habit (module doc)."""
+    def start_update(self, inputs: Sequence[nn.Variable]) -> None:
+        """Before ``update()``: ``RuntimeError`` for the GradScaler habit (module doc), when
+        ``inputs`` hold what the last ``step()`` left in them."""
         self.start()
-        after_step = self._ended_by_step
-        self._updates_after_step = self._updates_after_step + 1 if after_step else 0
-        if self._updates_after_step >= 2:
-            self._updates_after_step = 0
+        left, self._left = self._left, None
+        if left and all(same_values(v.data, kept) for v, kept in zip(inputs, left)):
             raise RuntimeError(
-                "update() was called right after step() in two iterations in a row: update() "
-                "is not PyTorch's GradScaler.update(), it runs a whole training iteration "
-                "(backward(), unscale(), step()) on the next batch, so each loop trained twice. "
-                "step() already advanced the scale: drop the update() call after step() (or "
-                "call only update())"
+                "update() was called right after step() on the same batch: update() is not "
+                "PyTorch's GradScaler.update(), it runs a whole training iteration (backward(), "
+                "unscale(), step()), and would train this batch twice. step() already advanced "
+                "the scale: drop the update() call after step() (or set the next batch's "
+                "inputs first)"
             )
 
     def require(self, what: str) -> Pending:
@@ -74,7 +81,15 @@ class CallOrder:
             )
         return self.pending
 
-    def end(self, by_step: bool) -> None:
-        """After an iteration; ``by_step``: ended by a call of ``step()``, not ``update()``."""
+    def end(self, inputs: Sequence[nn.Variable] | None) -> None:
+        """After an iteration; ``inputs``: the graph's inputs when ``step()`` ended it without
+        a data feeder (copied for :meth:`start_update`), else None."""
         self.pending = None
-        self._ended_by_step = by_step
+        self._left = None if inputs is None else [copy_array(v.data) for v in inputs]
+
+
+def same_values(array: nn.NdArray, kept: nn.NdArray) -> bool:
+    """Whether ``array`` holds ``kept``'s values bit for bit (same shape and dtype)."""
+    if tuple(array.shape) != tuple(kept.shape) or array_dtype(array) != array_dtype(kept):
+        return False
+    return bool(np.array_equal(host_view(array).view(np.uint8), host_view(kept).view(np.uint8)))

@@ -239,11 +239,12 @@ class DynamicLossScalingUpdater:
         Raises:
             NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive calls
                 applied no update (parameters and solver state untouched by them).
-            RuntimeError: called right after ``step()`` in two iterations in a row, or after a
-                forward pass of the loss run outside the updater (:meth:`backward`).
+            RuntimeError: called right after ``step()`` on the batch ``step()`` trained
+                (no data feeder), or after a forward pass of the loss run outside the updater
+                (:meth:`backward`).
         """
         refuse_new_scale(new_scale)
-        self._order.start_update()
+        self._order.start_update(self._rounds.inputs())
         self._backward(by_update=True)
         self.unscale()
         return self._step(by_step=False)
@@ -330,7 +331,8 @@ class DynamicLossScalingUpdater:
         if finite:
             self._work.apply(pending.sumsq, o.clip_grad_norm, o.weight_decay)
         self._state = pending.new_state
-        self._order.end(by_step)
+        hand_fed = by_step and o.data_feeder is None
+        self._order.end(self._rounds.inputs() if hand_fed else None)
         step = self.steps
         record = StepRecord(
             step=step, scale=pending.seed, update_applied=finite,

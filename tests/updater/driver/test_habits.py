@@ -12,30 +12,39 @@ pytestmark = pytest.mark.nnabla
 
 
 def test_the_gradscaler_sequence_is_refused_saying_update_is_a_whole_iteration():
+    """PyTorch's habit in a hand-fed nnabla loop: update() after step() would train the batch
+    step() trained a second time."""
     m = TinyClassifier("gs")
     feed = m.feeder()
-    u = DynamicLossScalingUpdater(m.solver, m.loss, feed)
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
     with pytest.raises(RuntimeError, match=r"not PyTorch's GradScaler.update\(\)"):
         for _ in range(30):
+            feed()
             if u.backward():
                 u.unscale()
             u.step()
             u.update()
-    # the first loop ran two iterations, the second one's update() was refused
-    assert (feed.calls, u.steps) == (3, 3)
+    assert (feed.calls, u.steps) == (1, 1)  # the first loop's update() was refused
 
 
-def test_stages_by_hand_on_some_iterations_and_update_on_the_others_run_one_each():
-    m = TinyClassifier("mix")
+@pytest.mark.parametrize("fed", ["by hand", "by the feeder"])
+@pytest.mark.parametrize("every", [2, 3])
+def test_stages_by_hand_on_some_iterations_and_update_on_the_others_run_one_each(fed, every):
+    """Any pattern of stage iterations and update() iterations, strict alternation included,
+    runs one iteration per call, each on its own batch."""
+    m = TinyClassifier(f"mix{every}")
     feed = m.feeder()
-    u = DynamicLossScalingUpdater(m.solver, m.loss, feed)
-    for i in range(6):
-        if i % 3 == 0:
-            u.backward()
+    u = DynamicLossScalingUpdater(m.solver, m.loss, feed if fed == "by the feeder" else None)
+    for i in range(7):
+        if fed == "by hand":
+            feed()
+        if i % every == 0:
+            if u.backward():
+                u.unscale()
             u.step()
         else:
             u.update()
-    assert (feed.calls, u.steps) == (6, 6)
+    assert (feed.calls, u.steps, u.updates_applied) == (7, 7, 7)
 
 
 def test_get_scale_and_new_scale_point_to_the_scale_attribute():
