@@ -3,6 +3,7 @@ different solvers or learning rates (a backbone and a head, as fine-tuning scrip
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Dict, List, Sequence
 
 import nnabla as nn
@@ -29,11 +30,14 @@ class SolverGroup:
     solver's learning rate on the solver itself. Checkpoints save and load every solver's
     states by parameter name.
 
-    A parameter held by two solvers would be unscaled and updated twice, so each Variable (by
-    identity) and each name must be in one solver only: checked when built, and again at every
-    ``zero_grad()`` (the start of each step) when a solver's parameters changed
-    (``set_parameters``): one ``get_parameters()`` per solver and a comparison of the
-    parameters' hashes.
+    A parameter held by two solvers would be unscaled and updated twice, so each Variable must
+    be in one solver only (compared by identity): checked when built, and again at every
+    ``zero_grad()`` (the start of each step) and ``get_parameters()`` when a solver's parameters
+    changed (``set_parameters``): one ``get_parameters()`` per solver and a comparison of the
+    parameters' names and hashes. Two solvers may use the same name for distinct Variables (each
+    set up in its own ``nn.parameter_scope``, nnabla's idiom): the group then names them
+    ``solvers[i]/name`` (in ``get_parameters()``, ``get_states()`` and checkpoints); a name
+    that one solver alone uses is kept as it is.
 
     Args:
         solvers (sequence of nnabla.solvers.Solver): two or more, each with its parameters set,
@@ -42,7 +46,7 @@ class SolverGroup:
     Raises:
         TypeError: an element is not an nnabla solver.
         ValueError: fewer than two solvers, a solver without parameters, or a parameter (the
-            same Variable, or the same name) in two solvers; from ``zero_grad()`` too.
+            same Variable, under any name) in two solvers; from ``zero_grad()`` too.
     """
 
     def __init__(self, solvers: Sequence) -> None:
@@ -51,47 +55,58 @@ class SolverGroup:
             raise ValueError(f"SolverGroup needs two or more solvers, got {len(self.solvers)}")
         for i, solver in enumerate(self.solvers):
             check_solver(f"solvers[{i}]", solver)
-        self._held: tuple = ()  # hashes of every solver's parameters, when last checked
+        self._held: tuple = ()  # (name, hash) of every solver's parameters, when last checked
+        self._names: List[Dict[str, str]] = []  # per solver: its name -> the group's name
         self._check_disjoint()
 
-    def _check_disjoint(self) -> None:
-        """ValueError naming a parameter held by two solvers (module doc); a no-op while the
-        solvers hold the same parameters as at the last check."""
+    def _check_disjoint(self) -> List[Dict[str, nn.Variable]]:
+        """Every solver's parameters; ValueError naming a Variable held by two solvers (class
+        doc). The group's names are made again when the solvers' parameters changed."""
         params = [s.get_parameters() for s in self.solvers]
-        held = tuple(hash(v) for p in params for v in p.values())
+        held = tuple((name, hash(v)) for p in params for name, v in p.items())
         if held == self._held:
-            return
-        by_variable: Dict[int, tuple] = {}
-        by_name: Dict[str, int] = {}
+            return params
+        owner: Dict[int, tuple] = {}
         for i, p in enumerate(params):
             for name, v in p.items():
-                j, other = by_variable.get(hash(v), (None, None))
-                if j is None and name in by_name:
-                    j, other = by_name[name], name
+                j, other = owner.get(hash(v), (None, None))
                 if j is not None:
                     same = "" if other == name else f" (named {other!r} there)"
                     raise ValueError(
                         f"parameter {name!r} is in solvers[{j}]{same} and solvers[{i}]; it would "
                         "be unscaled and updated twice: give each parameter to one solver"
                     )
-                by_variable[hash(v)], by_name[name] = (i, name), i
+                owner[hash(v)] = (i, name)
+        uses = Counter(name for p in params for name in p)
+        self._names = [
+            {name: name if uses[name] == 1 else f"solvers[{i}]/{name}" for name in p}
+            for i, p in enumerate(params)
+        ]
         self._held = held
+        return params
 
     def get_parameters(self) -> Dict[str, nn.Variable]:
-        """Every solver's parameters, by name (in the solvers' order)."""
-        return {k: v for s in self.solvers for k, v in s.get_parameters().items()}
+        """Every solver's parameters, by the group's names (class doc), in the solvers' order."""
+        params = self._check_disjoint()
+        return {self._names[i][k]: v for i, p in enumerate(params) for k, v in p.items()}
 
     def get_states(self) -> Dict:
-        """Every solver's states, by parameter name."""
-        return {k: v for s in self.solvers for k, v in s.get_states().items()}
+        """Every solver's states, by the group's names of their parameters."""
+        self._check_disjoint()
+        return {
+            self._names[i][k]: v
+            for i, s in enumerate(self.solvers)
+            for k, v in s.get_states().items()
+        }
 
     def set_states(self, states: Dict) -> None:
-        """Give each solver the states of its own parameters."""
-        for s in self.solvers:
-            s.set_states({k: states[k] for k in s.get_parameters() if k in states})
+        """Give each solver the states of its own parameters (by the group's names)."""
+        self._check_disjoint()
+        for s, names in zip(self.solvers, self._names):
+            s.set_states({k: states[names[k]] for k in s.get_parameters() if names[k] in states})
 
     def zero_grad(self) -> None:
-        """Check that no parameter is in two solvers (class doc), then zero every gradient."""
+        """Check that no Variable is in two solvers (class doc), then zero every gradient."""
         self._check_disjoint()
         for s in self.solvers:
             s.zero_grad()

@@ -18,7 +18,7 @@ from tests.nnabla_models import (
     param_values,
     solver_state_values,
 )
-from updater import DynamicLossScalingUpdater, DynamicScale, SolverGroup
+from updater import DynamicLossScalingUpdater, DynamicScale, SolverGroup, StaticScale
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.nnabla
@@ -137,3 +137,75 @@ def test_an_overlap_added_later_is_refused_on_every_path(check):
     with pytest.raises(ValueError, match=r"'late/.*' is in solvers\[0\] .*and solvers\[1\]"):
         upd.update()
     assert_same_values(param_values(params), before)
+
+
+def _two_scopes():
+    """A generator-like trunk and a head, each set up in its own parameter scope with its own
+    solver (nnabla's idiom): both solvers name their weights 'fc/affine/W' and 'fc/affine/b'."""
+    rng = np.random.RandomState(1)
+    root = f"scopes_{next(SCOPES)}"
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(root):
+        x = nn.Variable.from_numpy_array(rng.randn(4, 3).astype(np.float32))
+        t = nn.Variable.from_numpy_array(np.array([[0], [1], [0], [1]]))
+        solvers = []
+        for scope, width, solver in (
+            ("trunk", 6, S.Momentum(0.01, 0.9)),
+            ("head", 2, S.Adam(0.01)),
+        ):
+            with nn.parameter_scope(scope):
+                x = PF.affine(x, width, w_init=I.NormalInitializer(0.5, rng=rng), name="fc")
+                solver.set_parameters(nn.get_parameters())
+                solvers.append(solver)
+            x = F.tanh(x) if scope == "trunk" else x
+        loss = F.mean(F.softmax_cross_entropy(x, t))
+    return loss, solvers
+
+
+def test_solvers_in_their_own_parameter_scopes_are_one_group_despite_equal_names(tmp_path):
+    """Issue 37: the overlap check compared names, so two solvers set up in their own scopes
+    were refused; the Variables are distinct, and the group trains as a plain nnabla loop does
+    (bit for bit), and keeps both solvers' states in a checkpoint."""
+    loss, solvers = _two_scopes()
+    assert list(solvers[0].get_parameters()) == list(solvers[1].get_parameters())
+    every = [v for s in solvers for v in s.get_parameters().values()]
+    start = {str(i): v.d.copy() for i, v in enumerate(every)}
+    for _ in range(3):  # nnabla's own loop at a fixed scale
+        for s in solvers:
+            s.zero_grad()
+        loss.forward(clear_no_need_grad=True)
+        loss.backward(8.0, clear_buffer=True)
+        for s in solvers:
+            s.scale_grad(1.0 / 8.0)
+            s.update()
+    plain = {str(i): v.d.copy() for i, v in enumerate(every)}
+    for i, v in enumerate(every):
+        v.d = start[str(i)]
+    for s in solvers:
+        s.set_states({k: _zeroed(st) for k, st in s.get_states().items()})
+    group = SolverGroup(solvers)
+    assert len(group.get_parameters()) == 4
+    assert sorted(group.get_states())[0] == "solvers[0]/fc/affine/W"
+    upd = DynamicLossScalingUpdater(group, loss, None, policy=StaticScale(8.0))
+    for _ in range(3):
+        assert upd.update().update_applied
+    assert_same_values(plain, {str(i): v.d.copy() for i, v in enumerate(every)})
+    states = _states(solvers)
+    save_checkpoint(tmp_path / "c.npz", upd)
+    for s in solvers:
+        s.set_states({k: _zeroed(st) for k, st in s.get_states().items()})
+    load_checkpoint(tmp_path / "c.npz", upd)
+    assert_same_values(states, _states(solvers))
+    assert any(v.any() for k, v in states.items() if k.startswith("1/"))  # Adam's moved
+
+
+def _states(solvers):
+    """Every solver's state values, keyed ``i/param/state``."""
+    return {f"{i}/{k}": v for i, s in enumerate(solvers) for k, v in solver_state_values(s).items()}
+
+
+def _zeroed(state):
+    """A solver state with every array zero and step 0 (as a fresh solver's)."""
+    for var in state.pstate.values():
+        var.data.zero()
+    state.t = 0
+    return state
