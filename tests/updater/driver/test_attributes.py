@@ -165,3 +165,23 @@ def test_options_that_only_the_updater_reads_do_not_rebuild_the_collaborators():
     assert u._work is work
     u.finite_check = "numpy"
     assert u.finite_check == "numpy" and u._work is not work
+
+
+def test_an_input_gradient_holds_each_update_s_own_batch_where_nnabla_s_adds_them_up():
+    """The README's statement, run: after each update() an input with need_grad holds that
+    update's scaled gradient (ours) or the sum of every update's (nnabla's)."""
+    grads = {}
+    for cls in (NnablaUpdater, DynamicLossScalingUpdater):
+        nn.clear_parameters()
+        m = TinyClassifier("inputgrad", type_config="float")
+        m.x.need_grad = True
+        u = cls(m.solver, m.loss, m.feeder(), scale=8.0, scaling_factor=2.0, N=2000)
+        grads[cls] = []
+        for _ in range(3):
+            u.update()
+            grads[cls].append(m.x.g.copy())
+    ours, theirs = grads[DynamicLossScalingUpdater], grads[NnablaUpdater]
+    assert np.array_equal(ours[0], theirs[0])
+    for k in (1, 2):  # the same parameters on both sides: nnabla's adds this batch's to the last
+        np.testing.assert_allclose(ours[k], theirs[k] - theirs[k - 1], rtol=1e-5, atol=1e-6)
+        assert not np.allclose(theirs[k], ours[k])
