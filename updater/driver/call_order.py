@@ -9,12 +9,15 @@ twice: ``update()`` right after ``step()`` with every input of the graph as ``st
 (compared bit for bit with a copy taken when ``step()`` ended an iteration) raises
 ``RuntimeError`` saying so. With a data feeder each ``update()`` feeds its own batch, and the two
 patterns are the same calls: both run. Also the answers to PyTorch's ``init_scale=`` and
-``update(new_scale=...)``.
+``update(new_scale=...)``, and to PyTorch's constructor arguments (``init_scale=``,
+``growth_interval=``, ...).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import difflib
+import inspect
+from typing import Any, Dict, Sequence
 
 import nnabla as nn
 import numpy as np
@@ -22,15 +25,33 @@ import numpy as np
 from .arrays import array_dtype, copy_array, host_view
 from .attempts import Pending
 
+POLICY_ARGUMENTS = ("init_scale", "growth_interval", "growth_factor", "backoff_factor")
+"""PyTorch's ``GradScaler`` arguments, which are settings of the policy here."""
 
-def refuse_init_scale(init_scale) -> None:
-    """``TypeError`` for the updater's ``init_scale=`` (PyTorch's name), pointing to ours."""
-    if init_scale is not None:
-        raise TypeError(
-            f"DynamicLossScalingUpdater takes no init_scale (got {init_scale!r}): the initial "
-            f"scale is scale={init_scale!r} (nnabla's name), or a policy's setting: "
-            f"policy=DynamicScale(init_scale={init_scale!r}, ...)"
+
+def refuse_arguments(given: Dict[str, Any], accepted: Sequence[str]) -> None:
+    """``TypeError`` for keyword arguments the updater does not take (``given``): PyTorch's
+    :data:`POLICY_ARGUMENTS` named as ``policy=DynamicScale(...)``, any other with the closest
+    of the ``accepted`` names."""
+    if not given:
+        return
+    pytorch = {k: v for k, v in given.items() if k in POLICY_ARGUMENTS}
+    if pytorch:
+        settings = ", ".join(f"{k}={v!r}" for k, v in pytorch.items())
+        scale = (
+            f"scale={pytorch['init_scale']!r} (nnabla's name), or "
+            if "init_scale" in pytorch
+            else ""
         )
+        raise TypeError(
+            f"DynamicLossScalingUpdater takes no {', '.join(pytorch)} (PyTorch's GradScaler "
+            f"arguments; got {settings}): they are settings of the policy: "
+            f"{scale}policy=DynamicScale({settings})"
+        )
+    name = next(iter(given))
+    close = difflib.get_close_matches(name, accepted, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise TypeError(f"DynamicLossScalingUpdater got an unexpected keyword argument {name!r}{hint}")
 
 
 def refuse_new_scale(new_scale) -> None:
@@ -93,3 +114,13 @@ def same_values(array: nn.NdArray, kept: nn.NdArray) -> bool:
     if tuple(array.shape) != tuple(kept.shape) or array_dtype(array) != array_dtype(kept):
         return False
     return bool(np.array_equal(host_view(array).view(np.uint8), host_view(kept).view(np.uint8)))
+
+
+def hide_refused_arguments(cls) -> None:
+    """The signatures ``help(cls)`` and IDEs show: ``__init__`` without its ``**refused`` and
+    ``update()`` without ``new_scale`` (both only there to answer PyTorch's habits)."""
+    init = inspect.signature(cls.__init__)
+    kept = [p for p in init.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    cls.__init__.__signature__ = init.replace(parameters=kept)
+    update = inspect.signature(cls.update)
+    cls.update.__signature__ = update.replace(parameters=list(update.parameters.values())[:1])

@@ -9,6 +9,7 @@ forward pass writes) and :class:`Attempts` (an iteration's attempts), sharing :c
 from __future__ import annotations
 
 from collections import deque
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
 
 import nnabla as nn
@@ -19,6 +20,7 @@ from ..policy import ScaleState
 from ..policy.presets import as_policy
 from . import saved_state
 from .arguments import (
+    LEGACY_DEFAULTS,
     check_scale,
     check_seed_holds,
     legacy_setting,
@@ -27,8 +29,8 @@ from .arguments import (
 )
 from .arrays import seed_dtype
 from .assembly import assemble
-from .call_order import CallOrder, refuse_init_scale, refuse_new_scale
-from .options import OPTIONS, REBUILDS, UpdaterOptions, args_doc
+from .call_order import CallOrder, hide_refused_arguments, refuse_arguments, refuse_new_scale
+from .options import OPTIONS, REBUILDS, UpdaterOptions, attach_options
 from .outside_forward import OutsideForward
 from .records import Counters, NonFiniteGradientsError, StepRecord
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Moni
 
 def _counter(name: str) -> property:
     """A read-only attribute: the counter ``name`` (:class:`Counters`)."""
-    return property(lambda self: getattr(self._counters, name), doc=f"counter ``{name}``")
+    return property(attrgetter(f"_counters.{name}"), doc=f"The counter {name} (read-only).")
 
 
 class DynamicLossScalingUpdater:
@@ -71,7 +73,8 @@ class DynamicLossScalingUpdater:
             max_scale (float or None, default None): cap of the built policy; None: the largest
                 power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
                 that (also in ``policy=``): ValueError.
-            init_scale: not accepted (``TypeError`` naming ``scale=`` and ``policy=``).
+            Other keywords raise ``TypeError``; PyTorch's ``init_scale=``, ``growth_interval=``,
+            ``growth_factor=``, ``backoff_factor=`` name ``policy=DynamicScale(...)``.
 
         Attributes:
             solver, loss, data_feeder, clear_buffer, accum_grad, weight_decay, comm, grads, and
@@ -104,10 +107,10 @@ class DynamicLossScalingUpdater:
         monitor: nn.monitor.Monitor | None = None, recorder: GradientRecorder | None = None,
         finite_check: str = "auto", enabled: bool = True, restore_on_skip: bool = True,
         unchecked_inputs: Sequence[nn.Variable] = (), on_nonfinite_statistics: str = "warn",
-        forward_state: Sequence[nn.Variable] = (), init_scale: None = None,
+        forward_state: Sequence[nn.Variable] = (), **refused,
     ) -> None:  # fmt: skip
         given = locals()
-        refuse_init_scale(init_scale)
+        refuse_arguments(refused, [*OPTIONS, *LEGACY_DEFAULTS, "policy", "min_scale", "max_scale"])
         self._options = options = UpdaterOptions(**{name: given[name] for name in OPTIONS})
         self._policy = policy_from_arguments(
             policy, scale, scaling_factor, N, min_scale, max_scale, seed_dtype(loss)
@@ -375,20 +378,5 @@ class DynamicLossScalingUpdater:
         )
 
 
-def _option_property(name: str) -> property:
-    """The updater's attribute of option ``name``: reads the record, assigns through
-    :meth:`DynamicLossScalingUpdater._set_option`."""
-
-    def write(self, value) -> None:
-        self._set_option(name, value)
-
-    read = lambda self: getattr(self._options, name)  # noqa: E731
-    return property(read, write, doc=OPTIONS[name].metadata["doc"])
-
-
-for _name in OPTIONS:
-    if _name not in vars(DynamicLossScalingUpdater):
-        setattr(DynamicLossScalingUpdater, _name, _option_property(_name))
-DynamicLossScalingUpdater.__doc__ = DynamicLossScalingUpdater.__doc__.replace(
-    "{options}", args_doc(" " * 8)
-)
+attach_options(DynamicLossScalingUpdater)
+hide_refused_arguments(DynamicLossScalingUpdater)

@@ -185,3 +185,17 @@ def test_an_input_gradient_holds_each_update_s_own_batch_where_nnabla_s_adds_the
     for k in (1, 2):  # the same parameters on both sides: nnabla's adds this batch's to the last
         np.testing.assert_allclose(ours[k], theirs[k] - theirs[k - 1], rtol=1e-5, atol=1e-6)
         assert not np.allclose(theirs[k], ours[k])
+
+
+def test_help_shows_no_private_path_and_no_argument_that_raises():
+    """Issue 41 item 5: the properties' docs named private paths (``_counters.skips``), and the
+    signatures offered ``init_scale=None`` and ``update(new_scale=None)``, which raise."""
+    import inspect
+    import pydoc
+    import re
+
+    text = pydoc.render_doc(DynamicLossScalingUpdater, renderer=pydoc.plaintext)
+    assert not re.findall(r"``_\w+\.", text)
+    assert "init_scale" not in str(inspect.signature(DynamicLossScalingUpdater))
+    assert str(inspect.signature(DynamicLossScalingUpdater.update)) == "(self) -> 'StepRecord'"
+    assert "accum_grad (int, default 1): forward/backward rounds per update" in text
