@@ -352,11 +352,11 @@ def args_doc(indent: str, width: int = 96) -> str:
 def attach_options(cls) -> None:
     """Give ``cls`` (the updater) an attribute per option it does not define itself: reads the
     record ``_options``, assigns through ``cls._set_option``; and its docstring's ``{options}``
-    the options' ``Args`` entries."""
+    line the options' ``Args`` entries."""
     for name, f in OPTIONS.items():
         if name not in vars(cls):
             write = lambda self, value, name=name: self._set_option(name, value)  # noqa: E731
             setattr(
                 cls, name, property(attrgetter(f"_options.{name}"), write, doc=f.metadata["doc"])
             )
-    cls.__doc__ = cls.__doc__.replace("{options}", args_doc(" " * 8))
+    cls.__doc__ = cls.__doc__.replace(" " * 8 + "{options}", args_doc(" " * 8))

@@ -3,7 +3,8 @@ iteration in three stages a script may also call: ``backward()``, ``unscale()``,
 
 It is composed of :class:`Rounds` (an attempt's forward/backward rounds), :class:`GradientWork`
 (all-reduce, agreement, the :class:`FiniteCheck` of the path), :class:`ForwardState` (what the
-forward pass writes) and :class:`Attempts` (an iteration's attempts), sharing :class:`Counters`.
+forward pass writes) and :class:`Attempts` (an iteration's attempts), sharing :class:`Counters`,
+built from the options record (:mod:`updater.driver.options`) by :mod:`updater.driver.assembly`.
 """
 
 from __future__ import annotations
@@ -48,51 +49,51 @@ def _counter(name: str) -> property:
 class DynamicLossScalingUpdater:
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
-        ``update()``: ``solver.zero_grad()``; ``accum_grad`` rounds of ``data_feeder()``,
-        ``loss.forward()``, ``loss.backward(seed)``; with ``comm``, the all-reduce and the workers'
-        agreement; the finite check; if finite: unscale in float32 by ``1/seed`` (the seed is the
-        scale rounded to the loss's precision, so unscaling is exact), clip, weight decay,
-        ``solver.update()``; the policy's advance. Each step's verdict (applied, overflow or bad
-        batch) follows one rule (:func:`updater.driver.records.verdict`); ``on_overflow="retry"``
-        recomputes the same batches at the lowered scale (:mod:`updater.driver.attempts`). The
-        solver's parameters are read again at every step that needs them.
+    ``update()``: ``solver.zero_grad()``; ``accum_grad`` rounds of ``data_feeder()``,
+    ``loss.forward()``, ``loss.backward(seed)``; with ``comm``, the all-reduce and the workers'
+    agreement; the finite check; if finite: unscale in float32 by ``1/seed`` (the seed is the
+    scale rounded to the loss's precision, so unscaling is exact), clip, weight decay,
+    ``solver.update()``; the policy's advance. Each step's verdict (applied, overflow or bad
+    batch) follows one rule (:func:`updater.driver.records.verdict`); ``on_overflow="retry"``
+    recomputes the same batches at the lowered scale (:mod:`updater.driver.attempts`). The
+    solver's parameters are read again at every step that needs them.
 
-        Args:
-    {options}
-            scale (float or None, default None): legacy initial scale, in [min_scale, max_scale];
-                None: 8.0 if ``scaling_factor`` or ``N`` is given.
-            scaling_factor (float or None, default None): legacy growth multiplier and backoff
-                divisor, > 1; None: 2.0 if ``scale`` or ``N`` is given.
-            N (int or None, default None): legacy finite steps before growth, a whole number
-                >= 1; None: 2000.
-            policy (policy, str or None, default None): the scaling policy (from
-                :mod:`updater.policy`, or a name :func:`updater.make_policy` takes: ``"dynamic"``);
-                then none of the legacy trio nor ``min_scale``/``max_scale`` may be given. None:
-                ``DynamicScale()``, or nnabla's trio as a ``DynamicScale`` with nnabla's meaning.
-            min_scale (float or None, default None): floor of the built policy, >= 2**-24; 1.0.
-            max_scale (float or None, default None): cap of the built policy; None: the largest
-                power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
-                that (also in ``policy=``): ValueError.
-            Other keywords raise ``TypeError``; PyTorch's ``init_scale=``, ``growth_interval=``,
-            ``growth_factor=``, ``backoff_factor=`` name ``policy=DynamicScale(...)``.
+    Args:
+        {options}
+        scale (float or None, default None): legacy initial scale, in [min_scale, max_scale];
+            None: 8.0 if ``scaling_factor`` or ``N`` is given.
+        scaling_factor (float or None, default None): legacy growth multiplier and backoff
+            divisor, > 1; None: 2.0 if ``scale`` or ``N`` is given.
+        N (int or None, default None): legacy finite steps before growth, a whole number
+            >= 1; None: 2000.
+        policy (policy, str or None, default None): the scaling policy (from
+            :mod:`updater.policy`, or a name :func:`updater.make_policy` takes: ``"dynamic"``);
+            then none of the legacy trio nor ``min_scale``/``max_scale`` may be given. None:
+            ``DynamicScale()``, or nnabla's trio as a ``DynamicScale`` with nnabla's meaning.
+        min_scale (float or None, default None): floor of the built policy, >= 2**-24; 1.0.
+        max_scale (float or None, default None): cap of the built policy; None: the largest
+            power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
+            that (also in ``policy=``): ValueError.
+        Other keywords raise ``TypeError``; PyTorch's ``init_scale=``, ``growth_interval=``,
+        ``growth_factor=``, ``backoff_factor=`` name ``policy=DynamicScale(...)``.
 
-        Attributes:
-            solver, loss, data_feeder, clear_buffer, accum_grad, weight_decay, comm, grads, and
-                every option above: as nnabla's updater has them, assignable (checked, as in the
-                constructor), taking effect at the next ``update()``/``backward()``; they are
-                held in one record (:class:`updater.driver.options.UpdaterOptions`).
-            scale, scaling_factor, N: as nnabla's, assignable (checked; the last two replace the
-                policy, ``AttributeError`` for policies without them).
-            policy: the policy, assignable.
-            steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
-                nonfinite_losses, nonfinite_statistics (int): the counters, read-only
-                (:class:`~updater.driver.records.Counters`).
-            history (collections.deque of StepRecord): the last ``history`` records; its length
-                is set by the constructor.
-            finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
+    Attributes:
+        solver, loss, data_feeder, clear_buffer, accum_grad, weight_decay, comm, grads, and
+            every option above: as nnabla's updater has them, assignable (checked, as in the
+            constructor), taking effect at the next ``update()``/``backward()``; they are
+            held in one record (:class:`updater.driver.options.UpdaterOptions`).
+        scale, scaling_factor, N: as nnabla's, assignable (checked; the last two replace the
+            policy, ``AttributeError`` for policies without them).
+        policy: the policy, assignable.
+        steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
+            nonfinite_losses, nonfinite_statistics (int): the counters, read-only
+            (:class:`~updater.driver.records.Counters`).
+        history (collections.deque of StepRecord): the last ``history`` records; its length
+            is set by the constructor.
+        finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
 
-        Raises:
-            TypeError / ValueError: for any bad argument, naming it and the accepted range.
+    Raises:
+        TypeError / ValueError: for any bad argument, naming it and the accepted range.
     """
 
     def __init__(
