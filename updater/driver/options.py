@@ -36,9 +36,11 @@ constructor's; ``solver.learning_rate()`` is the current one)."""
 def solver_fingerprint(solver) -> Dict[str, Any]:
     """What the ranks compare of a solver (or of each solver of a :class:`SolverGroup`): its type,
     its hyperparameters (``solver.info``, with the current ``learning_rate()``) and the shapes of
-    its states, by parameter name."""
+    its states, by parameter name; of another object, its type."""
     if isinstance(solver, SolverGroup):
         return {f"[{i}]": solver_fingerprint(s) for i, s in enumerate(solver.solvers)}
+    if not isinstance(solver, nn.solvers.Solver):  # an object of the user's: its type alone
+        return {"type": type(solver).__name__}
     info = {k: v for k, v in solver.info.items() if k not in LEARNING_RATE_NAMES}
     states = {
         name: {k: tuple(v.shape) for k, v in state.pstate.items()}
