@@ -8,9 +8,8 @@ pattern. PyTorch's ``GradScaler`` habit, ``if u.backward(): u.unscale()``, ``u.s
 twice: ``update()`` right after ``step()`` with every input of the graph as ``step()`` left it
 (compared bit for bit with a copy taken when ``step()`` ended an iteration) raises
 ``RuntimeError`` saying so. With a data feeder each ``update()`` feeds its own batch, and the two
-patterns are the same calls: both run. Also the answers to PyTorch's ``init_scale=`` and
-``update(new_scale=...)``, and to PyTorch's constructor arguments (``init_scale=``,
-``growth_interval=``, ...).
+patterns are the same calls: both run. Also the answers to PyTorch's ``update(new_scale=...)``
+and constructor arguments (``init_scale=``, ``growth_interval=``, ...).
 """
 
 from __future__ import annotations
@@ -84,7 +83,8 @@ class CallOrder:
         ``inputs`` hold what the last ``step()`` left in them."""
         self.start()
         left, self._left = self._left, None
-        if left and all(same_values(v.data, kept) for v, kept in zip(inputs, left)):
+        same = left and len(left) == len(inputs)
+        if same and all(same_values(v.data, kept) for v, kept in zip(inputs, left)):
             raise RuntimeError(
                 "update() was called right after step() on the same batch: update() is not "
                 "PyTorch's GradScaler.update(), it runs a whole training iteration (backward(), "
