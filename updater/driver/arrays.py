@@ -170,32 +170,27 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
     return flags, absmax
 
 
-def nonfinite_indices(arrays, limits=None) -> List[int]:
-    """Indices of the float arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
-    ``limits`` (one per array, default inf) is finite, a |value| at or beyond it: one host view
-    and one exact check each (:func:`_check_array`); arrays of other dtypes cannot."""
+def bad_indices(arrays, ranges=None) -> List[int]:
+    """Indices of the arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
+    ``ranges`` (one :class:`updater.driver.function_roles.Range` per array, default none) is
+    bounded, a value ``x`` with ``|x - center| >= radius``: one host view each, its smallest
+    and largest value (NumPy's min and max propagate NaN), exact for integers; an array of
+    integers is never inf/NaN and is checked only against a range."""
     found = []
     for i, array in enumerate(arrays):
-        limit = math.inf if limits is None else limits[i]
-        if array.size and array_dtype(array).kind == "f":
-            finite, top = _check_array(host_view(array), limit < math.inf)
-            if not finite or (top is not None and top >= limit):
+        bounded = ranges is not None and ranges[i].bounded
+        kind = array_dtype(array).kind
+        if not array.size or kind not in "fiu" or (kind != "f" and not bounded):
+            continue
+        a = host_view(array)
+        low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
+        if not (math.isfinite(low) and math.isfinite(high)):
+            found.append(i)
+        elif bounded:
+            center, radius = ranges[i].center, ranges[i].radius
+            if max(abs(low - center), abs(high - center)) >= radius:
                 found.append(i)
     return found
-
-
-def half_read(loss, variables: List[nn.Variable]) -> List[bool]:
-    """For each of ``variables``, whether a function of the graph of ``loss`` that computes in
-    half precision (its context's first backend ``*:half``) reads it: there a value beyond
-    float16's range is inf."""
-    readers = set()
-
-    def visit(func):
-        if func.context.backend and func.context.backend[0].endswith(":half"):
-            readers.update(hash(v) for v in func.inputs)
-
-    loss.visit(visit)
-    return [hash(v) in readers for v in variables]
 
 
 CHUNK = 2**16

@@ -1,7 +1,9 @@
 """The rounds of one attempt: ``solver.zero_grad()``, then ``accum_grad`` rounds of feed, forward
 and ``backward(seed)``; the inputs of each round kept for a replay at another scale (a retry, a
-probe); the loss and the inputs checked on the host (bad data), the inputs as the graph sees
-them: inf/NaN, or, where a half-precision function reads one, beyond float16's range.
+probe); the loss and the inputs checked on the host (bad data), the inputs as the functions that
+read them see them (:func:`updater.driver.function_roles.input_ranges`): inf/NaN, a value beyond
+float16's range where a half-precision function reads it, an index outside the table it
+indexes.
 
 Every attempt starts from zero gradients, of the parameters (``zero_grad``) and of the inputs
 that have ``need_grad`` (an adversarial input's gradient), so that after a retried or probed
@@ -9,22 +11,13 @@ step each holds one attempt's backward."""
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List
 
 import nnabla as nn
 import numpy as np
 
-from ..common.float16 import FP16_OVERFLOW
-from .arrays import (
-    copy_array,
-    describe_inputs,
-    half_read,
-    host_view,
-    input_leaves,
-    nonfinite_indices,
-    restore_array,
-)
+from .arrays import bad_indices, copy_array, describe_inputs, host_view, input_leaves, restore_array
+from .function_roles import Range, input_ranges
 
 
 class Rounds:
@@ -63,8 +56,8 @@ class Rounds:
         self.counters = counters
         self._state = state
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
-        self._checked: List[nn.Variable] | None = None  # and those checked, with their limits
-        self._limits: List[float] = []
+        self._checked: List[nn.Variable] | None = None  # and those checked, with their ranges
+        self._ranges: List[Range] = []
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found inf/NaN (host check)
 
@@ -92,23 +85,23 @@ class Rounds:
         if self._checked is None:
             skip = {hash(v) for v in self.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
-            halves = half_read(self.loss, self._checked)
-            self._limits = [FP16_OVERFLOW if half else math.inf for half in halves]
+            self._ranges = input_ranges(self.loss, self._checked)
         return self._checked
 
     def device_checked(self):
-        """``(inputs, those a half function reads)`` for the device check to read (none when
-        checked on the host): bad when inf/NaN, the second also when |value| >= 65520."""
+        """``(inputs, [(input, center, radius)] of the bounded ones)`` for the device check to
+        read (none when checked on the host): bad when inf/NaN, the second also when
+        ``|value - center| >= radius``."""
         if self.batch_on_host:
             return [], []
         inputs = self.checked_inputs()
-        ranged = [v.data for v, limit in zip(inputs, self._limits) if limit < math.inf]
+        ranged = [(v.data, r.center, r.radius) for v, r in zip(inputs, self._ranges) if r.bounded]
         return [v.data for v in inputs], ranged
 
     def _bad_indices(self) -> List[int]:
         """Indices of the checked inputs bad as the graph sees them (host check)."""
         inputs = self.checked_inputs()
-        return nonfinite_indices([v.data for v in inputs], self._limits)
+        return bad_indices([v.data for v in inputs], self._ranges)
 
     def run(
         self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None,
@@ -158,10 +151,13 @@ class Rounds:
         return bool(np.isfinite(host_view(self.loss.data)).all())
 
     def bad_input_names(self) -> List[str]:
-        """The inputs that were bad, named by the function they feed and their shape."""
+        """The inputs that were bad, named by the function they feed and their shape, with the
+        range they left (inf/NaN, or outside the values its readers take)."""
         leaves = self.checked_inputs()
         if self.batch_on_host:
-            bad = [v for i, v in enumerate(leaves) if i in self._bad_inputs]
+            bad = [i for i in range(len(leaves)) if i in self._bad_inputs]
         else:  # the device check saw them: read them now (still the step's)
-            bad = [leaves[i] for i in self._bad_indices()]
-        return describe_inputs(self.loss, bad)
+            bad = self._bad_indices()
+        names = describe_inputs(self.loss, [leaves[i] for i in bad])
+        whys = [self._ranges[i].why for i in bad]
+        return [f"{n}: inf/NaN{' or not ' + why if why else ''}" for n, why in zip(names, whys)]

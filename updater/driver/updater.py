@@ -110,7 +110,7 @@ class DynamicLossScalingUpdater:
         enabled (bool, default True): False turns loss scaling off (as PyTorch's
             ``GradScaler(enabled=False)``): seed 1, no check, every step applied.
         restore_on_skip (bool, default True): a skipped step puts back the state its passes
-            wrote (:func:`updater.driver.written.forward_written`, and ``forward_state``); False
+            wrote (:func:`updater.driver.function_roles.state_inputs`, and ``forward_state``); False
             keeps it moved, as nnabla's updater does.
         unchecked_inputs (list of nnabla.Variable, default ()): inputs that may hold inf on
             purpose (a -inf attention mask), left out of the bad-data check; each must feed the
@@ -194,7 +194,7 @@ class DynamicLossScalingUpdater:
             check_bool("restore_on_skip", restore_on_skip), recorder,
         )  # fmt: skip
         self._order = CallOrder()
-        self._outside = OutsideForward(loss, self._rounds, lambda: state.written)
+        self._outside = OutsideForward(loss, self._rounds, lambda: state.given)
 
     steps = _read_only("_counters", "steps")
     updates_applied = _read_only("_counters", "updates_applied")

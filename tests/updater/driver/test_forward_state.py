@@ -14,7 +14,7 @@ from nnabla.function import PythonFunction
 
 from tests.nnabla_models import TinyBNClassifier, cpu_context
 from updater import DynamicLossScalingUpdater, DynamicScale
-from updater.driver.written import forward_written
+from updater.driver.function_roles import state_inputs
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()
@@ -41,7 +41,7 @@ def _hand_made_bn(weight):
 
 def test_the_graph_names_the_hand_made_statistics():
     _, loss, mean, var = _hand_made_bn(1.0)
-    assert {hash(v) for v in forward_written(loss)} == {hash(mean), hash(var)}
+    assert {hash(v) for v in state_inputs(loss)} == {hash(mean), hash(var)}
 
 
 def test_a_retried_batch_moves_hand_made_statistics_once():
