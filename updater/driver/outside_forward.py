@@ -18,7 +18,8 @@ that runs a function fills its outputs again (any forward but one with ``clear_b
 which frees them as it goes). The Variables watched are the outputs of the functions that write
 state and of the functions that read those, those freed after the updater's last step. Reading
 ``.d`` of one of them also fills it (and reads freed memory). With ``clear_buffer=False``
-nothing is freed and nothing is seen; a forward meant to move the state runs with ``clear_buffer=True`` and is not seen either.
+nothing is freed and nothing is seen; a forward meant to move the state runs with
+``clear_buffer=True`` and is not seen either.
 """
 
 from __future__ import annotations
