@@ -51,6 +51,19 @@ def _mean_subtraction(h):
     return F.mean_subtraction(h, mean, t), [mean, t]
 
 
+def _mean_subtraction_past_2_24(h):  # issue 37: a count float32 cannot hold
+    mean, t = _hand((3,), 0.0), _const(2**24, np.int64)
+    return F.mean_subtraction(h, mean, t), [mean, t]
+
+
+def _fused_convolution(h):  # issue 37: conv + BatchNormalization + add + activation
+    w = nn.parameter.get_parameter_or_create("fc_w", (3, 3, 1, 1), I.NormalInitializer(0.5))
+    beta, gamma = _hand((1, 3, 1, 1), 0.0), _hand((1, 3, 1, 1), 1.0)
+    mean, var = _hand((1, 3, 1, 1), 0.0), _hand((1, 3, 1, 1), 1.0)
+    y = F.fused_convolution(h.reshape((8, 3, 1, 1)), w, None, beta, gamma, mean, var)
+    return y.reshape((8, 3)), [mean, var]
+
+
 def _spectral_norm(h):
     w = nn.parameter.get_parameter_or_create("sn_w", (3, 3), I.NormalInitializer(0.5))
     u = _const(np.random.RandomState(1).randn(3))
@@ -127,6 +140,8 @@ LAYERS = {
     "hand_made_bn_no_bias": _hand_bn,
     "fused_bn": _fused_bn,
     "mean_subtraction": _mean_subtraction,
+    "mean_subtraction_past_2_24": _mean_subtraction_past_2_24,
+    "fused_convolution": _fused_convolution,
     "spectral_norm": _spectral_norm,
     "min_max_quantize_ema": _min_max_quantize(ema=True),
     "min_max_quantize": _min_max_quantize(ema=False),
