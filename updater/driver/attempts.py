@@ -33,6 +33,7 @@ import numpy as np
 
 from ..policy import ScaleState
 from .forward_peak import ForwardPeak
+from .function_roles import unregistered_functions
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 
@@ -55,6 +56,18 @@ class Pending:
     bad_batch: bool = False  # an inf/NaN loss or input on some worker
     statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
     state: ScaleState | None = None  # the state the last attempt started from
+
+
+def _check_copyable(loss) -> None:
+    """``ValueError`` when the float32 copy of the graph that ``measure_flush`` runs cannot be
+    made: a function nnabla's registry lacks (a ``PythonFunction``) has no maker to copy."""
+    unknown = unregistered_functions(loss)
+    if unknown:
+        raise ValueError(
+            "recorder with measure_flush=True: the updater measures flushing on a float32 copy "
+            f"of the graph (updater.amp.rewrite), which cannot copy {', '.join(unknown)} (not "
+            "one of nnabla's registered functions); record with measure_flush=False"
+        )
 
 
 class Attempts:
@@ -90,6 +103,8 @@ class Attempts:
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()  # for a recorder measuring the forward's headroom
         self._logged_bad_state = False  # a forward pass wrote inf/NaN state (logged once)
+        if recorder is not None and recorder.measure_flush:
+            _check_copyable(rounds.loss)
 
     def seed(self, scale, policy) -> float:
         """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""

@@ -177,6 +177,19 @@ REVIEWED = frozenset(
 inputs are values. A function of a newer nnabla is read with the roles its registry shows."""
 
 
+def unregistered_functions(loss) -> List[str]:
+    """``"<type> '<name>'"`` of the functions of the graph of ``loss`` that nnabla's registry
+    lacks (a user's ``PythonFunction``), each once."""
+    found: Dict[str, None] = {}
+
+    def visit(func):
+        if func.info.type_name not in registry():
+            found.setdefault(f"{func.info.type_name} '{func.name}'")
+
+    loss.visit(visit)
+    return list(found)
+
+
 def draws_random(type_name: str) -> bool:
     """Whether nnabla's function ``type_name`` draws random numbers (a ``seed`` argument)."""
     entry = registry().get(type_name)

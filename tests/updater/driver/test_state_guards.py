@@ -90,3 +90,17 @@ def test_a_batchnorm_batch_whose_float16_variance_overflows_is_a_bad_batch_not_r
     logged = [r.getMessage() for r in caplog.records if "wrote inf/NaN" in r.getMessage()]
     assert len(logged) == 1 and "BatchNormalization" in logged[0] and "bn/var" in logged[0]
     assert upd.update().update_applied  # a batch in range trains at the scale kept
+
+
+def test_measure_flush_on_a_graph_with_a_python_function_is_refused_up_front(tmp_path):
+    """Its float32 copy cannot be made (the issue saw an AttributeError inside nnabla at the
+    first recorded step); probing without measuring flushing records such a graph."""
+    solver, loss, feed, ema = _ema_net()
+    recorder = GradientRecorder(tmp_path / "flush.npz", measure_flush=True)
+    with pytest.raises(ValueError, match=r"measure_flush=True.*cannot copy Ema 'Callback'"):
+        DynamicLossScalingUpdater(solver, loss, feed, recorder=recorder)
+    recorder = GradientRecorder(tmp_path / "probe.npz", probe_overflow=True)
+    upd = DynamicLossScalingUpdater(
+        solver, loss, feed, recorder=recorder, forward_state=[ema], scale=2.0**10
+    )
+    assert upd.update().update_applied and recorder.probe_passes > 1
