@@ -2,10 +2,14 @@
 GradScaler call sequence, ``get_scale()``, ``update(new_scale=...)``, a forward pass of the
 user's own before ``update()``, and the updater's ``repr``; on real nnabla graphs (cpu:half)."""
 
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.parametric_functions as PF
 import numpy as np
 import pytest
 
 from tests.nnabla_models import TinyBNClassifier, TinyClassifier
+from tests.updater.driver.test_forward_state import _ema_net
 from updater import DynamicLossScalingUpdater, DynamicScale
 
 pytestmark = pytest.mark.nnabla
@@ -143,3 +147,44 @@ def test_repr_names_the_scale_the_policy_and_the_counters_on_one_line():
     assert text.startswith("DynamicLossScalingUpdater(scale=32768.0, policy=DynamicScale(")
     assert "hysteresis=2" in text and "steps=1, updates_applied=1, skips=0" in text
     assert "\n" not in text and "object at" not in text
+
+
+def _batchnorm_input(m):
+    """The input of ``m``'s BatchNormalization: fc1's output, the trunk of the network."""
+    found = []
+    m.loss.visit(lambda f: found.append(f) if f.info.type_name == "BatchNormalization" else None)
+    return found[0].inputs[0]
+
+
+@pytest.mark.parametrize("head", ["upstream", "second head"])
+def test_a_forward_that_runs_no_state_writing_function_is_not_refused(head):
+    """Issue 37: ``feat.forward()`` upstream of BatchNormalization (for logging) and a
+    BatchNorm-free second head on the shared trunk move no state: both run, the statistics as
+    the updater alone moves them."""
+    m = TinyBNClassifier(f"free{head.replace(' ', '')}")
+    feat = _batchnorm_input(m)
+    with nn.context_scope(m.ctx), nn.parameter_scope(m.scope):
+        other = F.sum(PF.affine(feat, 2, name="head2"))
+    shown = feat if head == "upstream" else other
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    for _ in range(3):
+        feed()
+        before = running_mean(m)
+        shown.forward()
+        assert np.array_equal(running_mean(m), before)  # it moved nothing
+        u.update()
+    assert u.steps == 3
+
+
+def test_a_forward_that_moves_a_forward_state_variable_twice_is_refused():
+    """Issue 37: the watch covers the ``forward_state`` Variables (a user's own function's
+    moving average): a forward of the user's own before update() would move it twice."""
+    solver, loss, feed, ema = _ema_net()
+    u = DynamicLossScalingUpdater(solver, loss, forward_state=[ema])
+    feed()
+    u.update()
+    feed()
+    loss.forward()
+    with pytest.raises(RuntimeError, match=r"ran outside the updater .*it ran Ema"):
+        u.update()
