@@ -55,6 +55,14 @@ def state_function_outputs(loss, given=()) -> List[nn.Variable]:
     return list(found.values())
 
 
+_UPDATER_FORWARDS = [0]
+
+
+def updater_forward() -> None:
+    """Count a forward pass run by an updater (any, in this process)."""
+    _UPDATER_FORWARDS[0] += 1
+
+
 class OutsideForward:
     """Watches the graph of ``loss`` for a forward pass run between the updater's steps.
 
@@ -71,6 +79,7 @@ class OutsideForward:
         self._given = given
         self._candidates: List[nn.Variable] | None = None  # found on first use
         self._watched: List[nn.Variable] = []  # freed at the end of the last step
+        self._forwards = 0  # updaters' forward passes counted at the end of the last step
 
     def after_step(self) -> None:
         """Called after the updater's own passes: watch the candidates they left freed."""
@@ -80,10 +89,13 @@ class OutsideForward:
         if self._candidates is None:
             self._candidates = state_function_outputs(self.loss, self._given())
         self._watched = [v for v in self._candidates if v.data.clear_called]
+        self._forwards = _UPDATER_FORWARDS[0]
 
     def check(self) -> None:
         """``RuntimeError`` when a watched Variable was filled since :meth:`after_step`."""
         filled = [v for v in self._watched if not v.data.clear_called]
+        if filled and self._forwards != _UPDATER_FORWARDS[0]:  # another updater ran it
+            filled = self._watched = []
         if filled:
             self._watched = []
             ran = f"{filled[0].parent.info.type_name} '{filled[0].parent.name}'"

@@ -5,10 +5,11 @@ user's own before ``update()``, and the updater's ``repr``; on real nnabla graph
 import nnabla as nn
 import nnabla.functions as F
 import nnabla.parametric_functions as PF
+import nnabla.solvers as S
 import numpy as np
 import pytest
 
-from tests.nnabla_models import TinyBNClassifier, TinyClassifier
+from tests.nnabla_models import TinyBNClassifier, TinyClassifier, cpu_context
 from tests.updater.driver.test_forward_state import _ema_net
 from updater import DynamicLossScalingUpdater, DynamicScale
 
@@ -188,3 +189,34 @@ def test_a_forward_that_moves_a_forward_state_variable_twice_is_refused():
     loss.forward()
     with pytest.raises(RuntimeError, match=r"ran outside the updater .*it ran Ema"):
         u.update()
+
+
+def test_a_gan_whose_discriminators_updater_keeps_its_buffers_runs_the_generators_updater():
+    """Issue 37: D's updater (clear_buffer=False, no feeder) runs D(G(z)), and so G's
+    BatchNormalization, between G's steps, as a plain nnabla GAN loop does: another updater's
+    forward, not one of the user's own, so G's updater takes it."""
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope("gan37"):
+        z = nn.Variable((8, 4))
+        with nn.parameter_scope("g"):
+            fake = F.tanh(PF.batch_normalization(PF.affine(z, 4, name="fc"), name="bn"))
+        with nn.parameter_scope("d"):
+            logit = PF.affine(fake, 1, name="fc")
+        loss_d = F.mean(F.sigmoid_cross_entropy(logit, F.constant(0.0, (8, 1))))
+        loss_g = F.mean(F.sigmoid_cross_entropy(logit, F.constant(1.0, (8, 1))))
+        solvers = {}
+        for part in ("g", "d"):
+            with nn.parameter_scope(part):
+                solvers[part] = S.Adam(0.001)
+                solvers[part].set_parameters(nn.get_parameters())
+    upd_d = DynamicLossScalingUpdater(solvers["d"], loss_d, clear_buffer=False)
+    upd_g = DynamicLossScalingUpdater(solvers["g"], loss_g)
+    rng = np.random.RandomState(0)
+    for _ in range(3):
+        z.d = rng.randn(8, 4)
+        upd_d.update()
+        upd_g.update()
+    assert upd_g.steps == 3
+    z.d = rng.randn(8, 4)
+    loss_g.forward()  # the user's own forward, no updater between: still refused
+    with pytest.raises(RuntimeError, match="ran outside the updater"):
+        upd_g.update()
