@@ -173,9 +173,10 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
 def bad_indices(arrays, ranges=None) -> List[int]:
     """Indices of the arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
     ``ranges`` (one :class:`updater.driver.function_roles.Range` per array, default none) is
-    bounded, a value ``x`` with ``|x - center| >= radius``: one host view each, its smallest
-    and largest value (NumPy's min and max propagate NaN), exact for integers; an array of
-    integers is never inf/NaN and is checked only against a range."""
+    bounded, a value ``x`` with ``|x - center| >= radius``: one host view each, its largest
+    |value| (:func:`_check_array`) or, off center 0, its smallest and largest value (NumPy's
+    min and max propagate NaN), exact for integers; an array of integers is never inf/NaN and
+    is checked only against a range."""
     found = []
     for i, array in enumerate(arrays):
         bounded = ranges is not None and ranges[i].bounded
@@ -183,13 +184,16 @@ def bad_indices(arrays, ranges=None) -> List[int]:
         if not array.size or kind not in "fiu" or (kind != "f" and not bounded):
             continue
         a = host_view(array)
-        low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
-        if not (math.isfinite(low) and math.isfinite(high)):
+        center, radius = (ranges[i].center, ranges[i].radius) if bounded else (0.0, math.inf)
+        if kind == "f" and center == 0:  # the exact check, float16 by its bit patterns
+            finite, top = _check_array(a, bounded)
+            bad = not finite or (bounded and top >= radius)
+        else:
+            low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
+            finite = math.isfinite(low) and math.isfinite(high)
+            bad = not finite or max(abs(low - center), abs(high - center)) >= radius
+        if bad:
             found.append(i)
-        elif bounded:
-            center, radius = ranges[i].center, ranges[i].radius
-            if max(abs(low - center), abs(high - center)) >= radius:
-                found.append(i)
     return found
 
 

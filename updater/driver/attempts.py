@@ -168,7 +168,8 @@ class Attempts:
                 if loss_finite is None:  # the device check read it
                     loss_finite = found.loss_finite
                 inputs_ok = found.inputs_finite
-                inputs_ok = rounds.inputs_finite if inputs_ok is None else inputs_ok
+                if inputs_ok is None:  # checked on the host, read only when the verdict needs it
+                    inputs_ok = finite or rounds.inputs_finite
                 state_ok = finite or not (loss_finite and inputs_ok) or self._state_ok(found, step)
                 if work.comm is not None:  # a worker's bad state counts as its bad input
                     finite, bad_loss, bad_input = work.agree(

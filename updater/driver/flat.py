@@ -237,7 +237,7 @@ class DeviceStats(FlatGraphs):
                 bound = (center, radius)
                 group = [v for v, r in zip(ranged_views, ranged_nonempty) if r[1:] == bound]
                 if group:
-                    x = _flat(group)
+                    x = group[0] if len(group) == 1 else _flat(group)
                     parts.append(F.max(F.abs(F.add_scalar(x, -center) if center else x)))
             if not parts:  # nothing to check: a graph still needs an output
                 parts.append(F.mul_scalar(factor_var, 0.0))

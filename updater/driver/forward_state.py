@@ -12,7 +12,9 @@ suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32
 ``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them in
 ``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the forward
 pass even when the step's gradients are finite, and the inference graph then divides by inf: the
-layer outputs its bias alone, silently.
+layer outputs its bias alone, silently. When that step's gradients are not finite either, the
+state the forward made inf/NaN makes it a bad batch (:meth:`ForwardState.new_nonfinite_forward`,
+read by :class:`updater.driver.attempts.Attempts`): skipped, not retried, the scale kept.
 """
 
 from __future__ import annotations

@@ -232,14 +232,16 @@ def input_roles(func) -> List[str]:
     return roles + [VALUE] * (count - len(roles))
 
 
-def _table_size(func, names: List[str], index: str) -> int | None:
-    """The size of the table input ``index`` of ``func`` points into, if the function has one."""
+def _table(func, names: List[str], index: str) -> Tuple[int, int, int] | None:
+    """``(size, position, axis)`` of the table input ``index`` of ``func`` points into, if
+    the function has one."""
     table = TABLES.get(func.info.type_name)
     if table is None or table[0] != index or table[1] not in names:
         return None
-    shape = func.inputs[names.index(table[1])].shape
+    position = names.index(table[1])
+    shape = func.inputs[position].shape
     axis = table[2] if isinstance(table[2], int) else func.info.args.get(table[2], len(shape) - 1)
-    return int(shape[axis])
+    return int(shape[axis]), position, axis
 
 
 def _leaf_state(loss, roles) -> List[Tuple[object, nn.Variable]]:
@@ -327,9 +329,13 @@ def input_ranges(loss, variables: List[nn.Variable]) -> List[Range]:
                 ranges[key] = _intersect(ranges[key], -FP16_OVERFLOW, FP16_OVERFLOW, why)
             elif role == INDEX:
                 names = names or _input_names(func.info.type_name, func.info.args, len(roles))
-                size = _table_size(func, names, names[i])
-                if size is not None:
-                    why = f"an index in [0, {size}), the size of the table of {where}"
+                table = _table(func, names, names[i])
+                if table is not None:
+                    size, position, axis = table
+                    why = (
+                        f"an index in [0, {size}), the size of input {position} of "
+                        f"{func.info.type_name} '{func.name}' along axis {axis}"
+                    )
                     ranges[key] = _intersect(ranges[key], -1.0, float(size), why)
 
     loss.visit(visit)

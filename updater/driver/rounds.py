@@ -60,7 +60,8 @@ class Rounds:
         self._checked: List[nn.Variable] | None = None  # and those checked, with their ranges
         self._ranges: List[Range] = []
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
-        self._bad_inputs = frozenset()  # indices of the inputs found inf/NaN (host check)
+        self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
+        self._check_pending = False  # the one round's inputs are checked when first asked
 
     @property
     def batch_on_host(self) -> bool:
@@ -71,8 +72,16 @@ class Rounds:
 
     @property
     def inputs_finite(self) -> bool:
-        """No checked input held inf/NaN in the last rounds checked on the host."""
+        """No checked input was bad in the last rounds checked on the host: with one round, its
+        inputs (still in place) are read when first asked, so a step whose gradients are
+        finite, which asks nothing, reads none."""
+        self._check_pending_round()
         return not self._bad_inputs
+
+    def _check_pending_round(self) -> None:
+        if self._check_pending:
+            self._check_pending = False
+            self._bad_inputs = set(self._bad_indices())
 
     def inputs(self) -> List[nn.Variable]:
         """The graph's inputs: its leaves that are neither parameters nor state (found once)."""
@@ -124,6 +133,8 @@ class Rounds:
         check_inputs = count and not replay and self.enabled and self.batch_on_host
         if check_inputs:
             self._bad_inputs = set()
+            self._check_pending = self.accum_grad == 1  # checked when asked, if ever
+            check_inputs = not self._check_pending
         self.solver.zero_grad()
         for v in self.inputs():
             if v.need_grad:
@@ -157,6 +168,7 @@ class Rounds:
         range they left (inf/NaN, or outside the values its readers take)."""
         leaves = self.checked_inputs()
         if self.batch_on_host:
+            self._check_pending_round()
             bad = [i for i in range(len(leaves)) if i in self._bad_inputs]
         else:  # the device check saw them: read them now (still the step's)
             bad = self._bad_indices()

@@ -1,4 +1,4 @@
-"""Issue 28, part 2: every input an nnabla function's step writes (updater.driver.written's
+"""Issue 28, part 2: every input an nnabla function's step writes (updater.driver.function_roles'
 audit) is put back by a skipped step, on real cpu:half graphs, one test per function; the written
 inputs are resolved by role (BatchNormalization's no_scale / no_bias move the statistics)."""
 
