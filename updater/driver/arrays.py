@@ -170,13 +170,13 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
     return flags, absmax
 
 
-def bad_indices(arrays, ranges=None) -> List[int]:
+def bad_indices(arrays, ranges=None, first: bool = False) -> List[int]:
     """Indices of the arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
     ``ranges`` (one :class:`updater.driver.function_roles.Range` per array, default none) is
     bounded, a value ``x`` with ``|x - center| >= radius``: one host view each, its largest
     |value| (:func:`_check_array`) or, off center 0, its smallest and largest value (NumPy's
     min and max propagate NaN), exact for integers; an array of integers is never inf/NaN and
-    is checked only against a range."""
+    is checked only against a range. ``first``: stop at the first found."""
     found = []
     for i, array in enumerate(arrays):
         bounded = ranges is not None and ranges[i].bounded
@@ -194,6 +194,8 @@ def bad_indices(arrays, ranges=None) -> List[int]:
             bad = not finite or max(abs(low - center), abs(high - center)) >= radius
         if bad:
             found.append(i)
+            if first:
+                break
     return found
 
 

@@ -79,9 +79,9 @@ class Rounds:
         return not self._bad_inputs
 
     def _check_pending_round(self) -> None:
-        if self._check_pending:
+        if self._check_pending:  # whether any is bad: the names are read when asked
             self._check_pending = False
-            self._bad_inputs = set(self._bad_indices())
+            self._bad_inputs = set(self._bad_indices(first=True))
 
     def inputs(self) -> List[nn.Variable]:
         """The graph's inputs: its leaves that are neither parameters nor state (found once)."""
@@ -108,10 +108,11 @@ class Rounds:
         ranged = [(v.data, r.center, r.radius) for v, r in zip(inputs, self._ranges) if r.bounded]
         return [v.data for v in inputs], ranged
 
-    def _bad_indices(self) -> List[int]:
-        """Indices of the checked inputs bad as the graph sees them (host check)."""
+    def _bad_indices(self, first: bool = False) -> List[int]:
+        """Indices of the checked inputs bad as the graph sees them (host check; ``first``:
+        the first only)."""
         inputs = self.checked_inputs()
-        return bad_indices([v.data for v in inputs], self._ranges)
+        return bad_indices([v.data for v in inputs], self._ranges, first)
 
     def run(
         self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None,
@@ -167,10 +168,9 @@ class Rounds:
         """The inputs that were bad, named by the function they feed and their shape, with the
         range they left (inf/NaN, or outside the values its readers take)."""
         leaves = self.checked_inputs()
-        if self.batch_on_host:
-            self._check_pending_round()
+        if self.batch_on_host and self.accum_grad > 1:
             bad = [i for i in range(len(leaves)) if i in self._bad_inputs]
-        else:  # the device check saw them: read them now (still the step's)
+        else:  # one round: read them now (still the step's)
             bad = self._bad_indices()
         names = describe_inputs(self.loss, [leaves[i] for i in bad])
         whys = [self._ranges[i].why for i in bad]
