@@ -156,7 +156,7 @@ def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
 
-    from updater.driver.arrays import nonfinite_indices
+    from updater.driver.arrays import bad_indices
 
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     nn.clear_parameters()
@@ -168,7 +168,7 @@ def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
     found = types.SimpleNamespace(statistics_finite=None)
     checks = {}
     for name, check, arrays in (
-        ("inputs", lambda: nonfinite_indices(inputs), inputs),
+        ("inputs", lambda: bad_indices(inputs), inputs),
         ("statistics", lambda: u._forward_state.new_nonfinite(found), u._forward_state.written),
         ("copy", lambda: u._forward_state.save("before"), u._forward_state.written),
     ):

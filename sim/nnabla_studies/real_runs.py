@@ -54,7 +54,7 @@ def measure_run(
 
     from updater import DynamicLossScalingUpdater, get_context
     from updater.driver.flat import FlatGraphs, loss_context
-    from updater.driver.written import forward_written
+    from updater.driver.function_roles import state_inputs
 
     policy = as_policy(policy)
     scale = np.empty(steps)
@@ -75,7 +75,7 @@ def measure_run(
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
         params = list(solver.get_parameters().values())
-        written, copier = forward_written(shadow), FlatGraphs(loss_context(shadow))
+        written, copier = state_inputs(shadow), FlatGraphs(loss_context(shadow))
         # the batch is fed once per step, before the shadow pass; the updater's forward reads it
         updater = DynamicLossScalingUpdater(
             solver, model["loss"], None, policy=policy, recorder=recorder

@@ -170,32 +170,33 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
     return flags, absmax
 
 
-def nonfinite_indices(arrays, limits=None) -> List[int]:
-    """Indices of the float arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
-    ``limits`` (one per array, default inf) is finite, a |value| at or beyond it: one host view
-    and one exact check each (:func:`_check_array`); arrays of other dtypes cannot."""
+def bad_indices(arrays, ranges=None, first: bool = False) -> List[int]:
+    """Indices of the arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
+    ``ranges`` (one :class:`updater.driver.function_roles.Range` per array, default none) is
+    bounded, a value ``x`` with ``|x - center| >= radius``: one host view each, its largest
+    |value| (:func:`_check_array`) or, off center 0, its smallest and largest value (NumPy's
+    min and max propagate NaN), exact for integers; an array of integers is never inf/NaN and
+    is checked only against a range. ``first``: stop at the first found."""
     found = []
     for i, array in enumerate(arrays):
-        limit = math.inf if limits is None else limits[i]
-        if array.size and array_dtype(array).kind == "f":
-            finite, top = _check_array(host_view(array), limit < math.inf)
-            if not finite or (top is not None and top >= limit):
-                found.append(i)
+        bounded = ranges is not None and ranges[i].bounded
+        kind = array_dtype(array).kind
+        if not array.size or kind not in "fiu" or (kind != "f" and not bounded):
+            continue
+        a = host_view(array)
+        center, radius = (ranges[i].center, ranges[i].radius) if bounded else (0.0, math.inf)
+        if kind == "f" and center == 0:  # the exact check, float16 by its bit patterns
+            finite, top = _check_array(a, bounded)
+            bad = not finite or (bounded and top >= radius)
+        else:
+            low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
+            finite = math.isfinite(low) and math.isfinite(high)
+            bad = not finite or max(abs(low - center), abs(high - center)) >= radius
+        if bad:
+            found.append(i)
+            if first:
+                break
     return found
-
-
-def half_read(loss, variables: List[nn.Variable]) -> List[bool]:
-    """For each of ``variables``, whether a function of the graph of ``loss`` that computes in
-    half precision (its context's first backend ``*:half``) reads it: there a value beyond
-    float16's range is inf."""
-    readers = set()
-
-    def visit(func):
-        if func.context.backend and func.context.backend[0].endswith(":half"):
-            readers.update(hash(v) for v in func.inputs)
-
-    loss.visit(visit)
-    return [hash(v) in readers for v in variables]
 
 
 CHUNK = 2**16

@@ -5,9 +5,9 @@ One attempt is ``solver.zero_grad()`` and ``accum_grad`` rounds of feed, forward
 ``backward(seed)``, then the all-reduce and the agreed finite check. ``on_overflow="retry"``
 recomputes the same batch(es) at the lowered scale: the inputs of each accumulation round are
 kept (copied on the device) and written back. The inputs that the forward pass writes (running
-statistics, registered or made by hand: :func:`updater.driver.written.forward_written`, found from
-the graph) move exactly once per batch, retried or not: copied before the batch and put back before
-each retry and after a skipped step (``restore_on_skip``, the default), or, with
+statistics, registered or made by hand: :func:`updater.driver.function_roles.state_inputs`,
+found from the graph) move exactly once per batch, retried or not: copied before the batch and
+put back before each retry and after a skipped step (``restore_on_skip``, the default), or, with
 ``restore_on_skip=False`` (nnabla's behaviour: a skipped batch moves them), copied after the first
 attempt and restored after the last. A retry happens only when the policy lowered the seed and the
 batch was not bad on any worker; otherwise the step is skipped. An attempt that raises (a
@@ -33,6 +33,7 @@ import numpy as np
 
 from ..policy import ScaleState
 from .forward_peak import ForwardPeak
+from .function_roles import unregistered_functions
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 
@@ -55,6 +56,18 @@ class Pending:
     bad_batch: bool = False  # an inf/NaN loss or input on some worker
     statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
     state: ScaleState | None = None  # the state the last attempt started from
+
+
+def _check_copyable(loss) -> None:
+    """``ValueError`` when the float32 copy of the graph that ``measure_flush`` runs cannot be
+    made: a function nnabla's registry lacks (a ``PythonFunction``) has no maker to copy."""
+    unknown = unregistered_functions(loss)
+    if unknown:
+        raise ValueError(
+            "recorder with measure_flush=True: the updater measures flushing on a float32 copy "
+            f"of the graph (updater.amp.rewrite), which cannot copy {', '.join(unknown)} (not "
+            "one of nnabla's registered functions); record with measure_flush=False"
+        )
 
 
 class Attempts:
@@ -89,6 +102,9 @@ class Attempts:
         self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()  # for a recorder measuring the forward's headroom
+        self._logged_bad_state = False  # a forward pass wrote inf/NaN state (logged once)
+        if recorder is not None and recorder.measure_flush:
+            _check_copyable(rounds.loss)
 
     def seed(self, scale, policy) -> float:
         """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
@@ -152,11 +168,15 @@ class Attempts:
                 if loss_finite is None:  # the device check read it
                     loss_finite = found.loss_finite
                 inputs_ok = found.inputs_finite
-                inputs_ok = rounds.inputs_finite if inputs_ok is None else inputs_ok
-                if work.comm is not None:
-                    finite, bad_loss, bad_input = work.agree(finite, not loss_finite, not inputs_ok)
-                    loss_finite, inputs_ok = not bad_loss, not bad_input
-                outcome = verdict(finite, loss_finite, inputs_ok)
+                if inputs_ok is None:  # checked on the host, read only when the verdict needs it
+                    inputs_ok = finite or rounds.inputs_finite
+                state_ok = finite or not (loss_finite and inputs_ok) or self._state_ok(found, step)
+                if work.comm is not None:  # a worker's bad state counts as its bad input
+                    finite, bad_loss, bad_input = work.agree(
+                        finite, not loss_finite, not (inputs_ok and state_ok)
+                    )
+                    loss_finite, inputs_ok, state_ok = not bad_loss, not bad_input, True
+                outcome = verdict(finite, loss_finite, inputs_ok, state_ok)
                 applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
                 if not finite and absmax is not None:
                     absmax = math.inf
@@ -197,6 +217,23 @@ class Attempts:
             found.sumsq, bad_batch, self.forward_state.new_nonfinite(found) if stays else [],
             state,
         )  # fmt: skip
+
+    def _state_ok(self, found, step: int) -> bool:
+        """Whether this attempt's forward pass left every state value finite that was finite
+        before it; else it is a bad batch, logged the first time with the functions that wrote
+        the values."""
+        made = self.forward_state.new_nonfinite_forward(found)
+        if made and not self._logged_bad_state:
+            self._logged_bad_state = True
+            logger.warning(
+                "step %d: the forward pass wrote inf/NaN into %s from inputs in range: a bad "
+                "batch (skipped, not retried, the scale kept; the state is put back with "
+                "restore_on_skip); a float16 batch overflows BatchNormalization's variance: "
+                "updater.amp.rewrite(loss) computes it in float32 (logged once)",
+                step,
+                ", ".join(self.forward_state.describe(made)),
+            )
+        return not made
 
     def _count_nonfinite_loss(self, step: int) -> None:
         """Count an applied step whose loss was inf/NaN; warn about the first."""

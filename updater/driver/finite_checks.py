@@ -209,8 +209,9 @@ class FiniteCheck:
                 ``unscale_by`` (:class:`NnablaCheck` leaves it to :meth:`sumsq`).
             inputs, statistics (lists of NdArray, default ()): also checked for inf/NaN when
                 :attr:`checks_extras`.
-            ranged (list of NdArray, default ()): inputs also checked against float16's range
-                (a half-precision function reads them) when :attr:`checks_extras`.
+            ranged (list of (NdArray, center, radius), default ()): inputs also checked
+                against the values their readers take
+                (:func:`updater.driver.function_roles.input_ranges`) when :attr:`checks_extras`.
         """
         found = self._inspect(params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs,
                               statistics, ranged)  # fmt: skip

@@ -25,9 +25,9 @@ import itertools
 from typing import List, NamedTuple
 
 import nnabla as nn
+import numpy as np
 
-from ..common.float16 import FP16_OVERFLOW
-from .arrays import array_dtype, host_view
+from .arrays import array_dtype, copy_array, host_view, restore_array
 
 TINY = 2.0**-126
 """Floor of the divisor in the sum of squares (float32's smallest normal)."""
@@ -114,29 +114,41 @@ class FlatGraphs:
         return self.forward(graph) if graph.present[0] else None
 
     def save(self, variables, slot="saved") -> SavedData:
-        """A copy of the data of ``variables`` (list of Variable) on their device, in float32
-        (exact for float16 data), and their dtypes: one concatenation into ``slot``'s own array,
-        which the next save into the same ``slot`` overwrites."""
+        """A copy of the data of ``variables`` (list of Variable) on their device, bit for bit
+        in their own dtypes: the float16 and float32 ones in one float32 concatenation into
+        ``slot``'s own array (exact for float16), which the next save into the same ``slot``
+        overwrites; any other dtype (int64, float64, ...) in a copy of its own."""
         arrays = [v.data for v in variables]
         dtypes = [array_dtype(a) for a in arrays]
-        return SavedData(variables, self.concatenated(arrays, slot), dtypes, self.context)
+        flat = [a for a, d in zip(arrays, dtypes) if d in _IN_FLOAT32]
+        own = {
+            i: copy_array(a) for i, (a, d) in enumerate(zip(arrays, dtypes)) if d not in _IN_FLOAT32
+        }
+        return SavedData(variables, self.concatenated(flat, slot), dtypes, self.context, own)
+
+
+_IN_FLOAT32 = (np.dtype(np.float16), np.dtype(np.float32))
 
 
 class SavedData(NamedTuple):
-    """What :meth:`FlatGraphs.save` copied: the variables, their data one after the other, their
-    dtypes, and the context to cast in."""
+    """What :meth:`FlatGraphs.save` copied: the variables, the float16/float32 data one after
+    the other in float32, their dtypes, the context to cast in, and the copies of the others
+    (by position)."""
 
     variables: list
     copy: nn.NdArray | None
     dtypes: list
     context: object
+    own: dict
 
     def restore(self) -> None:
         """Write the data back, each array in the dtype it had when saved (a float16 statistic
-        stays float16; the values are the saved ones)."""
+        stays float16; the values are the saved ones, bit for bit)."""
         offset = 0
-        for v, dtype in zip(self.variables, self.dtypes):
-            if v.size:
+        for i, (v, dtype) in enumerate(zip(self.variables, self.dtypes)):
+            if i in self.own:
+                restore_array(v, self.own[i])
+            elif v.size:
                 piece = self.copy.narrow(0, offset, v.size).view(v.shape)
                 v.data.copy_from(piece, use_current_context=False)
                 if array_dtype(v.data) != dtype:
@@ -180,8 +192,10 @@ class DeviceStats(FlatGraphs):
     ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
     ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
     overflows; ``loss * 0`` (NaN for an inf/NaN loss); ``sum(x * 0)`` over the graph's
-    inputs (the data of the batch) and over the running statistics; and the largest |value| of
-    the inputs a half-precision function reads (bad from 65520 on, float16's inf).
+    inputs (the data of the batch) and over the running statistics; and for each ``(center,
+    radius)`` of the bounded inputs (:func:`updater.driver.function_roles.input_ranges`) the
+    largest ``|x - center|`` over them, bad from ``radius`` on (float32: exact for the integers
+    and half-integers below 2**23 that indices and float16 limits are).
     """
 
     def read(
@@ -190,11 +204,12 @@ class DeviceStats(FlatGraphs):
     ) -> DeviceReading:  # fmt: skip
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
         empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
-        ``inputs``, ``statistics`` and ``ranged`` (inputs checked against float16's range;
-        lists of NdArray); one host read."""
+        ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged`` (``(NdArray, center,
+        radius)`` of the bounded inputs); one host read."""
         import nnabla.functions as F
 
         own_top = need_absmax and not absmax_over
+        bounds = sorted({(center, radius) for _, center, radius in ranged})
 
         def build(views):
             grad_views, over_views, loss_views, input_views, statistic_views, ranged_views = views
@@ -218,15 +233,21 @@ class DeviceStats(FlatGraphs):
             for checked in (input_views, statistic_views):
                 if checked:
                     parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
-            if ranged_views:
-                parts.append(F.max(F.abs(_flat(ranged_views))))
+            for center, radius in bounds:  # the largest |x - center| of each group
+                bound = (center, radius)
+                group = [v for v, r in zip(ranged_views, ranged_nonempty) if r[1:] == bound]
+                if group:
+                    x = group[0] if len(group) == 1 else _flat(group)
+                    parts.append(F.max(F.abs(F.add_scalar(x, -center) if center else x)))
             if not parts:  # nothing to check: a graph still needs an output
                 parts.append(F.mul_scalar(factor_var, 0.0))
             return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
 
-        kind = ("stats", own_top, need_sumsq, loss is not None)
+        ranged_nonempty = [r for r in ranged if r[0].size]
+        kind = ("stats", own_top, need_sumsq, loss is not None, tuple(r[1:] for r in ranged))
         groups = (
-            grads, absmax_over, [] if loss is None else [loss.data], inputs, statistics, ranged
+            grads, absmax_over, [] if loss is None else [loss.data], inputs, statistics,
+            [r[0] for r in ranged],
         )  # fmt: skip
         graph = self.graph(kind, groups, build)
         if need_sumsq:
@@ -243,6 +264,8 @@ class DeviceStats(FlatGraphs):
         loss_bad = graph.present[2] and next(values) != 0.0
         inputs_bad = graph.present[3] and next(values) != 0.0
         statistics_bad = graph.present[4] and next(values) != 0.0
-        inputs_bad = inputs_bad or (graph.present[5] and not next(values) < FP16_OVERFLOW)
+        for center, radius in bounds:
+            if any(r[1:] == (center, radius) for r in ranged_nonempty):
+                inputs_bad = not next(values) < radius or inputs_bad
         absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
         return DeviceReading(finite, absmax, sumsq, loss_bad, inputs_bad, statistics_bad)

@@ -2,7 +2,7 @@
 probe can put it back, and checked for inf/NaN.
 
 The state is what nnabla's functions in the graph write among their inputs (BatchNormalization's
-running mean and variance, ...: :func:`updater.driver.written.forward_written`), and the
+running mean and variance, ...: :func:`updater.driver.function_roles.state_inputs`), and the
 ``forward_state`` Variables the user gives (what a user's own function writes). After every step
 whose state stays (an applied step, and any step with ``restore_on_skip=False``), it is checked
 for inf/NaN: on the
@@ -12,7 +12,9 @@ suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32
 ``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them in
 ``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the forward
 pass even when the step's gradients are finite, and the inference graph then divides by inf: the
-layer outputs its bias alone, silently.
+layer outputs its bias alone, silently. When that step's gradients are not finite either, the
+state the forward made inf/NaN makes it a bad batch (:meth:`ForwardState.new_nonfinite_forward`,
+read by :class:`updater.driver.attempts.Attempts`): skipped, not retried, the scale kept.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from typing import List
 
 import nnabla as nn
 
-from .arrays import describe_inputs, grad_stats, host_view, nonfinite_indices
+from .arrays import bad_indices, describe_inputs, grad_stats, host_view
 from .flat import FlatGraphs, SavedData, loss_context
-from .written import forward_written
+from .function_roles import BACKWARD_STATE, FORWARD_STATE, state_inputs, writer_names
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +75,11 @@ class ForwardState:
         self.given = list(given)
         self._written = None  # (the state, its FlatGraphs)
         self._reported: frozenset = frozenset()  # hashes of the statistics reported
+        self._backward_only: frozenset | None = None  # hashes of what only a backward writes
 
     def _found(self):
         if self._written is None:
-            found = {hash(v): v for v in forward_written(self.loss) + self.given}
+            found = {hash(v): v for v in state_inputs(self.loss) + self.given}
             self._written = (list(found.values()), FlatGraphs(loss_context(self.loss)))
         return self._written
 
@@ -105,8 +108,24 @@ class ForwardState:
             values = graphs.concatenated([v.data for v in written])
             if values is None or grad_stats([host_view(values)], False)[0][0]:
                 return []
-        bad = [written[i] for i in nonfinite_indices([v.data for v in written])]
+        bad = [written[i] for i in bad_indices([v.data for v in written])]
         return [v for v in bad if hash(v) not in self._reported]
+
+    def describe(self, variables: List[nn.Variable]) -> List[str]:
+        """``"<name> (written by <function>)"`` for each of ``variables``."""
+        names = statistic_names(self.loss, variables)
+        writers = writer_names(self.loss, variables)
+        return [f"{n} (written by {w})" for n, w in zip(names, writers)]
+
+    def new_nonfinite_forward(self, found) -> List[nn.Variable]:
+        """:meth:`new_nonfinite` less what only a backward pass writes (VATNoise's ``w``, inf
+        when its backward overflowed): the state a forward pass made inf/NaN."""
+        bad = self.new_nonfinite(found)
+        if bad and self._backward_only is None:
+            forward = {hash(v) for v in state_inputs(self.loss, (FORWARD_STATE,)) + self.given}
+            backward = state_inputs(self.loss, (BACKWARD_STATE,))
+            self._backward_only = frozenset(hash(v) for v in backward) - forward
+        return [v for v in bad if hash(v) not in self._backward_only]
 
     def report(self, variables: List[nn.Variable], step: int) -> None:
         """Warn about (or raise for) statistics that became inf/NaN after ``step``."""

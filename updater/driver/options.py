@@ -258,8 +258,8 @@ class UpdaterOptions:
     restore_on_skip: bool = option(
         True,
         "bool, default True: a skipped step puts back the state its passes wrote "
-        "(:func:`updater.driver.written.forward_written`, and ``forward_state``); False keeps it "
-        "moved, as nnabla's updater does.",
+        "(:func:`updater.driver.function_roles.state_inputs`, and ``forward_state``); False "
+        "keeps it moved, as nnabla's updater does.",
         _checker(check_bool),
         shared=_same,
     )

@@ -4,18 +4,22 @@ state twice.
 The updater runs ``loss.forward()`` itself in every round. A script without a data feeder that
 also calls it (the habit of a hand-written nnabla loop: set the inputs, ``loss.forward()``,
 ``updater.update()``) runs two forward passes per step, and every function that writes state in
-its forward (BatchNormalization's running mean and variance, ...:
-:func:`updater.driver.written.forward_written`) moves it twice. With a data feeder nothing is
-watched: the feeder sets the inputs, and a forward run there or before the call is taken as
-meant (a GAN's generator run for the discriminator's step moves its statistics on purpose).
+its forward (BatchNormalization's running mean and variance, ...: the
+:data:`updater.driver.function_roles.FORWARD_STATE` inputs, and any function that reads a
+``forward_state`` Variable) moves it twice. Only a forward that ran such a function is refused:
+one of a part of the graph upstream of them (``feat.forward()`` for logging) or of another head
+that shares the trunk moves no state and runs. With a data feeder nothing is watched: the feeder
+sets the inputs, and a forward run there or before the call is taken as meant (a GAN's generator
+run for the discriminator's step moves its statistics on purpose).
 
 How it is seen: with ``clear_buffer=True`` (the default) the updater's backward pass frees the
 buffers of the graph's intermediate Variables, which nnabla marks ``clear_called``; a forward pass
-run afterwards fills them again (any forward but one with ``clear_buffer=True``, which frees them
-as it goes). The Variables watched are the intermediate inputs and outputs of the functions that
-write state, those freed after the updater's last step. Reading ``.d`` of one of them also fills
-it (and reads freed memory). With ``clear_buffer=False`` nothing is freed and nothing is seen;
-a forward meant to move the state runs with ``clear_buffer=True`` and is not seen either.
+that runs a function fills its outputs again (any forward but one with ``clear_buffer=True``,
+which frees them as it goes). The Variables watched are the outputs of the functions that write
+state and of the functions that read those, those freed after the updater's last step. Reading
+``.d`` of one of them also fills it (and reads freed memory). With ``clear_buffer=False``
+nothing is freed and nothing is seen; a forward meant to move the state runs with
+``clear_buffer=True`` and is not seen either.
 """
 
 from __future__ import annotations
@@ -24,24 +28,39 @@ from typing import Callable, List
 
 import nnabla as nn
 
-from .written import WRITTEN_INPUTS
+from .function_roles import state_writers
 
 
-def state_function_variables(loss) -> List[nn.Variable]:
-    """The intermediate (non-leaf, non-persistent) inputs and outputs of the functions of the
-    graph of ``loss`` that write state in this graph (:data:`WRITTEN_INPUTS`), each once."""
+def state_function_outputs(loss, given=()) -> List[nn.Variable]:
+    """The intermediate (non-persistent) outputs of the functions of the graph of ``loss`` that
+    write state there (those the table names and those that read one of ``given``, the
+    ``forward_state`` Variables) and of the functions that read those outputs (a forward with
+    ``clear_no_need_grad`` frees a writer's output that no backward needs, not both); each
+    once."""
+    given = {hash(v) for v in given}
+    writers = {hash(f.outputs[0]) for f in state_writers(loss)}
+    written = set()  # hashes of the writers' outputs
     found = {}
 
     def visit(func):
-        entry = WRITTEN_INPUTS.get(func.info.type_name)
-        if entry is None or not entry.indices(func.info.args, len(func.inputs)):
+        if hash(func.outputs[0]) in writers or any(hash(v) in given for v in func.inputs):
+            written.update(hash(v) for v in func.outputs)
+        elif not any(hash(v) in written for v in func.inputs):
             return
-        for v in list(func.inputs) + list(func.outputs):
-            if v.parent is not None and not v.persistent and hash(v) != hash(loss):
+        for v in func.outputs:
+            if not v.persistent and hash(v) != hash(loss):
                 found.setdefault(hash(v), v)
 
     loss.visit(visit)
     return list(found.values())
+
+
+_UPDATER_FORWARDS = [0]
+
+
+def updater_forward() -> None:
+    """Count a forward pass run by an updater (any, in this process)."""
+    _UPDATER_FORWARDS[0] += 1
 
 
 class OutsideForward:
@@ -51,15 +70,16 @@ class OutsideForward:
         loss (nnabla.Variable): the updater's loss.
         rounds (Rounds): nothing is watched when its ``data_feeder`` is set or its
             ``clear_buffer`` is False.
-        written (callable): returns the state the graph writes (nothing is watched without).
+        given (callable): returns the ``forward_state`` Variables.
     """
 
-    def __init__(self, loss, rounds, written: Callable[[], list]):
+    def __init__(self, loss, rounds, given: Callable[[], list]):
         self.loss = loss
         self.rounds = rounds
-        self._written = written
+        self._given = given
         self._candidates: List[nn.Variable] | None = None  # found on first use
         self._watched: List[nn.Variable] = []  # freed at the end of the last step
+        self._forwards = 0  # updaters' forward passes counted at the end of the last step
 
     def after_step(self) -> None:
         """Called after the updater's own passes: watch the candidates they left freed."""
@@ -67,19 +87,24 @@ class OutsideForward:
             self._watched = []
             return
         if self._candidates is None:
-            self._candidates = state_function_variables(self.loss) if self._written() else []
+            self._candidates = state_function_outputs(self.loss, self._given())
         self._watched = [v for v in self._candidates if v.data.clear_called]
+        self._forwards = _UPDATER_FORWARDS[0]
 
     def check(self) -> None:
         """``RuntimeError`` when a watched Variable was filled since :meth:`after_step`."""
-        if any(not v.data.clear_called for v in self._watched):
+        filled = [v for v in self._watched if not v.data.clear_called]
+        if filled and self._forwards != _UPDATER_FORWARDS[0]:  # another updater ran it
+            filled = self._watched = []
+        if filled:
             self._watched = []
+            ran = f"{filled[0].parent.info.type_name} '{filled[0].parent.name}'"
             raise RuntimeError(
-                "loss.forward() ran outside the updater since its last step (or an "
-                "intermediate's .d was read): the updater runs the forward pass itself in "
-                "update() and backward(), so this graph's running statistics "
-                "(BatchNormalization's, ...) would move twice per step. Remove the "
-                "loss.forward() call before update()/backward(): set the inputs by hand before "
-                "the call (or in data_feeder) and read the loss in loss.d after it. A forward "
-                "meant to move the statistics runs with clear_buffer=True"
+                f"loss.forward() ran outside the updater since its last step (it ran {ran}, "
+                "which writes state; or that function's output's .d was read): the updater "
+                "runs the forward pass itself in update() and backward(), so this graph's "
+                "state (running statistics, forward_state) would move twice per step. Remove "
+                "the loss.forward() call before update()/backward(): set the inputs by hand "
+                "before the call (or in data_feeder) and read the loss in loss.d after it. A "
+                "forward meant to move the statistics runs with clear_buffer=True"
             )

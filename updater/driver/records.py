@@ -9,23 +9,29 @@ from dataclasses import dataclass
 APPLIED, OVERFLOW, BAD_BATCH = "applied", "overflow", "bad batch"
 
 
-def verdict(grads_finite: bool, loss_finite: bool, inputs_finite: bool) -> str:
+def verdict(
+    grads_finite: bool, loss_finite: bool, inputs_finite: bool, state_finite: bool = True
+) -> str:
     """The one rule every path and every ``accum_grad`` follows, on the agreed facts of an
-    attempt (across workers: any worker's bad loss or input counts):
+    attempt (across workers: any worker's bad loss, input or state counts):
 
     - gradients finite: :data:`APPLIED`, whatever the loss (as nnabla's own loop and PyTorch's
       GradScaler decide);
-    - gradients inf/NaN and (the loss inf/NaN, or an input bad as the graph sees it: inf/NaN,
-      or beyond float16's range where a half-precision function reads it):
-      :data:`BAD_BATCH`, bad data that no scale fixes: skipped, never retried, scale kept;
+    - gradients inf/NaN and (the loss inf/NaN, an input bad as the functions that read it see
+      it: inf/NaN, beyond float16's range where a half-precision function reads it as a value,
+      an index outside its table (:func:`updater.driver.function_roles.input_ranges`), or state
+      the forward pass made inf/NaN): :data:`BAD_BATCH`, which no scale fixes: skipped, never
+      retried, scale kept;
     - otherwise :data:`OVERFLOW`: backed off, skipped or retried.
 
     >>> verdict(True, False, True), verdict(False, True, False), verdict(False, True, True)
     ('applied', 'bad batch', 'overflow')
+    >>> verdict(False, True, True, state_finite=False)
+    'bad batch'
     """
     if grads_finite:
         return APPLIED
-    return OVERFLOW if loss_finite and inputs_finite else BAD_BATCH
+    return OVERFLOW if loss_finite and inputs_finite and state_finite else BAD_BATCH
 
 
 @dataclass
@@ -121,7 +127,7 @@ class NonFiniteGradientsError(FloatingPointError):
         shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
         if inputs:
             cause = (
-                f"inputs of the graph held inf/NaN ({'; '.join(inputs)}), so this is bad data, "
+                f"inputs of the graph were bad ({'; '.join(inputs)}), so this is bad data, "
                 "which no loss scale fixes (the scale was left as it was; an input that holds "
                 "inf on purpose, such as a -inf attention mask, goes in unchecked_inputs)"
             )

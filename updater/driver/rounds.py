@@ -1,7 +1,9 @@
 """The rounds of one attempt: ``solver.zero_grad()``, then ``accum_grad`` rounds of feed, forward
 and ``backward(seed)``; the inputs of each round kept for a replay at another scale (a retry, a
-probe); the loss and the inputs checked on the host (bad data), the inputs as the graph sees
-them: inf/NaN, or, where a half-precision function reads one, beyond float16's range.
+probe); the loss and the inputs checked on the host (bad data), the inputs as the functions that
+read them see them (:func:`updater.driver.function_roles.input_ranges`): inf/NaN, a value beyond
+float16's range where a half-precision function reads it, an index outside the table it
+indexes.
 
 Every attempt starts from zero gradients, of the parameters (``zero_grad``) and of the inputs
 that have ``need_grad`` (an adversarial input's gradient), so that after a retried or probed
@@ -9,22 +11,14 @@ step each holds one attempt's backward."""
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List
 
 import nnabla as nn
 import numpy as np
 
-from ..common.float16 import FP16_OVERFLOW
-from .arrays import (
-    copy_array,
-    describe_inputs,
-    half_read,
-    host_view,
-    input_leaves,
-    nonfinite_indices,
-    restore_array,
-)
+from .arrays import bad_indices, copy_array, describe_inputs, host_view, input_leaves, restore_array
+from .function_roles import Range, input_ranges
+from .outside_forward import updater_forward
 
 
 class Rounds:
@@ -63,10 +57,11 @@ class Rounds:
         self.counters = counters
         self._state = state
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
-        self._checked: List[nn.Variable] | None = None  # and those checked, with their limits
-        self._limits: List[float] = []
+        self._checked: List[nn.Variable] | None = None  # and those checked, with their ranges
+        self._ranges: List[Range] = []
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
-        self._bad_inputs = frozenset()  # indices of the inputs found inf/NaN (host check)
+        self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
+        self._check_pending = False  # the one round's inputs are checked when first asked
 
     @property
     def batch_on_host(self) -> bool:
@@ -77,8 +72,16 @@ class Rounds:
 
     @property
     def inputs_finite(self) -> bool:
-        """No checked input held inf/NaN in the last rounds checked on the host."""
+        """No checked input was bad in the last rounds checked on the host: with one round, its
+        inputs (still in place) are read when first asked, so a step whose gradients are
+        finite, which asks nothing, reads none."""
+        self._check_pending_round()
         return not self._bad_inputs
+
+    def _check_pending_round(self) -> None:
+        if self._check_pending:  # whether any is bad: the names are read when asked
+            self._check_pending = False
+            self._bad_inputs = set(self._bad_indices(first=True))
 
     def inputs(self) -> List[nn.Variable]:
         """The graph's inputs: its leaves that are neither parameters nor state (found once)."""
@@ -92,23 +95,24 @@ class Rounds:
         if self._checked is None:
             skip = {hash(v) for v in self.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
-            halves = half_read(self.loss, self._checked)
-            self._limits = [FP16_OVERFLOW if half else math.inf for half in halves]
+            self._ranges = input_ranges(self.loss, self._checked)
         return self._checked
 
     def device_checked(self):
-        """``(inputs, those a half function reads)`` for the device check to read (none when
-        checked on the host): bad when inf/NaN, the second also when |value| >= 65520."""
+        """``(inputs, [(input, center, radius)] of the bounded ones)`` for the device check to
+        read (none when checked on the host): bad when inf/NaN, the second also when
+        ``|value - center| >= radius``."""
         if self.batch_on_host:
             return [], []
         inputs = self.checked_inputs()
-        ranged = [v.data for v, limit in zip(inputs, self._limits) if limit < math.inf]
+        ranged = [(v.data, r.center, r.radius) for v, r in zip(inputs, self._ranges) if r.bounded]
         return [v.data for v in inputs], ranged
 
-    def _bad_indices(self) -> List[int]:
-        """Indices of the checked inputs bad as the graph sees them (host check)."""
+    def _bad_indices(self, first: bool = False) -> List[int]:
+        """Indices of the checked inputs bad as the graph sees them (host check; ``first``:
+        the first only)."""
         inputs = self.checked_inputs()
-        return nonfinite_indices([v.data for v in inputs], self._limits)
+        return bad_indices([v.data for v in inputs], self._ranges, first)
 
     def run(
         self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None,
@@ -130,6 +134,8 @@ class Rounds:
         check_inputs = count and not replay and self.enabled and self.batch_on_host
         if check_inputs:
             self._bad_inputs = set()
+            self._check_pending = self.accum_grad == 1  # checked when asked, if ever
+            check_inputs = not self._check_pending
         self.solver.zero_grad()
         for v in self.inputs():
             if v.need_grad:
@@ -147,6 +153,7 @@ class Rounds:
                 for v, saved in zip(self.inputs(), self._kept[r]):
                     restore_array(v, saved)
             loss.forward(clear_no_need_grad=self.clear_buffer, function_post_hook=hook)
+            updater_forward()
             loss.backward(seed, clear_buffer=self.clear_buffer)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
                 loss_finite = self.loss_finite() and loss_finite
@@ -158,10 +165,13 @@ class Rounds:
         return bool(np.isfinite(host_view(self.loss.data)).all())
 
     def bad_input_names(self) -> List[str]:
-        """The inputs that were bad, named by the function they feed and their shape."""
+        """The inputs that were bad, named by the function they feed and their shape, with the
+        range they left (inf/NaN, or outside the values its readers take)."""
         leaves = self.checked_inputs()
-        if self.batch_on_host:
-            bad = [v for i, v in enumerate(leaves) if i in self._bad_inputs]
-        else:  # the device check saw them: read them now (still the step's)
-            bad = [leaves[i] for i in self._bad_indices()]
-        return describe_inputs(self.loss, bad)
+        if self.batch_on_host and self.accum_grad > 1:
+            bad = [i for i in range(len(leaves)) if i in self._bad_inputs]
+        else:  # one round: read them now (still the step's)
+            bad = self._bad_indices()
+        names = describe_inputs(self.loss, [leaves[i] for i in bad])
+        whys = [self._ranges[i].why for i in bad]
+        return [f"{n}: inf/NaN{' or not ' + why if why else ''}" for n, why in zip(names, whys)]

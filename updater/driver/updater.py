@@ -134,7 +134,7 @@ class DynamicLossScalingUpdater:
         self._forward_state, self._rounds, self._attempts = parts[3:]
         loss = self._options.loss
         if self._outside is None or self._outside.loss is not loss:  # reads the options live
-            self._outside = OutsideForward(loss, self, lambda: self._forward_state.written)
+            self._outside = OutsideForward(loss, self, lambda: self._forward_state.given)
 
     def _set_option(self, name: str, value) -> None:
         """Assign an option (checked); the collaborators built from it are built again at the

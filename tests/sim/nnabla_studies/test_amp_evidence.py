@@ -1,5 +1,5 @@
-"""sim.nnabla_studies.amp_evidence: the --quick run writes a report where all-half breaks
-BatchNormalization on the 0-16 inputs and the rewrite does not."""
+"""sim.nnabla_studies.amp_evidence: the --quick run writes a report where all-half's
+BatchNormalization overflows on the 0-16 inputs (skipped steps) and the rewrite's does not."""
 
 import subprocess
 import sys
@@ -18,7 +18,9 @@ def test_quick_run_writes_the_report(tmp_path, capsys):
     assert "with nnabla-dls " in text and "--quick --seed 0" in text
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
     rows = {(c[0], c[1]): c for c in cells if len(c) == 8}
-    assert rows["0-16", "all-half"][5] == "no"  # running variance overflowed in float16
+    # its float16 BatchNormalization variance overflows: bad batches (issue 37), skipped with
+    # the running statistics put back
+    assert rows["0-16", "all-half"][4] != "0" and rows["0-16", "all-half"][5] == "yes"
     assert rows["0-16", "rewrite"][5] == "yes" and rows["0-16", "rewrite"][4] == "0"
     assert rows["0-16", "rewrite"][6] == "100%" and rows["0-16", "float32"][6] == "0%"
     assert "| Convolution | half |" in text and "| BatchNormalization | float |" in text

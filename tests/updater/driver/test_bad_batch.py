@@ -132,7 +132,10 @@ def test_persistent_bad_data_raises_and_names_the_inputs():
     with pytest.raises(NonFiniteGradientsError) as info:
         for _ in range(3):
             u.update()
-    assert info.value.input_names == ["input 0 of Affine 'Affine' (8, 4)"]
+    assert info.value.input_names == [
+        "input 0 of Affine 'Affine' (8, 4): inf/NaN or not |x| < 65520, read in float16 by "
+        "input 0 of Affine 'Affine'"
+    ]
     assert "bad data, which no loss scale fixes" in str(info.value)
     assert u.scale == 2.0**15
 

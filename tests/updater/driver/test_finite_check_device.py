@@ -115,8 +115,9 @@ def test_device_path_trains_as_the_numpy_path_with_one_host_read_per_update(kwar
     assert device_records == numpy_records
     assert [r.update_applied for r in device_records] == [True, False, True, True, False, True]
     assert device_reads == [1] * 6
-    # one view per gradient array, per float input and of the loss
-    assert numpy_reads[0] == 4 + 2 + 1
+    # one view per gradient array and of the loss (of the inputs only on a step whose
+    # gradients are not finite: issue 37)
+    assert numpy_reads[0] == 4 + 1
     for name in numpy_params:
         np.testing.assert_allclose(device_params[name], numpy_params[name], rtol=1e-5, atol=1e-7)
 

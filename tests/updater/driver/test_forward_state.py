@@ -14,7 +14,7 @@ from nnabla.function import PythonFunction
 
 from tests.nnabla_models import TinyBNClassifier, cpu_context
 from updater import DynamicLossScalingUpdater, DynamicScale
-from updater.driver.written import forward_written
+from updater.driver.function_roles import state_inputs
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()
@@ -41,7 +41,7 @@ def _hand_made_bn(weight):
 
 def test_the_graph_names_the_hand_made_statistics():
     _, loss, mean, var = _hand_made_bn(1.0)
-    assert {hash(v) for v in forward_written(loss)} == {hash(mean), hash(var)}
+    assert {hash(v) for v in state_inputs(loss)} == {hash(mean), hash(var)}
 
 
 def test_a_retried_batch_moves_hand_made_statistics_once():
@@ -168,7 +168,7 @@ class _Ema(PythonFunction):
 
     def forward_impl(self, inputs, outputs):
         x = inputs[0].data.data.astype(np.float32)
-        ema = inputs[1].data.data.astype(np.float32)
+        ema = inputs[1].data.data  # in its own dtype
         inputs[1].data.data = self.decay * ema + (1 - self.decay) * x.mean(axis=0)
         outputs[0].data.data = x
 
@@ -178,13 +178,15 @@ class _Ema(PythonFunction):
             inputs[0].grad.data = inputs[0].grad.data + g if accum[0] else g
 
 
-def _ema_net():
+def _ema_net(dtype=np.float32, batchnorm=False):
     rng = np.random.RandomState(0)
     ctx = cpu_context("half")
     with nn.context_scope(ctx), nn.parameter_scope(f"ema_{next(SCOPES)}"):
         x, weight = nn.Variable((8, 4)), nn.Variable(())
-        ema = nn.Variable.from_numpy_array(np.zeros((3,), np.float32))
+        ema = nn.Variable.from_numpy_array(np.full((3,), 1 / 3, dtype))
         h = PF.affine(x, 3, w_init=I.NormalInitializer(0.5, rng), name="fc")
+        if batchnorm:  # its statistics are state too, copied with the moving average
+            h = PF.batch_normalization(h, batch_stat=True, name="bn")
         loss = F.sum(F.tanh(_Ema(ctx)(h, ema))) * weight
         solver = S.Sgd(0.01)
         solver.set_parameters(nn.get_parameters())

@@ -2,10 +2,15 @@
 GradScaler call sequence, ``get_scale()``, ``update(new_scale=...)``, a forward pass of the
 user's own before ``update()``, and the updater's ``repr``; on real nnabla graphs (cpu:half)."""
 
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.parametric_functions as PF
+import nnabla.solvers as S
 import numpy as np
 import pytest
 
-from tests.nnabla_models import TinyBNClassifier, TinyClassifier
+from tests.nnabla_models import TinyBNClassifier, TinyClassifier, cpu_context
+from tests.updater.driver.test_forward_state import _ema_net
 from updater import DynamicLossScalingUpdater, DynamicScale
 
 pytestmark = pytest.mark.nnabla
@@ -152,3 +157,75 @@ def test_repr_names_the_scale_the_policy_and_the_counters_on_one_line():
     assert text.startswith("DynamicLossScalingUpdater(scale=32768.0, policy=DynamicScale(")
     assert "hysteresis=2" in text and "steps=1, updates_applied=1, skips=0" in text
     assert "\n" not in text and "object at" not in text
+
+
+def _batchnorm_input(m):
+    """The input of ``m``'s BatchNormalization: fc1's output, the trunk of the network."""
+    found = []
+    m.loss.visit(lambda f: found.append(f) if f.info.type_name == "BatchNormalization" else None)
+    return found[0].inputs[0]
+
+
+@pytest.mark.parametrize("head", ["upstream", "second head"])
+def test_a_forward_that_runs_no_state_writing_function_is_not_refused(head):
+    """Issue 37: ``feat.forward()`` upstream of BatchNormalization (for logging) and a
+    BatchNorm-free second head on the shared trunk move no state: both run, the statistics as
+    the updater alone moves them."""
+    m = TinyBNClassifier(f"free{head.replace(' ', '')}")
+    feat = _batchnorm_input(m)
+    with nn.context_scope(m.ctx), nn.parameter_scope(m.scope):
+        other = F.sum(PF.affine(feat, 2, name="head2"))
+    shown = feat if head == "upstream" else other
+    feed = m.feeder()
+    u = DynamicLossScalingUpdater(m.solver, m.loss)
+    for _ in range(3):
+        feed()
+        before = running_mean(m)
+        shown.forward()
+        assert np.array_equal(running_mean(m), before)  # it moved nothing
+        u.update()
+    assert u.steps == 3
+
+
+def test_a_forward_that_moves_a_forward_state_variable_twice_is_refused():
+    """Issue 37: the watch covers the ``forward_state`` Variables (a user's own function's
+    moving average): a forward of the user's own before update() would move it twice."""
+    solver, loss, feed, ema = _ema_net()
+    u = DynamicLossScalingUpdater(solver, loss, forward_state=[ema])
+    feed()
+    u.update()
+    feed()
+    loss.forward()
+    with pytest.raises(RuntimeError, match=r"ran outside the updater .*it ran Ema"):
+        u.update()
+
+
+def test_a_gan_whose_discriminators_updater_keeps_its_buffers_runs_the_generators_updater():
+    """Issue 37: D's updater (clear_buffer=False, no feeder) runs D(G(z)), and so G's
+    BatchNormalization, between G's steps, as a plain nnabla GAN loop does: another updater's
+    forward, not one of the user's own, so G's updater takes it."""
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope("gan37"):
+        z = nn.Variable((8, 4))
+        with nn.parameter_scope("g"):
+            fake = F.tanh(PF.batch_normalization(PF.affine(z, 4, name="fc"), name="bn"))
+        with nn.parameter_scope("d"):
+            logit = PF.affine(fake, 1, name="fc")
+        loss_d = F.mean(F.sigmoid_cross_entropy(logit, F.constant(0.0, (8, 1))))
+        loss_g = F.mean(F.sigmoid_cross_entropy(logit, F.constant(1.0, (8, 1))))
+        solvers = {}
+        for part in ("g", "d"):
+            with nn.parameter_scope(part):
+                solvers[part] = S.Adam(0.001)
+                solvers[part].set_parameters(nn.get_parameters())
+    upd_d = DynamicLossScalingUpdater(solvers["d"], loss_d, clear_buffer=False)
+    upd_g = DynamicLossScalingUpdater(solvers["g"], loss_g)
+    rng = np.random.RandomState(0)
+    for _ in range(3):
+        z.d = rng.randn(8, 4)
+        upd_d.update()
+        upd_g.update()
+    assert upd_g.steps == 3
+    z.d = rng.randn(8, 4)
+    loss_g.forward()  # the user's own forward, no updater between: still refused
+    with pytest.raises(RuntimeError, match="ran outside the updater"):
+        upd_g.update()

@@ -81,7 +81,9 @@ def test_the_device_check_reads_the_statistics_in_its_one_host_read(caplog):
     net.big = {net.calls}
     with caplog.at_level(logging.WARNING, logger="updater.driver.forward_state"):
         rec = u.update()
-    assert rec.update_applied and u.nonfinite_statistics == 1 and "bn/bn/var" in caplog.text
+    # its gradients overflow and the forward made the variance inf: a bad batch (issue 37),
+    # seen by the same read, the statistics put back
+    assert rec.bad_batch and rec.attempts == 1 and np.isfinite(net.var().d).all()
 
 
 def test_on_nonfinite_statistics_raise_stops_the_script_after_the_step():

@@ -195,7 +195,10 @@ def test_persistent_nan_in_data_raises_naming_inputs_params_and_scale():
     text = str(err)
     assert "5 consecutive update() calls without an applied update" in text
     assert "bad data, which no loss scale fixes" in text
-    assert err.input_names == ["input 0 of Affine 'Affine' (8, 4)"]
+    assert err.input_names == [
+        "input 0 of Affine 'Affine' (8, 4): inf/NaN or not |x| < 65520, read in float16 by "
+        "input 0 of Affine 'Affine'"
+    ]
     assert err.input_names[0] in text
     assert "fc1/affine/W" in text and "fc2/affine/b" in text
     assert "loss scale 8" in text

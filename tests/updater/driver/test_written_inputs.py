@@ -1,4 +1,4 @@
-"""Issue 28, part 2: every input an nnabla function's step writes (updater.driver.written's
+"""Issue 28, part 2: every input an nnabla function's step writes (updater.driver.function_roles'
 audit) is put back by a skipped step, on real cpu:half graphs, one test per function; the written
 inputs are resolved by role (BatchNormalization's no_scale / no_bias move the statistics)."""
 
@@ -49,6 +49,20 @@ def _fused_bn(h):
 def _mean_subtraction(h):
     mean, t = _hand((3,), 0.0), _const(0, np.int32)
     return F.mean_subtraction(h, mean, t), [mean, t]
+
+
+def _mean_subtraction_past_2_24(h):  # issue 37: a count float32 cannot hold
+    mean, t = _hand((3,), 0.0), _const(2**24, np.int64)
+    return F.mean_subtraction(h, mean, t), [mean, t]
+
+
+def _fused_convolution(h):  # issue 37: conv + BatchNormalization + add + activation
+    rng = np.random.RandomState(2)
+    w = nn.parameter.get_parameter_or_create("fc_w", (3, 3, 1, 1), I.NormalInitializer(0.5, rng))
+    beta, gamma = _hand((1, 3, 1, 1), 0.0), _hand((1, 3, 1, 1), 1.0)
+    mean, var = _hand((1, 3, 1, 1), 0.0), _hand((1, 3, 1, 1), 1.0)
+    y = F.fused_convolution(h.reshape((8, 3, 1, 1)), w, None, beta, gamma, mean, var)
+    return y.reshape((8, 3)), [mean, var]
 
 
 def _spectral_norm(h):
@@ -127,6 +141,8 @@ LAYERS = {
     "hand_made_bn_no_bias": _hand_bn,
     "fused_bn": _fused_bn,
     "mean_subtraction": _mean_subtraction,
+    "mean_subtraction_past_2_24": _mean_subtraction_past_2_24,
+    "fused_convolution": _fused_convolution,
     "spectral_norm": _spectral_norm,
     "min_max_quantize_ema": _min_max_quantize(ema=True),
     "min_max_quantize": _min_max_quantize(ema=False),
@@ -159,15 +175,16 @@ def test_a_skipped_step_puts_back_what_each_function_wrote(name, on_overflow):
         assert np.dtype(v.data.dtype) == dtype, name
 
 
-@pytest.mark.parametrize("options", [{"no_scale": True}, {"no_bias": True}, {}])
-def test_retries_move_the_statistics_once_as_one_plain_forward(options):
+@pytest.mark.parametrize("name", ["bn_no_scale", "bn_no_bias", "bn", "fused_convolution"])
+def test_retries_move_the_statistics_once_as_one_plain_forward(name):
     """A batch weighted by 100 overflows from 2**15 down and is retried until finite: its
     BatchNormalization statistics move as in one plain nnabla forward of it (the issue measured
-    one move per attempt with no_scale / no_bias)."""
+    one move per attempt with no_scale / no_bias, and with FusedConvolution, issue 37)."""
+    layer = {**LAYERS, "bn": _bn()}[name]
     results = []
     for plain in (False, True):
         nn.clear_parameters()
-        solver, loss, feed, state = _net(_bn(**options), weights={0: 100.0})
+        solver, loss, feed, state = _net(layer, weights={0: 100.0})
         if plain:
             feed()
             loss.forward()
@@ -183,14 +200,18 @@ def test_retries_move_the_statistics_once_as_one_plain_forward(options):
         assert np.array_equal(got, want)
 
 
-def test_an_inf_variance_is_reported_with_no_scale_and_no_bias(caplog):
+@pytest.mark.parametrize(
+    "name, shown", [("bn_no_scale_no_bias", "bn/var"), ("fused_convolution", "FusedConvolution")]
+)
+def test_an_inf_variance_is_reported_with_no_scale_and_no_bias(caplog, name, shown):
     """Both options drop beta and gamma: the table's old indices (3, 4) missed the variance,
-    so a running variance made inf by a x300 batch was not reported."""
-    layer = _bn(no_scale=True, no_bias=True)
+    so a running variance made inf by a x300 batch was not reported (nor FusedConvolution's,
+    missing from the table before issue 37)."""
+    layer = LAYERS[name]
     solver, loss, feed, state = _net(layer, weights={}, x_scales={1: 300.0})
     upd = DynamicLossScalingUpdater(solver, loss, feed, restore_on_skip=False, scale=2.0**15)
     upd.update()
     with caplog.at_level(logging.WARNING, logger="updater.driver.forward_state"):
         upd.update()
     assert not np.isfinite(state[1].d).all()  # the variance, kept (restore_on_skip=False)
-    assert upd.nonfinite_statistics == 1 and "bn/var" in caplog.text
+    assert upd.nonfinite_statistics == 1 and shown in caplog.text

@@ -1,0 +1,342 @@
+"""What each nnabla function does with each of its inputs: the one table the updater's data and
+state guards read (the bad-input rule, the forward-state copies and checks, the outside-forward
+watch).
+
+Each input of a function has one role:
+
+- :data:`VALUE`: a number read at the function's precision (a half-precision function reads
+  |value| >= 65520 as inf);
+- :data:`INDEX`: an integer index or label (never compared with float16's range; where the
+  function names the table it indexes, a value outside ``[0, size)`` is bad data);
+- :data:`FORWARD_STATE`: state the forward pass writes (running statistics, ...);
+- :data:`BACKWARD_STATE`: state the backward pass writes (VATNoise's ``w``).
+
+A function that draws random numbers (:func:`draws_random`) keeps its generator inside itself.
+
+The input names and their order, the integer inputs (``template: TI``) and the random functions
+(a ``seed`` argument) come from the installed nnabla's function registry
+(``nnabla/utils/converter/functions.pkl``, built from its ``functions.yaml``). Written by hand:
+which inputs a function writes and when (:data:`STATE`, from an audit of nnabla's C++ sources),
+the index inputs the registry does not mark (:data:`INDEX_NAMES`), the tables indices point
+into (:data:`TABLES`), and the names of the functions reviewed (:data:`REVIEWED`, the registries
+of nnabla 1.33 to 1.39), which a test compares with the installed registry.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+from typing import Callable, Dict, List, NamedTuple, Tuple
+
+import nnabla as nn
+
+from ..common.float16 import FP16_OVERFLOW
+
+VALUE = "value"
+INDEX = "index"
+FORWARD_STATE = "forward state"
+BACKWARD_STATE = "backward state"
+STATE_ROLES = (FORWARD_STATE, BACKWARD_STATE)
+
+
+@functools.lru_cache(maxsize=None)
+def registry() -> Dict[str, dict]:
+    """nnabla's function registry: name -> its entry (``inputs``: name -> options, in order;
+    ``arguments``: name -> type and default)."""
+    path = os.path.join(os.path.dirname(nn.__file__), "utils", "converter", "functions.pkl")
+    with open(path, "rb") as f:
+        categories = pickle.load(f)["nnabla_func_info"]
+    return {name: entry for category in categories.values() for name, entry in category.items()}
+
+
+class Writes(NamedTuple):
+    """The inputs a function writes.
+
+    Attributes:
+        written (tuple of str): their names (the registry's).
+        role (str): :data:`FORWARD_STATE` or :data:`BACKWARD_STATE`.
+        when (tuple of (str, value, default)): arguments that must have ``value`` for it to
+            write them (``default`` for a function that lacks the argument).
+        layout (callable or None): ``layout(args, count)``: the names of the inputs present
+            among ``count`` inputs, where optional inputs are not only trailing ones.
+    """
+
+    written: Tuple[str, ...]
+    role: str = FORWARD_STATE
+    when: Tuple[Tuple[str, object, object], ...] = ()
+    layout: Callable[[dict, int], List[str]] | None = None
+
+
+def _batch_normalization_inputs(args, count):
+    """nnabla leaves ``beta``/``gamma`` out with ``no_bias``/``no_scale``."""
+    drop = {"beta"} if args.get("no_bias") else set()
+    drop |= {"gamma"} if args.get("no_scale") else set()
+    return [n for n in ("x", "beta", "gamma", "mean", "variance") if n not in drop][:count]
+
+
+def _fused_convolution_inputs(args, count):
+    """nnabla's ``FusedConvolution`` tells its inputs by their count (``bias`` never with the
+    normalization): 6 or 7 carry beta, gamma, mean, variance (then z)."""
+    if count >= 6:
+        return ["x", "weight", "beta", "gamma", "mean", "variance", "z"][:count]
+    return ["x", "weight", "bias", "z"][:count]
+
+
+_TRAINING = (("batch_stat", True, True),)
+_STATISTICS = ("mean", "variance")
+_INQ = Writes(("weight", "indicator_fixedweights"))
+
+STATE: Dict[str, Writes] = {
+    "BatchNormalization": Writes(_STATISTICS, when=_TRAINING, layout=_batch_normalization_inputs),
+    "SyncBatchNormalization": Writes(_STATISTICS, when=_TRAINING),
+    "FusedBatchNormalization": Writes(_STATISTICS, when=_TRAINING),
+    "FusedConvolution": Writes(_STATISTICS, when=_TRAINING, layout=_fused_convolution_inputs),
+    "MeanSubtraction": Writes(("rmean", "t"), when=(("update_running_mean", True, True),)),
+    "SpectralNorm": Writes(("u",), when=(("test", False, False),)),
+    "MinMaxQuantize": Writes(("qr_min", "qr_max"), when=(("x_min_max", True, False),)),
+    "Assign": Writes(("dst",)),
+    "ScatterNd": Writes(("out",)),
+    "BoolScatter": Writes(("output",)),
+    "INQAffine": _INQ,
+    "INQConvolution": _INQ,
+    "VATNoise": Writes(("w",), BACKWARD_STATE),
+}
+"""The functions whose step writes some of their inputs, from an audit of nnabla's C++ sources
+(``src/nbla/function/generic``, v1.39): every ``cast_data_and_get_pointer``, ``data()->cast``
+or ``set_array`` on an input, and every inner function run with an input as its output.
+
+- BatchNormalization, SyncBatchNormalization, FusedBatchNormalization and FusedConvolution
+  (convolution, BatchNormalization, add, activation): ``mean``, ``variance`` when
+  ``batch_stat``. With two or more ``axes`` nnabla's wrapper feeds transposed copies, which no
+  step keeps (they are not leaves).
+- MeanSubtraction: ``rmean`` and its count ``t`` when ``update_running_mean``.
+- SpectralNorm: ``u`` unless ``test``.
+- MinMaxQuantize: ``qr_min``, ``qr_max`` when ``x_min_max`` (their moving average with ``ema``,
+  else the batch's min and max). Its forward also nudges ``qr_max`` up to ``qr_min + eps`` in
+  every mode, which depends on ``qr_min`` alone and is redone each step: not state.
+- Assign: ``dst``. ScatterNd: ``out`` and BoolScatter: ``output``, when given.
+- INQAffine, INQConvolution: ``weight`` (fixed weights written back) and
+  ``indicator_fixedweights``; their iteration counter lives inside the function.
+- VATNoise: ``w``, written by its backward pass (the noise direction of the next step).
+
+Not state: BinaryConnect/BinaryWeight's binary weight and alpha (written in every forward from
+the float weight alone); the ``inplace`` options (ignored: the output is never the input's
+memory); Reshape, Unlink (share memory, write nothing); RNN/LSTM/GRU's ``training`` (dropout
+only). A user's own function (a ``PythonFunction``) is not in the registry: give what it writes
+as ``forward_state=[...]``.
+"""
+
+INDEX_NAMES = ("indices", "lengths", "batch_sizes")
+"""Inputs of these names (any case) are indices, besides the registry's integer inputs."""
+
+TABLES: Dict[str, Tuple[str, str, object]] = {
+    "Embed": ("x0", "w", 0),
+    "SoftmaxCrossEntropy": ("target", "x", "axis"),
+    "CategoricalCrossEntropy": ("target", "x", "axis"),
+    "TopNError": ("target", "x", "axis"),
+    "ConfusionMatrix": ("target", "x", "axis"),
+}
+"""``(index input, table input, axis)``: the index must be below the size of the table along
+``axis`` (an argument's name, or a number); nnabla reads out of bounds otherwise."""
+
+REVIEWED = frozenset(
+    """
+    Affine RNN LSTM GRU Convolution FusedConvolution DepthwiseConvolution Deconvolution
+    DepthwiseDeconvolution DeformableConvolution AdaptiveSeparableConvolution MaxPooling
+    AveragePooling GlobalAveragePooling SumPooling Unpooling Embed RoiAlign Sigmoid Swish Tanh
+    ReLU LeakyReLU Softmax LogSoftmax ELU SELU CReLU CELU PReLU GELU Mish ReLU6 HardSigmoid
+    HardTanh LogSigmoid SoftPlus SoftSign TanhShrink Sinc FusedBatchNormalization
+    BatchNormalization GroupNormalization InstanceNormalization LayerNormalization
+    NormNormalization SyncBatchNormalization TensorNormalization WeightNormalization
+    WeightStandardization SpectralNorm MeanSubtraction ClipGradByValue ClipGradByNorm Sum CumSum
+    Mean Max Min Norm Prod CumProd ReduceSum ReduceMean Add2 AddN BcAdd2 Sub2 Mul2 MulN Div2 Pow2
+    AddScalar MulScalar PowScalar RSubScalar RDivScalar RPowScalar Sign Minimum2 Maximum2
+    MinimumScalar MaximumScalar LogicalAnd LogicalOr LogicalXor Equal NotEqual GreaterEqual
+    Greater LessEqual Less SearchSorted LogicalAndScalar LogicalOrScalar LogicalXorScalar
+    EqualScalar NotEqualScalar GreaterEqualScalar GreaterScalar LessEqualScalar LessScalar
+    LogicalNot IsNaN IsInf ResetNaN ResetInf Where Constant Arange Linspace Abs Exp Log Identity
+    BatchMatmul Round Ceil Floor Sin Cos Tan Sinh Cosh ASin ACos ATan ATan2 ASinh ACosh ATanh Erf
+    Concatenate Split Stack Slice Pad Transpose Broadcast BroadcastTo Tile OneHot Flip Shift Sort
+    Reshape Shape MatrixDiag MatrixDiagPart Trilu Meshgrid BatchDet BatchInv BatchLogdet
+    BatchCholesky Assign Gather GatherNd BoolGather ScatterNd ScatterAdd BoolScatter BoolFill
+    PackPaddedSequence PadPackedSequence NonZero Interpolate ONNXResize FFT IFFT STFT ISTFT
+    Dropout TopKData TopKGrad Rand Randint Randn RandBinomial RandBeta RandGamma RandomChoice
+    RandomCrop RandomFlip RandomShift RandomErase ImageAugmentation SigmoidCrossEntropy
+    BinaryCrossEntropy SoftmaxCrossEntropy CategoricalCrossEntropy SquaredError AbsoluteError
+    HuberLoss EpsilonInsensitiveLoss KLMultinomial AffineGrid WarpByGrid WarpByFlow BinarySigmoid
+    BinaryTanh BinaryConnectAffine BinaryConnectConvolution BinaryWeightAffine
+    BinaryWeightConvolution INQAffine INQConvolution FixedPointQuantize MinMaxQuantize
+    Pow2Quantize Prune QuantizeLinear DequantizeLinear TopNError BinaryError ConfusionMatrix
+    VATNoise Unlink Sink NmsDetection2d ONNXNonMaxSuppression MaxPoolingBackward
+    PatchCorrelation Unique EyeLike Mod2 BitShift Einsum
+    """.split()
+)
+"""Every function of the registries of nnabla 1.33 to 1.39, reviewed for the inputs it writes
+(:data:`STATE`) and the indices it reads (:data:`INDEX_NAMES`, :data:`TABLES`); the other
+inputs are values. A function of a newer nnabla is read with the roles its registry shows."""
+
+
+def unregistered_functions(loss) -> List[str]:
+    """``"<type> '<name>'"`` of the functions of the graph of ``loss`` that nnabla's registry
+    lacks (a user's ``PythonFunction``), each once."""
+    found: Dict[str, None] = {}
+
+    def visit(func):
+        if func.info.type_name not in registry():
+            found.setdefault(f"{func.info.type_name} '{func.name}'")
+
+    loss.visit(visit)
+    return list(found)
+
+
+def draws_random(type_name: str) -> bool:
+    """Whether nnabla's function ``type_name`` draws random numbers (a ``seed`` argument)."""
+    entry = registry().get(type_name)
+    return entry is not None and "seed" in entry.get("arguments", {})
+
+
+def _input_names(type_name: str, args: dict, count: int) -> List[str]:
+    """The registry names of ``count`` inputs of function ``type_name`` with ``args``."""
+    writes = STATE.get(type_name)
+    if writes is not None and writes.layout is not None:
+        return writes.layout(args, count)
+    names = list(registry()[type_name]["inputs"])
+    if len(names) == 1 and count > 1:  # a variadic input
+        names = names * count
+    return names[:count]
+
+
+def _writes(writes: Writes, args: dict) -> bool:
+    return all(args.get(name, default) == value for name, value, default in writes.when)
+
+
+def input_roles(func) -> List[str]:
+    """The role of each input of ``func`` (a function of an nnabla graph), in order; every
+    input of a function the registry lacks (a ``PythonFunction``) is a value."""
+    name, args, count = func.info.type_name, func.info.args, len(func.inputs)
+    entry = registry().get(name)
+    if entry is None:
+        return [VALUE] * count
+    names = _input_names(name, args, count)
+    writes = STATE.get(name)
+    written = writes.written if writes is not None and _writes(writes, args) else ()
+    roles = []
+    for n in names:
+        if n in written:
+            roles.append(writes.role)
+        elif entry["inputs"][n].get("template") == "TI" or n.lower() in INDEX_NAMES:
+            roles.append(INDEX)
+        else:
+            roles.append(VALUE)
+    return roles + [VALUE] * (count - len(roles))
+
+
+def _table(func, names: List[str], index: str) -> Tuple[int, int, int] | None:
+    """``(size, position, axis)`` of the table input ``index`` of ``func`` points into, if
+    the function has one."""
+    table = TABLES.get(func.info.type_name)
+    if table is None or table[0] != index or table[1] not in names:
+        return None
+    position = names.index(table[1])
+    shape = func.inputs[position].shape
+    axis = table[2] if isinstance(table[2], int) else func.info.args.get(table[2], len(shape) - 1)
+    return int(shape[axis]), position, axis
+
+
+def _leaf_state(loss, roles) -> List[Tuple[object, nn.Variable]]:
+    """``(function, input)`` for every leaf input of the graph of ``loss`` with one of ``roles``."""
+    found = []
+
+    def visit(func):
+        for v, role in zip(func.inputs, input_roles(func)):
+            if role in roles and v.parent is None:
+                found.append((func, v))
+
+    loss.visit(visit)
+    return found
+
+
+def state_inputs(loss, roles=STATE_ROLES) -> List[nn.Variable]:
+    """The leaves of the graph of ``loss`` that its step writes (with one of ``roles``),
+    whether or not they are registered parameters; each once."""
+    found: Dict[int, nn.Variable] = {}
+    for _, v in _leaf_state(loss, roles):
+        found.setdefault(hash(v), v)
+    return list(found.values())
+
+
+def state_writers(loss) -> List[object]:
+    """The functions of the graph of ``loss`` whose forward pass writes state there."""
+    found: Dict[int, object] = {}
+    for func, _ in _leaf_state(loss, (FORWARD_STATE,)):
+        found.setdefault(hash(func.outputs[0]), func)  # a function's Python object is remade
+    return list(found.values())
+
+
+def writer_names(loss, variables: List[nn.Variable]) -> List[str]:
+    """For each of ``variables``, the function of the graph of ``loss`` that writes it
+    (``"<type> '<name>'"``), or ``"forward_state"`` for one no function of nnabla writes."""
+    found: Dict[int, str] = {}
+    for func, v in _leaf_state(loss, STATE_ROLES):
+        found.setdefault(hash(v), f"{func.info.type_name} '{func.name}'")
+    return [found.get(hash(v), "forward_state") for v in variables]
+
+
+class Range(NamedTuple):
+    """The values an input may hold: bad when inf/NaN or ``|x - center| >= radius`` (an open
+    interval; ``radius`` inf: any finite value); ``why`` says where the bounds come from."""
+
+    center: float
+    radius: float
+    why: str
+
+    @property
+    def bounded(self) -> bool:
+        return self.radius != float("inf")
+
+
+ANY = Range(0.0, float("inf"), "")
+
+
+def _intersect(a: Range, low: float, high: float, why: str) -> Range:
+    a_low, a_high = a.center - a.radius, a.center + a.radius
+    low, high = max(low, a_low), min(high, a_high)
+    if low == -float("inf") and high == float("inf"):
+        return a
+    return Range((low + high) / 2, (high - low) / 2, "; ".join(filter(None, [a.why, why])))
+
+
+def input_ranges(loss, variables: List[nn.Variable]) -> List[Range]:
+    """For each of ``variables`` (inputs of the graph of ``loss``), the values it may hold as
+    the functions that read it see them: a value read by a half-precision function (its
+    context's first backend ``*:half``) must stay below 65520 in magnitude, an index into a
+    table of ``n`` entries in ``[0, n)`` (between -1 and n, exclusive); other values and
+    indices any finite value."""
+    ranges = {hash(v): ANY for v in variables}
+
+    def visit(func):
+        half = bool(func.context.backend) and func.context.backend[0].endswith(":half")
+        roles = input_roles(func)
+        names = None
+        for i, (v, role) in enumerate(zip(func.inputs, roles)):
+            key = hash(v)
+            if key not in ranges:
+                continue
+            where = f"input {i} of {func.info.type_name} '{func.name}'"
+            if role == VALUE and half:
+                why = f"|x| < {FP16_OVERFLOW:g}, read in float16 by {where}"
+                ranges[key] = _intersect(ranges[key], -FP16_OVERFLOW, FP16_OVERFLOW, why)
+            elif role == INDEX:
+                names = names or _input_names(func.info.type_name, func.info.args, len(roles))
+                table = _table(func, names, names[i])
+                if table is not None:
+                    size, position, axis = table
+                    why = (
+                        f"an index in [0, {size}), the size of input {position} of "
+                        f"{func.info.type_name} '{func.name}' along axis {axis}"
+                    )
+                    ranges[key] = _intersect(ranges[key], -1.0, float(size), why)
+
+    loss.visit(visit)
+    return [ranges[hash(v)] for v in variables]
