@@ -1,6 +1,7 @@
 """How many recordings a prediction needs: the skipped steps predicted from k recordings of one
-model in different batch orders (k = 1 ... n, pooled: :mod:`sim.replay.pool`), their 5-95% spread
-and whether it holds the real runs of the checked policies in a batch order no recording used.
+model in different batch orders (k = 1 ... n), their spread (k = 1: the jittered runs' 5-95%,
+which claims no level; k >= 2: the 90% predictive spread of :mod:`sim.replay.spread`) and whether
+it holds the real runs of the checked policies in a batch order no recording used.
 
 Only the models whose steps overflow below 2**15 are measured (on the others every spread is 0
 wide and right). The recordings probe overflow thresholds only (no flushing, no per-parameter
@@ -116,8 +117,9 @@ def markdown(result: Dict[str, List[Dict]]) -> str:
                 ["model", "batch order", "steps overflowing at 2^15 (probed)", "same as shipped"],
             ),
             "",
-            "Skipped steps of the real run against the 5-95% spread predicted from the first k "
-            "recordings pooled (k = 1, 2, ...; the recordings in the order of the table above):",
+            "Skipped steps of the real run against the spread predicted from the first k "
+            "recordings (k = 1: jittered 5-95%, no level; k >= 2: the 90% predictive spread; the "
+            "recordings in the order of the table above):",
             "",
             markdown_table(
                 summary,
