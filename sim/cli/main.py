@@ -79,16 +79,19 @@ def _cmd_simulate(parser, args) -> int:
         check_memory(parser, args.steps, args.runs)
     traces = [trace_for(parser, s, args.steps, args.seed) for s in specs]
     trace = _one_model(parser, traces, args.runs)
-    check_memory(parser, trace.steps, args.runs)
+    check_memory(parser, trace.training_steps, args.runs)
     with StageProgress("simulate", quiet=args.verbosity < 0) as progress:
         progress.start(1)
-        progress.stage(f"{args.policy} on {trace.name}: {args.runs} runs x {trace.steps} steps")
+        progress.stage(
+            f"{args.policy} on {trace.name}: {args.runs} runs x {trace.training_steps} steps"
+        )
         result = simulate_pooled(
             [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
         )[0]
     summary = result.summary()
     print(f"policy: {describe_policy(args.policy, policy)}")
-    print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
+    steps = f"{trace.training_steps} steps"
+    print(f"trace: {trace.name} ({steps}), runs: {args.runs}, jitter: {args.jitter}")
     print(summary_table([summary], SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)

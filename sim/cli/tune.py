@@ -49,7 +49,7 @@ def run(parser, args) -> int:
         parser.error(f"--trace: {e}")
     if args.runs < max(len(getattr(t, "traces", [t])) for t in traces.values()):
         parser.error("--runs must be at least the number of recordings of one model")
-    steps = max(t.steps for t in traces.values())
+    steps = max(t.training_steps for t in traces.values())
     check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
     with StageProgress("tune", quiet=args.verbosity < 0) as progress:
         progress.start(len(traces))

@@ -104,7 +104,9 @@ class GradientRecorder:
 
     Args:
         path (str or Path): output ``.npz`` path.
-        every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
+        every (int, default 1): record every ``every``-th ``update()`` call (>= 1); the trace
+            stores it (``Trace.every``) and the simulator replays each recorded step ``every``
+            times, on the training clock.
         name (str or None, default None): trace name; the file stem when None.
         per_parameter (bool, default False): also keep one histogram per gradient array.
         write_every (int or None, default None): write the trace in parts every this many
@@ -183,6 +185,7 @@ class GradientRecorder:
             self.name,
             self._layer_names,
             self.probe_overflow,
+            self.every,
         )
 
     def wants(self, step: int) -> bool:
@@ -303,7 +306,7 @@ class GradientRecorder:
         self._last_write = time.monotonic()
 
     def _recent(self) -> Trace:
-        return trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
+        return trace_of(self._rows, self.name, self._layer_names, self.probe_overflow, self.every)
 
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:

@@ -18,9 +18,14 @@ logger = logging.getLogger("updater.trace.recorder")
 
 
 def trace_of(
-    rows: List[tuple], name: str, layer_names: List[str] | None, probed: bool = False
+    rows: List[tuple],
+    name: str,
+    layer_names: List[str] | None,
+    probed: bool = False,
+    every: int = 1,
 ) -> Trace:
-    """The :class:`Trace` of a recorder's ``rows`` (per-layer columns by ``layer_names``)."""
+    """The :class:`Trace` of a recorder's ``rows`` (per-layer columns by ``layer_names``),
+    recorded every ``every`` steps."""
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
     counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward = zip(*rows)
@@ -41,7 +46,7 @@ def trace_of(
         per_layer["forward_where"] = tuple("" if f is None else f[1] for f in forward)
     return Trace(
         np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed,
-        finite_scale=seen_finite, **per_layer,
+        finite_scale=seen_finite, every=every, **per_layer,
     )  # fmt: skip
 
 
@@ -54,6 +59,7 @@ def write_at_exit(
     name: str,
     layer_names: List[str] | None,
     probed: bool,
+    every: int = 1,
 ) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any, merge
     the parts written and release the lock; a failure is printed to stderr, loudly, with what
@@ -61,11 +67,11 @@ def write_at_exit(
     try:
         if parts[0]:
             if rows:
-                write_part(path, parts[0], trace_of(rows, name, layer_names, probed))
+                write_part(path, parts[0], trace_of(rows, name, layer_names, probed, every))
             merge_parts(path, name)
             logger.info("GradientRecorder merged its parts into %s at exit", path)
         elif len(rows) > written[0]:
-            trace_of(rows, name, layer_names, probed).save(path)
+            trace_of(rows, name, layer_names, probed, every).save(path)
             logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
     except Exception as e:
         kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
