@@ -155,10 +155,15 @@ born inside the backward kernels at a scale the run did not use \
 
 {runs_table}
 
-The float16 forward pass's headroom in each recording (the largest |value| a function \
-produced, relative to 65504; for BatchNormalization its batch variance, which feeds the running \
-variance; `GradientRecorder(forward_headroom=True)`): no loss scale causes or cures an overflow \
-there.
+The float16 forward pass's headroom in each recording (`GradientRecorder(forward_headroom=True)`: \
+the largest |value| a function produced or, for the kernels that accumulate, the largest sum \
+they reach, relative to 65504; `updater.driver.forward_peak`): no loss scale causes or cures an \
+overflow there. nnabla's `cpu:half` BatchNormalization sums x and x^2 over the N values of a \
+channel in float16 (its source, `forward_impl_batch`), so it overflows once N x E[x^2] passes \
+65504 while the batch variance stays small; the recorder replays that loop in float16 (a test \
+finds the overflow point on `cpu:half`: the measure reaches 1 at the very batch whose running \
+variance goes inf). A recording made before this measure holds BatchNormalization's batch \
+variance, a factor N below its sum of x^2, and its line says so.
 
 {forward}
 

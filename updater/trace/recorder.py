@@ -16,7 +16,7 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.float16 import FP16_OVERFLOW
+from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
 from ..common.validation import check_bool, check_int, check_number, check_positive
 from .format import Trace
 from .parts import (
@@ -120,8 +120,10 @@ class GradientRecorder:
             previous probed step's threshold; False walks outward from the step's own scale
             (the older search: the same thresholds, more passes).
         forward_headroom (bool, default False): record each recorded step's largest |value|
-            of the float16 forward pass relative to 65504, and the function that produced it
-            (for BatchNormalization, its batch variance; :mod:`updater.driver.forward_peak`).
+            or accumulated magnitude of the float16 forward pass relative to 65504, and the
+            function (for BatchNormalization, its float16 sums of x and x^2 over a channel;
+            :mod:`updater.driver.forward_peak`); the first step within a factor 4 of 65504 is
+            logged as a warning naming the function, the step and the fix.
 
     Raises:
         OSError: ``path``'s folder is missing, ``path`` is a folder, a link or a file dls did
@@ -155,6 +157,7 @@ class GradientRecorder:
         self.measure_flush = check_bool("measure_flush", measure_flush)
         self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
         self.forward_headroom = check_bool("forward_headroom", forward_headroom)
+        self._forward_warned = False
         self.probe_passes = 0
         self.path = check_trace_path(path)
         self.name = check_label("name", name if name is not None else self.path.stem)
@@ -282,6 +285,18 @@ class GradientRecorder:
             forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
             if not forward_peak[0] >= 0:
                 raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
+            if forward_peak[0] >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
+                self._forward_warned = True
+                logger.warning(
+                    "GradientRecorder %s: the float16 forward pass came within a factor %g of "
+                    "65504 at step %d: %.3g x 65504 in %s; no loss scale causes or cures an "
+                    "overflow there: compute that function in float32 with updater.amp.rewrite",
+                    self.path,
+                    FORWARD_NEAR_FACTOR,
+                    step,
+                    forward_peak[0],
+                    forward_peak[1],
+                )
         self._rows.append(
             (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
         )
