@@ -29,7 +29,7 @@ from .parts import (
     parts_dir,
     write_part,
 )
-from .rows import trace_of, write_at_exit
+from .rows import trace_of, warn_forward, write_at_exit
 from .values import NBINS, binade_histogram, check_label
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,9 @@ class GradientRecorder:
     updater also runs the step in float32 once (a copy of the graph, same parameters) and in
     float16 at ``seed * 2**k`` for ``k`` in ``updater.driver.probes.FLUSH_OFFSETS``, and stores the
     share of the true nonzero gradient values that float16 left at zero at each scale (the
-    trace's ``flush_*`` fields), which the simulator replays instead of its binade model.
+    trace's ``flush_*`` fields), which the simulator replays instead of its binade model. With
+    ``flush_every=k`` it measures every k-th recorded step only (4 passes each; the others hold
+    NaN and the simulator interpolates between the measured ones).
 
     Args:
         path (str or Path): output ``.npz`` path.
@@ -116,6 +118,8 @@ class GradientRecorder:
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
             several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
+        flush_every (int, default 1): with ``measure_flush``, measure every this many recorded
+            steps (>= 1; the first recorded step is measured).
         probe_from_previous (bool, default True): start each step's overflow search at the
             previous probed step's threshold; False walks outward from the step's own scale
             (the older search: the same thresholds, more passes).
@@ -149,12 +153,14 @@ class GradientRecorder:
         write_seconds: float | None = None,
         probe_from_previous: bool = True,
         forward_headroom: bool = False,
+        flush_every: int = 1,
     ) -> None:
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
+        self.flush_every = check_int("flush_every", flush_every, 1)
         self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
         self.forward_headroom = check_bool("forward_headroom", forward_headroom)
         self._forward_warned = False
@@ -194,6 +200,10 @@ class GradientRecorder:
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
         return step % self.every == 0
+
+    def wants_flush(self, step: int) -> bool:
+        """Whether recorded ``update()`` call ``step`` should have its flushing measured."""
+        return self.measure_flush and (step // self.every) % self.flush_every == 0
 
     def record(
         self,
@@ -287,16 +297,7 @@ class GradientRecorder:
                 raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
             if forward_peak[0] >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
                 self._forward_warned = True
-                logger.warning(
-                    "GradientRecorder %s: the float16 forward pass came within a factor %g of "
-                    "65504 at step %d: %.3g x 65504 in %s; no loss scale causes or cures an "
-                    "overflow there: compute that function in float32 with updater.amp.rewrite",
-                    self.path,
-                    FORWARD_NEAR_FACTOR,
-                    step,
-                    forward_peak[0],
-                    forward_peak[1],
-                )
+                warn_forward(self.path, step, *forward_peak)
         self._rows.append(
             (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
         )

@@ -10,6 +10,7 @@ from typing import List
 
 import numpy as np
 
+from ..common.float16 import FORWARD_NEAR_FACTOR
 from .format import Trace
 from .parts import merge_parts, part_files, parts_dir, write_part
 from .values import NBINS
@@ -45,9 +46,17 @@ def trace_of(
         per_layer["forward_peak"] = [np.nan if f is None else f[0] for f in forward]
         per_layer["forward_where"] = tuple("" if f is None else f[1] for f in forward)
     return Trace(
-        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed,
-        finite_scale=seen_finite, every=every, **per_layer,
-    )  # fmt: skip
+        np.stack(counts),
+        zeros,
+        absmax,
+        bad,
+        name,
+        over,
+        overflow_probed=probed,
+        finite_scale=seen_finite,
+        every=every,
+        **per_layer,
+    )
 
 
 def write_at_exit(
@@ -82,3 +91,14 @@ def write_at_exit(
         return
     if lock:
         lock.pop().release()
+
+
+def warn_forward(path: Path, step: int, peak: float, where: str) -> None:
+    """Log that the float16 forward pass of recorded ``step`` came within
+    :data:`updater.common.float16.FORWARD_NEAR_FACTOR` of 65504 (``peak`` x 65504 in ``where``)."""
+    logger.warning(
+        "GradientRecorder %s: the float16 forward pass came within a factor %g of 65504 at step "
+        "%d: %.3g x 65504 in %s; no loss scale causes or cures an overflow there: compute that "
+        "function in float32 with updater.amp.rewrite",
+        *(path, FORWARD_NEAR_FACTOR, step, peak, where),
+    )
