@@ -61,6 +61,13 @@ class TracePool:
         return self.traces[0].training_steps
 
 
+NAME_RULE = (
+    "recordings pool by their trace name, GradientRecorder(name=...), which defaults to the "
+    "file's stem"
+)
+"""The pooling rule in words, for the commands' messages."""
+
+
 def pool_by_name(traces: Sequence[Trace]) -> list:
     """The traces with recordings of one name gathered into a :class:`TracePool` (in the order
     of each name's first trace); a name with one trace stays that trace."""
