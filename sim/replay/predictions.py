@@ -235,8 +235,9 @@ def recordings_compared(rows: List[Dict[str, Any]], metric: str = "skipped") -> 
         return []
     n = len(sub[0]["each"])
     apart = float(np.mean([max(r["each"]) - min(r["each"]) for r in sub]))
-    spreads = [(f"recording {k} alone, jittered", 1, None, [r["alone"][k] for r in sub])
-               for k in range(n)]  # fmt: skip
+    spreads = [
+        (f"recording {k} alone, jittered", 1, None, [r["alone"][k] for r in sub]) for k in range(n)
+    ]
     if n > 1:
         spreads.append(
             (

@@ -67,11 +67,19 @@ def test_recordings_compared_counts_each_spread_and_the_pooled_one():
     from sim.replay.predictions import recordings_compared
 
     rows = [
-        {**_row("skipped", 5, 9, 0, 12), "each": [3, 7], "alone": [(2, 4), (6, 9)],
-         "jittered": (2, 8)},
-        {**_row("skipped", 1, 1, 0, 2), "each": [1, 1], "alone": [(0, 2), (0, 1)],
-         "jittered": (0, 2)},
-    ]  # fmt: skip
+        {
+            **_row("skipped", 5, 9, 0, 12),
+            "each": [3, 7],
+            "alone": [(2, 4), (6, 9)],
+            "jittered": (2, 8),
+        },
+        {
+            **_row("skipped", 1, 1, 0, 2),
+            "each": [1, 1],
+            "alone": [(0, 2), (0, 1)],
+            "jittered": (0, 2),
+        },
+    ]
     compared = recordings_compared(rows)
     assert [(c["spread"], c["level"], c["inside"], c["width"]) for c in compared[:4]] == [
         ("recording 0 alone, jittered", None, 1, 2.0),  # 9 is outside 2-4
