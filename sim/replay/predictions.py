@@ -90,7 +90,7 @@ def prediction_rows(
                 predicted[metric] = {
                     "predicted": float(np.mean(each)),
                     "each": each,
-                    **_spread(each, jittered, metric, pool.steps),
+                    **_spread(each, jittered, metric, pool.training_steps),
                     "jittered": jittered,
                     "alone": [tuple(np.nanpercentile(m[metric], [5, 95]).tolist()) for m in alone],
                 }
