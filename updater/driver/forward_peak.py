@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.float16 import FORWARD_NEAR_FACTOR as NEAR_FACTOR
 from ..common.float16 import FP16_MAX
 from .arrays import host_view
-
-__all__ = ["ACCUMULATED", "NEAR_FACTOR", "ForwardPeak", "batch_norm_sums"]
 
 
 def _top(a: np.ndarray) -> float:

@@ -79,7 +79,7 @@ def test_the_measure_reaches_1_where_batch_normalization_overflows_and_warns_4x_
     """Issue 39: on cpu:half, find the input size at which BatchNormalization's forward makes
     its running variance inf (steps of 2**(1/32)); the recorded measure reaches 1 exactly
     there, and the warning (measure >= 1/4) starts a factor 2 below in x, 4 in x^2."""
-    from updater.driver.forward_peak import NEAR_FACTOR
+    from updater.common.float16 import FORWARD_NEAR_FACTOR as NEAR_FACTOR
 
     run = _bn_forward("overflow_point", np.random.default_rng(0).standard_normal((16, 2, 4, 4)))
     scales = 2.0 ** (np.arange(0, 6 * 32) / 32)
