@@ -55,7 +55,8 @@ def _mean_sum(f) -> float:
 
 def _softmax_denominator(f) -> float:
     """Softmax's largest denominator, sum of exp(x - max): 1 / the output at the maximum."""
-    out = host_view(f.outputs[0].data).astype(np.float64)
+    y = f.outputs[0]
+    out = host_view(y.data).astype(np.float64).reshape(y.shape)
     if out.size == 0:
         return 0.0
     top = np.max(out, axis=f.info.args.get("axis", out.ndim - 1))

@@ -112,3 +112,19 @@ def test_far_from_the_edge_the_recorder_does_not_warn(tmp_path, caplog):
     trace, _ = _record(tmp_path, "peak_quiet", 40.0, steps=1)  # sum of x^2 4000: 0.06 of 65504
     assert trace.forward_peak[0] < 0.25
     assert not [r for r in caplog.records if "forward pass" in r.getMessage()]
+
+
+def test_softmax_s_denominator_is_read_along_its_axis():
+    """The sum of exp(x - max) along Softmax's axis, 1 / the output at the maximum: a row of
+    4 equal values sums to 4; on a 3-d input along axis 1."""
+    from updater.driver.forward_peak import ForwardPeak
+
+    x = np.zeros((2, 4, 3), np.float32)
+    x[1, :, 0] = [0.0, 0.0, 0.0, 30.0]  # one dominant value: that row sums to about 1
+    with nn.context_scope(cpu_context("half")):
+        v = nn.Variable.from_numpy_array(x)
+        y = F.softmax(v, axis=1)
+    peak = ForwardPeak()
+    y.forward(function_post_hook=peak)
+    assert peak.where == "Softmax#1 (denominator)"
+    assert peak.peak == pytest.approx(4 / 65504, rel=1e-3)
