@@ -94,11 +94,14 @@ def pooled_flushed_share(trace: Trace, scale) -> np.ndarray:
 
 def measured_flushed_share(trace: Trace, scale) -> np.ndarray:
     """Share flushed at effective ``scale``, per step, from the trace's measured shares
-    (``GradientRecorder(measure_flush=True)``): interpolated linearly in log2 of the scale
-    between a step's measured scales; outside them, the binade model (:func:`flushed_share`)
-    shifted by the difference between measured and model at the nearest measured scale, kept in
-    [0, 1]; the binade model alone for a step without measurements. Same arguments and result
-    as :func:`flushed_share`.
+    (``GradientRecorder(measure_flush=True)``): on a measured step, interpolated linearly in
+    log2 of the scale between its measured scales, and outside them the binade model
+    (:func:`flushed_share`) shifted by the difference between measured and model at the nearest
+    measured scale, kept in [0, 1]. On a step without measurements (``flush_every`` > 1, a bad
+    batch) the step's own binade model plus the difference (measured minus model, at the step's
+    query scale) of the measured steps before and after it, weighted linearly by distance (the
+    nearest one's alone before the first and after the last). Same arguments and result as
+    :func:`flushed_share`.
 
     >>> from updater.trace import Trace
     >>> t = Trace.from_steps([[2.0**-30, 1.0]])
@@ -111,22 +114,44 @@ def measured_flushed_share(trace: Trace, scale) -> np.ndarray:
     query = np.broadcast_to(
         s.reshape(-1, 1) if one_d else s, (trace.steps, 1 if one_d else s.shape[1])
     )
-    out = flushed_share(trace, query)  # the binade model, (steps, runs)
+    model = flushed_share(trace, query)  # the binade model, (steps, runs)
     table = flushed_table(trace)
     with np.errstate(divide="ignore"):
         logq = np.log2(query)
-    for t in np.flatnonzero(~np.isnan(trace.flush_shares).all(axis=1)):
-        ok = ~np.isnan(trace.flush_shares[t])
-        order = np.argsort(trace.flush_scales[t, ok])
-        xs = np.log2(trace.flush_scales[t, ok][order])
-        ys = trace.flush_shares[t, ok][order]
-        model_at_edges = flushed_share_of_table(table[t : t + 1], np.exp2(xs[[0, -1]]))
-        row = np.interp(logq[t], xs, ys)
-        below, above = logq[t] < xs[0], logq[t] > xs[-1]
-        row[below] = out[t, below] + ys[0] - model_at_edges[0]
-        row[above] = out[t, above] + ys[-1] - model_at_edges[1]
-        out[t] = np.clip(row, 0.0, 1.0)
-    return out[:, 0] if one_d else out
+    measured = np.flatnonzero(~np.isnan(trace.flush_shares).all(axis=1))
+    if measured.size == 0:
+        return model[:, 0] if one_d else model
+    shift = np.zeros_like(model)  # measured minus model, interpolated between measured steps
+    edges = np.concatenate([[0], measured, [trace.steps - 1]])
+    for i, t in enumerate(measured):
+        lo, hi = edges[i] if i else 0, edges[i + 2]  # the steps t's measurement reaches
+        lo = 0 if i == 0 else lo + 1
+        hi = trace.steps - 1 if i == measured.size - 1 else hi - 1
+        reach = np.arange(lo, hi + 1)
+        weight = np.ones(reach.size)
+        if i > 0:
+            left = reach < t
+            weight[left] = (reach[left] - edges[i]) / (t - edges[i])
+        if i < measured.size - 1:
+            right = reach > t
+            weight[right] = (edges[i + 2] - reach[right]) / (edges[i + 2] - t)
+        shift[reach] += weight[:, None] * _measured_minus_model(trace, table, t, logq[reach])
+    return np.clip(model + shift, 0.0, 1.0)[:, 0] if one_d else np.clip(model + shift, 0.0, 1.0)
+
+
+def _measured_minus_model(trace: Trace, table, t: int, logq: np.ndarray) -> np.ndarray:
+    """At log2 scales ``logq`` (any shape): step ``t``'s measured flushed share (interpolated
+    between its measured scales, the model shifted outside them) minus its binade model."""
+    ok = ~np.isnan(trace.flush_shares[t])
+    order = np.argsort(trace.flush_scales[t, ok])
+    xs = np.log2(trace.flush_scales[t, ok][order])
+    ys = trace.flush_shares[t, ok][order]
+    model = flushed_share_of_table(table[t : t + 1], np.exp2(logq.reshape(-1))).reshape(logq.shape)
+    at_edges = flushed_share_of_table(table[t : t + 1], np.exp2(xs[[0, -1]]))
+    inside = np.interp(logq, xs, ys) - model
+    return np.where(
+        logq < xs[0], ys[0] - at_edges[0], np.where(logq > xs[-1], ys[-1] - at_edges[1], inside)
+    )
 
 
 def replay_flushed_share(trace: Trace, scale) -> np.ndarray:

@@ -39,7 +39,7 @@ from sim.cli.preflight import (
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SUMMARY_COLUMNS
-from sim.replay.pool import TracePool, simulate_pooled
+from sim.replay.pool import NAME_RULE, pool_by_name, simulate_pooled
 from sim.report.provenance import provenance
 from sim.report.tables import describe_policy, na_notes, summary_table
 from sim.traces.families import FAMILIES
@@ -51,21 +51,20 @@ from updater.policy.presets import names
 
 
 def _one_model(parser, traces, runs):
-    """The trace, or the pool of several recordings of one model (:mod:`sim.replay.pool`)."""
-    names = sorted({t.name for t in traces})
-    if len(names) > 1:
-        parser.error(
-            "--trace given more than once must name recordings of one model (traces of one "
-            f"name), got {', '.join(names)}"
-        )
-    if len(traces) == 1:
-        return traces[0]
-    if runs < len(traces):
-        parser.error(f"--runs must be at least the number of recordings ({len(traces)})")
+    """The trace, or the pool of several recordings of one model (:mod:`sim.replay.pool`,
+    pooled by :func:`sim.replay.pool.pool_by_name`, as ``dls sweep`` and ``dls tune`` pool)."""
     try:
-        return TracePool(traces)
+        pooled = pool_by_name(traces)
     except ValueError as e:
         parser.error(f"--trace: {e}")
+    if len(pooled) > 1:
+        parser.error(
+            "--trace given more than once must name recordings of one model (traces of one "
+            f"name: {NAME_RULE}), got {', '.join(t.name for t in pooled)}"
+        )
+    if runs < len(getattr(pooled[0], "traces", [])):
+        parser.error(f"--runs must be at least the number of recordings ({len(traces)})")
+    return pooled[0]
 
 
 def _cmd_simulate(parser, args) -> int:
@@ -79,16 +78,19 @@ def _cmd_simulate(parser, args) -> int:
         check_memory(parser, args.steps, args.runs)
     traces = [trace_for(parser, s, args.steps, args.seed) for s in specs]
     trace = _one_model(parser, traces, args.runs)
-    check_memory(parser, trace.steps, args.runs)
+    check_memory(parser, trace.training_steps, args.runs)
     with StageProgress("simulate", quiet=args.verbosity < 0) as progress:
         progress.start(1)
-        progress.stage(f"{args.policy} on {trace.name}: {args.runs} runs x {trace.steps} steps")
+        progress.stage(
+            f"{args.policy} on {trace.name}: {args.runs} runs x {trace.training_steps} steps"
+        )
         result = simulate_pooled(
             [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
         )[0]
     summary = result.summary()
     print(f"policy: {describe_policy(args.policy, policy)}")
-    print(f"trace: {trace.name} ({trace.steps} steps), runs: {args.runs}, jitter: {args.jitter}")
+    steps = f"{trace.training_steps} steps"
+    print(f"trace: {trace.name} ({steps}), runs: {args.runs}, jitter: {args.jitter}")
     print(summary_table([summary], SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)

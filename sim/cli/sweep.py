@@ -46,7 +46,7 @@ def run(parser, args) -> int:
     inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
     if args.csv is not None:
         check_output_file(parser, "--csv", args.csv, args.force, inputs)
-    steps = max([args.steps] * bool(families) + [t.steps for t in recorded])
+    steps = max([args.steps] * bool(families) + [t.training_steps for t in recorded])
     check_memory(parser, steps, args.runs, len(policies))
     synthetic = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
     traces = itertools.chain(synthetic, recorded)

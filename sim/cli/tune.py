@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 from sim.cli.preflight import check_memory, family_name, trace_for
 from sim.cli.progress import StageProgress
-from sim.replay.pool import pool_by_name
+from sim.replay.pool import NAME_RULE, pool_by_name
 from sim.replay.tune import TUNED, tune
 from sim.report.tables import summary_table
 
@@ -47,9 +49,14 @@ def run(parser, args) -> int:
         traces = {t.name: t for t in pool_by_name(loaded)}
     except ValueError as e:
         parser.error(f"--trace: {e}")
+    if len(traces) > 1:  # several models: say how the files were grouped
+        print(
+            f"note: tuning over {len(traces)} models, averaged ({', '.join(traces)}): {NAME_RULE}",
+            file=sys.stderr,
+        )
     if args.runs < max(len(getattr(t, "traces", [t])) for t in traces.values()):
         parser.error("--runs must be at least the number of recordings of one model")
-    steps = max(t.steps for t in traces.values())
+    steps = max(t.training_steps for t in traces.values())
     check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
     with StageProgress("tune", quiet=args.verbosity < 0) as progress:
         progress.start(len(traces))

@@ -44,6 +44,11 @@ DEFAULT_STEPS = {
 """Training steps per model of a full recording."""
 QUICK_STEPS = 6
 """Training steps per model of a quick recording (``--quick``)."""
+FLUSH_EVERY = 8
+"""The recordings measure flushing on every 8th recorded step (4 passes each: 0.5 per recorded
+step), so that with the overflow search (1.49 passes per recorded step at most, the conv net) a
+recording costs at most 2 extra passes per recorded step on every shipped model
+(``python -m benchmarks.bench_flush_sampling``)."""
 
 
 def record_model(
@@ -70,7 +75,8 @@ def record_model(
         seed (int, default 0): seed of weights, data and batch order.
         recorder_options (dict or None, default None): :class:`updater.GradientRecorder`
             arguments that replace the defaults (per-parameter histograms, overflow probes
-            searching from the previous threshold, flushing measured).
+            searching from the previous threshold, flushing measured every
+            :data:`FLUSH_EVERY` recorded steps, the forward pass's headroom).
         order (int, default 0): the batch order (the same weights and data, other batches).
 
     Returns:
@@ -87,9 +93,8 @@ def record_model(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = trace_path(out_dir, name, order)
-    options = dict(
-        per_parameter=True, probe_overflow=True, measure_flush=True, forward_headroom=True
-    )
+    options = dict(per_parameter=True, probe_overflow=True, measure_flush=True)
+    options.update(forward_headroom=True, flush_every=FLUSH_EVERY)
     options.update(recorder_options or {})
     with GradientRecorder(path, every=every, name=name, **options) as recorder:
         run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder, order=order)
@@ -226,7 +231,8 @@ def main(argv=None) -> int:
         "on a generated counting task, self-attention reversing token sequences) in cpu:half "
         "with DynamicLossScalingUpdater and the default DynamicScale(), recording a gradient "
         "trace of every step with GradientRecorder, overflow thresholds probed and flushing "
-        "measured (OUT/<model>.npz, and OUT/<model>.order<k>.npz in other batch orders), then "
+        f"measured on every {FLUSH_EVERY}th recorded step (OUT/<model>.npz, and "
+        "OUT/<model>.order<k>.npz in other batch orders), then "
         f"train each again for real under each checked policy ({checked}) in a batch order "
         "not recorded, measured against a float32 shadow of the model at every step "
         "(OUT/<model>.order<k>.<policy>.run.npz): the report (dls report) checks the simulator's "
@@ -283,7 +289,8 @@ def main(argv=None) -> int:
             f"{args.jobs} at once). Each model is recorded {len(RECORDINGS)} times, in batch "
             f"orders {in_words(RECORDINGS)}: the same weights and data, other batches "
             "(`<model>.npz`, then `<model>.order<k>.npz`). Every step is recorded, with "
-            "per-parameter histograms, overflow thresholds probed, flushing measured and the "
+            "per-parameter histograms, overflow thresholds probed, flushing measured on every "
+            f"{FLUSH_EVERY}th recorded step (the replay interpolates between them) and the "
             "forward pass's float16 headroom, and measured against a float32 shadow of the "
             "model (`<model>[.order<k>].recorded.run.npz`). Replay one with "
             "`dls simulate --trace <file>` (the shipped ones also by name: "

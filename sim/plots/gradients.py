@@ -117,6 +117,8 @@ def plot_histogram(
     ax.set_xlabel("|gradient|, unscaled (log2 axis)")
     ax.set_ylabel("share of all values (log scale)")
     where = "all steps" if step is None else f"step {step + 1} of {trace.steps}"
+    if step is not None and trace.every > 1:
+        where = f"recorded {where} (training step {step * trace.every + 1})"
     title = title if title is not None else f"{trace.name}: gradient magnitudes, {where}"
     strip.set_title(title)
     ax.grid(True, axis="y", which="major", alpha=0.3)

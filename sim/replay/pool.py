@@ -25,7 +25,8 @@ class TracePool:
     """Recordings of one model.
 
     Attributes:
-        traces (list of Trace): at least one, all of one name and one step count.
+        traces (list of Trace): at least one, all of one name, one step count and one
+            ``every``.
     """
 
     traces: List[Trace]
@@ -35,11 +36,12 @@ class TracePool:
         if not self.traces:
             raise ValueError("a trace pool needs at least one trace, got none")
         names = {t.name for t in self.traces}
-        lengths = {t.steps for t in self.traces}
+        lengths = {(t.steps, t.every) for t in self.traces}
         if len(names) != 1 or len(lengths) != 1:
             raise ValueError(
-                "a trace pool holds recordings of one model: traces of one name and one step "
-                f"count, got names {sorted(names)} and step counts {sorted(lengths)}"
+                "a trace pool holds recordings of one model: traces of one name, one step "
+                f"count and one every, got names {sorted(names)} and (steps, every) "
+                f"{sorted(lengths)}"
             )
 
     @property
@@ -50,8 +52,20 @@ class TracePool:
 
     @property
     def steps(self) -> int:
-        """Steps of every recording."""
+        """Recorded steps of every recording."""
         return self.traces[0].steps
+
+    @property
+    def training_steps(self) -> int:
+        """Training steps of every recording (:attr:`updater.trace.Trace.training_steps`)."""
+        return self.traces[0].training_steps
+
+
+NAME_RULE = (
+    "recordings pool by their trace name, GradientRecorder(name=...), which defaults to the "
+    "file's stem"
+)
+"""The pooling rule in words, for the commands' messages."""
 
 
 def pool_by_name(traces: Sequence[Trace]) -> list:

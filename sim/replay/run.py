@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
+from sim.replay.clock import training_clock
 from sim.replay.result import RunResult, overflow_limits, policy_label, run_result
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
@@ -130,7 +131,8 @@ def simulate(
 
     Args:
         policy: a policy from :mod:`updater.policy` (StaticScale, DynamicScale, ...).
-        trace (Trace): the gradient trace.
+        trace (Trace): the gradient trace (one recorded every N steps replays on the training
+            clock: :func:`sim.replay.clock.training_clock`).
         runs (int, default 1): runs advanced together, >= 1.
         seed (int, default 0): seed of the jitter, >= 0.
         jitter (float, default 0.25): std of log2 of the per-(step, run) gradient size factor, in
@@ -149,6 +151,7 @@ def simulate(
     """
     policy = as_policy(policy)
     check_instance("trace", trace, Trace)
+    trace = training_clock(trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
     absmax = trace.absmax[:, None] * factor  # unscaled, (steps, runs) or (steps, 1)
@@ -273,6 +276,7 @@ def simulate_many(
         raise ValueError(f"labels must have {len(policies)} entries, got {len(labels)}")
     policies = [as_policy(p) for p in policies]
     check_instance("trace", trace, Trace)
+    trace = training_clock(trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     labels = [policy_label(p) for p in policies] if labels is None else list(labels)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
@@ -314,6 +318,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
     """
     policy = as_policy(policy)
     check_instance("trace", trace, Trace)
+    trace = training_clock(trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))
     absmax = trace.absmax[:, None] * factor

@@ -69,7 +69,7 @@ def run_sweep(
     for trace in traces:
         if tell is not None:
             what = dict(trace=trace.name, settings=len(policies), runs=runs, jitter=jitter)
-            tell(stage.format(steps=trace.steps, **what))
+            tell(stage.format(steps=trace.training_steps, **what))
         results = simulate_pooled(
             policies,
             trace,

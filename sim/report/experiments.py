@@ -18,7 +18,7 @@ from sim.casting.underflow import pooled_flushed_share
 from sim.replay.measured import MeasuredRun, measured_paths
 from sim.replay.pool import TracePool
 from sim.replay.predictions import prediction_rows
-from sim.replay.result import RunResult
+from sim.replay.result import RunResult, safe_scales
 from sim.replay.run import simulate_many
 from sim.replay.selection import DYNAMIC_GRID, HEADROOM_GRID, per_setting
 from sim.replay.sweep import grid_points, run_sweep
@@ -31,7 +31,8 @@ from sim.traces.families import (
     ssd_binade_shares,
 )
 from sim.traces.real import MODEL_NOTES, MODELS, RECORDINGS, SHIPPED, trace_path, traces_dir
-from updater.policy import DynamicScale, HeadroomScale, largest_safe_scale
+from updater.common.float16 import LARGEST_SEED_POWER
+from updater.policy import DynamicScale, HeadroomScale
 from updater.policy.presets import PRESETS
 from updater.trace import Trace
 
@@ -211,10 +212,13 @@ def predictions(config: ReportConfig, pools: Mapping[str, TracePool]) -> List[Di
 
 
 def family_rows(traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:
-    """One row per trace: safe scale at the start/end, flushed shares, bad steps."""
+    """One row per trace: safe scale at the start/end (medians over the first and last tenth
+    of the steps; for a probed trace below each step's threshold and at most the highest
+    scale the probes reach: :func:`sim.replay.result.safe_scales`), flushed shares, bad steps."""
     rows = []
     for name, t in traces.items():
-        safe = largest_safe_scale(t.absmax)
+        cap = LARGEST_SEED_POWER["float16"] if t.overflow_probed else None
+        safe = safe_scales(t.absmax, t.overflow_scale, cap, t.finite_scale)
         tenth = max(t.steps // 10, 1)
         rows.append(
             {

@@ -125,7 +125,9 @@ def _families(data: ReportData) -> str:
 {share_table(data.families, FAMILY_COLUMNS)}
 
 Flushed shares are of nonzero values, all steps pooled; safe scales are medians of the largest \
-power of two with scale x absmax <= 65504 (uncapped)."""
+power of two with scale x absmax <= 65504 (uncapped), and for a trace with probed overflow \
+thresholds (the real models) below each step's threshold and at most 2^15, the highest scale \
+the probes reach (a float16 seed's largest power of two): what is above it is not known."""
 
 
 def _policies() -> str:

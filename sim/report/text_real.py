@@ -9,6 +9,7 @@ from sim.replay.layers import TOLERANCE, format_layer_needs
 from sim.replay.measured import RECORDED
 from sim.replay.metrics import METRICS
 from sim.replay.predictions import RANGE_RUNS, prediction_goals, recordings_compared
+from sim.replay.spread import LEVEL
 from sim.report.experiments import ReportData
 from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, in_words, markdown_table, with_percents
@@ -47,10 +48,19 @@ def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
 
 def recordings_table(compared: Sequence[Dict[str, Any]]) -> str:
     """:func:`sim.replay.predictions.recordings_compared` rows, as a table."""
+    rows = [
+        {
+            **r,
+            "level": "none claimed" if r["level"] is None else f"{r['level']:.0%}",
+            "inside": "not measured" if r["inside"] is None else f"{r['inside']} of {r['runs']}",
+            "width": f"{r['width']:.3g}",
+        }
+        for r in compared
+    ]
     return markdown_table(
-        [{**r, "inside": f"{r['inside']} of {r['runs']}"} for r in compared],
-        ["spread", "inside", "width"],
-        ["spread of the skipped steps from", "real runs inside", "mean width (steps)"],
+        rows,
+        ["spread", "level", "inside", "width"],
+        ["spread of the skipped steps from", "level", "real runs inside", "mean width (steps)"],
     )
 
 
@@ -103,6 +113,11 @@ def real_section(data: ReportData) -> str:
     forward = "\n".join(f"- batch order {k}: {line}" for (_, k), line in data.forward.items())
     skipped = recordings_compared(preds)
     apart = f"{skipped[0]['apart']:.3g}" if skipped else "n/a"
+    level = f"{LEVEL:.0%}"
+    pooled_inside = next(
+        (f"{r['inside']} of {r['runs']}" for r in skipped if "jittered runs pooled" in r["spread"]),
+        "n/a",
+    )
     return f"""\
 ## Real models: predictions checked against real runs
 
@@ -140,19 +155,32 @@ born inside the backward kernels at a scale the run did not use \
 
 {runs_table}
 
-The float16 forward pass's headroom in each recording (the largest |value| a function \
-produced, relative to 65504; for BatchNormalization its batch variance, which feeds the running \
-variance; `GradientRecorder(forward_headroom=True)`): no loss scale causes or cures an overflow \
-there.
+The float16 forward pass's headroom in each recording (`GradientRecorder(forward_headroom=True)`: \
+the largest |value| a function produced or, for the kernels that accumulate, the largest sum \
+they reach, relative to 65504; `updater.driver.forward_peak`): no loss scale causes or cures an \
+overflow there. nnabla's `cpu:half` BatchNormalization sums x and x^2 over the N values of a \
+channel in float16 (its source, `forward_impl_batch`), so it overflows once N x E[x^2] passes \
+65504 while the batch variance stays small; the recorder replays that loop in float16 (a test \
+finds the overflow point on `cpu:half`: the measure reaches 1 at the very batch whose running \
+variance goes inf). A recording made before this measure holds BatchNormalization's batch \
+variance, a factor N below its sum of x^2, and its line says so.
 
 {forward}
 
 From the recordings the simulator predicts what the other policies will do: the mean of the \
-recordings' exact replays (jitter 0), and in parentheses the 5th-95th percentile of \
-{RANGE_RUNS} runs drawn across the recordings (`dls simulate --trace A --trace B`, \
-`sim.replay.pool`) with the report's jitter ({config.jitter}), so the spread holds training's \
-own randomness as well as a trajectory's. Shares are per step (flushed: averaged over applied \
-steps).
+recordings' exact replays (jitter 0), and in parentheses the predictive spread, a **{level} \
+spread**: the Student-t prediction interval of the recordings' exact replays for a run no \
+recording saw (`sim.replay.spread`: mean +- t(n-1) x their standard deviation x sqrt(1 + 1/n); \
+for values drawn from one normal distribution it holds the next draw {level} of the time, \
+whatever the number of recordings n >= 2), at least as wide as the 5th-95th percentile of \
+{RANGE_RUNS} runs drawn across the recordings with the report's jitter ({config.jitter}; \
+`dls simulate --trace A --trace B`, `sim.replay.pool`), clipped to the metric's range. The \
+recordings' disagreement is the measure of what varies from run to run (the batch order, and \
+the trajectory a policy's own skips cause), which the jitter within one recording does not \
+model: with two recordings the interval is 6.3 x 1.22 times their standard deviation either side \
+of the mean, wide, and that width is the honest price of two recordings. From one recording no \
+level is claimed (`prediction_rows` gives `level` None and the goal is not checked). Shares are \
+per step (flushed: averaged over applied steps).
 
 {prediction_table(preds)}
 
@@ -162,10 +190,13 @@ The goals the predictions are held to (`sim.replay.predictions.prediction_goals`
 
 {"Runs that miss:" + chr(10) + chr(10) + misses if misses else "No run misses its goal."}
 
-**How many recordings.** The same skipped-steps check with each recording alone and with the \
-recordings pooled (`sim.replay.predictions.recordings_compared`); the recordings' exact \
-replays lie {apart} skipped steps apart on average (the largest minus the smallest, per model \
-and policy):
+**How many recordings.** The same skipped-steps check with each recording alone, with the \
+jittered runs pooled across the recordings (the spread printed before this report's {level} \
+spread: it claims no level, and held {pooled_inside} of the runs), and with the predictive \
+spread; then the width the {level} spread would have with more recordings that disagree as much \
+as these do (projected from their standard deviation, not measured against runs; \
+`sim.replay.predictions.recordings_compared`). The recordings' exact replays lie {apart} \
+skipped steps apart on average (the largest minus the smallest, per model and policy):
 
 {recordings_table(skipped)}
 
@@ -173,13 +204,13 @@ Where the remaining error comes from:
 
 - **Different trajectories.** The real run sees batches no recording saw, and a policy that \
 skips or flushes differently applies different updates, so its weights, and its gradients, \
-drift from the recorded runs': overflows happen at other steps, which the pooled spread covers \
-only as far as the recordings differ from each other. Each run's own probes show how far \
-the gradients drift: the steps they found overflowing at 2^15 ({prone or "none in any run"}). \
-A checked run with more or fewer such steps than every recording is a run that no pool of \
-these recordings describes: its skipped steps fall outside the spread however many runs are \
-drawn. Of the {overflows} \
-overflows of the checked runs, \
+drift from the recorded runs': overflows happen at other steps. The jittered runs cover this \
+only as far as the recordings differ from each other, which is why the {level} spread is built \
+from the recordings' disagreement instead. Each run's own probes show how far the gradients \
+drift: the steps they found overflowing at 2^15 ({prone or "none in any run"}). A checked run \
+with more or fewer such steps than every recording lies outside every jittered run; only a \
+spread that allows for recordings' disagreement holds it. Of the {overflows} overflows of the \
+checked runs, \
 {inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
 the backward pass): those the probes measure, and no parameter gradient shows.
 - **Flushing between the measured scales.** The measured share is interpolated in log2 of the \

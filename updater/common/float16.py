@@ -21,5 +21,8 @@ FP16_FLUSH_BINADE = -25
 exact power of two flushes, the rest round up to ``2**-24``."""
 LARGEST_SEED_POWER = {"float16": 2.0**15, "float32": 2.0**127}
 """The largest power of two a backward seed of each precision holds (float16's max is 65504)."""
+FORWARD_NEAR_FACTOR = 4.0
+"""The forward pass's measure (largest output or accumulated magnitude) is warned about within
+this factor of FP16_MAX (``updater.driver.forward_peak``, the recorder, ``dls``, the report)."""
 SEED_MAX = {"float16": FP16_MAX, "float32": 3.4028234663852886e38}
 """The largest finite backward seed of each precision."""

@@ -254,12 +254,13 @@ class Attempts:
         rec = self.recorder
         over = seed if not finite and good_batch else overflow_scale
         grads, scale, flush, finite_scale = arrays, seed, None, None
-        if (rec.probe_overflow or rec.measure_flush) and good_batch:
+        flush_due = rec.wants_flush(step)
+        if (rec.probe_overflow or flush_due) and good_batch:
             known = math.inf if over is None else over
             bounds = probe_bounds(self._policy, self.seed_type)
             guess = self._probe_guess if rec.probe_from_previous else None
             found = probe_step(
-                self, seed, finite, known, rec.probe_overflow, rec.measure_flush, bounds, guess
+                self, seed, finite, known, rec.probe_overflow, flush_due, bounds, guess
             )
             rec.probe_passes += found.passes
             if rec.probe_overflow:  # a censored step's guess: the scale it was finite at

@@ -35,6 +35,7 @@ from typing import BinaryIO, Union
 import numpy as np
 
 from ..common.npz import read_npz, write_npz
+from ..common.validation import check_int
 from ..common.writing import write_file
 from .values import (
     EXP_MAX,
@@ -48,12 +49,13 @@ from .values import (
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
 the optional per-layer arrays (version-1 and -2 files load without layers); 4 added
 ``overflow_probed`` and the optional measured flush curve (older files load without them); 5
 added ``finite_scale`` (older files load with it all 0: not known) and the optional forward
-headroom (``forward_peak``, ``forward_where``)."""
+headroom (``forward_peak``, ``forward_where``); 6 added ``every`` (older files load with 1: their
+recorder's ``every`` was not stored)."""
 _LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
 
 
@@ -94,6 +96,9 @@ class Trace:
             float16 forward pass produced, relative to 65504 (inf: inf/NaN; NaN: not measured).
         forward_where: tuple of ``steps`` str or None: the function that produced it
             (``<type>#<k>``; BatchNormalization's batch variance is marked). Given together.
+        every (int, default 1): training steps per recorded step (``GradientRecorder(every=N)``
+            records the first of every ``N`` ``update()`` calls); the replay runs each recorded
+            step ``every`` times (:func:`sim.replay.clock.training_clock`).
     """
 
     counts: np.ndarray
@@ -112,6 +117,7 @@ class Trace:
     finite_scale: np.ndarray | None = None
     forward_peak: np.ndarray | None = None
     forward_where: tuple | None = None
+    every: int = 1
 
     def __post_init__(self):
         self.counts = np.asarray(self.counts, dtype=np.int64)
@@ -124,6 +130,7 @@ class Trace:
         if steps == 0:
             raise ValueError("a trace needs at least one step, got 0")
         check_label("name", self.name)
+        self.every = check_int("every", self.every, 1)
         if self.overflow_scale is None:
             self.overflow_scale = np.full(steps, np.inf)
         self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
@@ -256,8 +263,13 @@ class Trace:
 
     @property
     def steps(self) -> int:
-        """Number of steps."""
+        """Number of recorded steps."""
         return int(self.counts.shape[0])
+
+    @property
+    def training_steps(self) -> int:
+        """Number of training steps the recording spans: ``steps * every``."""
+        return self.steps * self.every
 
     @property
     def has_layers(self) -> bool:
@@ -298,6 +310,7 @@ class Trace:
             "overflow_probed": self.overflow_probed,
             "finite_scale": self.finite_scale,
             "name": self.name,
+            "every": self.every,
         }
         if self.has_flush:
             arrays.update(flush_scales=self.flush_scales, flush_shares=self.flush_shares)
@@ -318,7 +331,8 @@ class Trace:
         Files of format version 1 (no ``overflow_scale``) load with ``overflow_scale`` all inf:
         their recorded overflows were stored as ``nonfinite`` and stay bad batches. Files of
         versions 1 and 2 load without layers, files before version 4 without probes or flush
-        measurements, files before version 5 with ``finite_scale`` all 0 (not known).
+        measurements, files before version 5 with ``finite_scale`` all 0 (not known), files
+        before version 6 with ``every`` 1.
 
         Raises:
             OSError: the file is missing, a folder or unreadable.
@@ -355,6 +369,7 @@ class Trace:
         if "forward_where" in a:
             extra["forward_where"] = tuple(str(w) for w in a["forward_where"].ravel())
         probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
+        extra["every"] = z.scalar("every", "int") if "every" in z else 1
         try:
             fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)
             over, fin = a.get("overflow_scale"), a.get("finite_scale")

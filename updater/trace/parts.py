@@ -189,8 +189,17 @@ def concat_traces(traces: List[Trace], name: str) -> Trace:
         np.concatenate([t.overflow_scale for t in traces]),
         overflow_probed=all(t.overflow_probed for t in traces),
         finite_scale=np.concatenate([t.finite_scale for t in traces]),
+        every=_one_every(traces),
         **per_layer,
     )
+
+
+def _one_every(traces: List[Trace]) -> int:
+    """The ``every`` the parts of one recording share."""
+    found = sorted({t.every for t in traces})
+    if len(found) > 1:
+        raise ValueError(f"trace parts recorded with different every {found} do not concatenate")
+    return found[0]
 
 
 def merge_parts(path: Union[str, Path], name: str | None = None) -> Path:

@@ -16,7 +16,7 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.float16 import FP16_OVERFLOW
+from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
 from ..common.validation import check_bool, check_int, check_number, check_positive
 from .format import Trace
 from .parts import (
@@ -29,7 +29,7 @@ from .parts import (
     parts_dir,
     write_part,
 )
-from .rows import trace_of, write_at_exit
+from .rows import trace_of, warn_forward, write_at_exit
 from .values import NBINS, binade_histogram, check_label
 
 logger = logging.getLogger(__name__)
@@ -100,11 +100,15 @@ class GradientRecorder:
     updater also runs the step in float32 once (a copy of the graph, same parameters) and in
     float16 at ``seed * 2**k`` for ``k`` in ``updater.driver.probes.FLUSH_OFFSETS``, and stores the
     share of the true nonzero gradient values that float16 left at zero at each scale (the
-    trace's ``flush_*`` fields), which the simulator replays instead of its binade model.
+    trace's ``flush_*`` fields), which the simulator replays instead of its binade model. With
+    ``flush_every=k`` it measures every k-th recorded step only (4 passes each; the others hold
+    NaN and the simulator interpolates between the measured ones).
 
     Args:
         path (str or Path): output ``.npz`` path.
-        every (int, default 1): record every ``every``-th ``update()`` call (>= 1).
+        every (int, default 1): record every ``every``-th ``update()`` call (>= 1); the trace
+            stores it (``Trace.every``) and the simulator replays each recorded step ``every``
+            times, on the training clock.
         name (str or None, default None): trace name; the file stem when None.
         per_parameter (bool, default False): also keep one histogram per gradient array.
         write_every (int or None, default None): write the trace in parts every this many
@@ -114,12 +118,16 @@ class GradientRecorder:
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
             several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
+        flush_every (int, default 1): with ``measure_flush``, measure every this many recorded
+            steps (>= 1; the first recorded step is measured).
         probe_from_previous (bool, default True): start each step's overflow search at the
             previous probed step's threshold; False walks outward from the step's own scale
             (the older search: the same thresholds, more passes).
         forward_headroom (bool, default False): record each recorded step's largest |value|
-            of the float16 forward pass relative to 65504, and the function that produced it
-            (for BatchNormalization, its batch variance; :mod:`updater.driver.forward_peak`).
+            or accumulated magnitude of the float16 forward pass relative to 65504, and the
+            function (for BatchNormalization, its float16 sums of x and x^2 over a channel;
+            :mod:`updater.driver.forward_peak`); the first step within a factor 4 of 65504 is
+            logged as a warning naming the function, the step and the fix.
 
     Raises:
         OSError: ``path``'s folder is missing, ``path`` is a folder, a link or a file dls did
@@ -145,14 +153,17 @@ class GradientRecorder:
         write_seconds: float | None = None,
         probe_from_previous: bool = True,
         forward_headroom: bool = False,
+        flush_every: int = 1,
     ) -> None:
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
         self.probe_overflow = check_bool("probe_overflow", probe_overflow)
         self.measure_flush = check_bool("measure_flush", measure_flush)
+        self.flush_every = check_int("flush_every", flush_every, 1)
         self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
         self.forward_headroom = check_bool("forward_headroom", forward_headroom)
+        self._forward_warned = False
         self.probe_passes = 0
         self.path = check_trace_path(path)
         self.name = check_label("name", name if name is not None else self.path.stem)
@@ -183,11 +194,16 @@ class GradientRecorder:
             self.name,
             self._layer_names,
             self.probe_overflow,
+            self.every,
         )
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
         return step % self.every == 0
+
+    def wants_flush(self, step: int) -> bool:
+        """Whether recorded ``update()`` call ``step`` should have its flushing measured."""
+        return self.measure_flush and (step // self.every) % self.flush_every == 0
 
     def record(
         self,
@@ -279,6 +295,9 @@ class GradientRecorder:
             forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
             if not forward_peak[0] >= 0:
                 raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
+            if forward_peak[0] >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
+                self._forward_warned = True
+                warn_forward(self.path, step, *forward_peak)
         self._rows.append(
             (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
         )
@@ -303,7 +322,7 @@ class GradientRecorder:
         self._last_write = time.monotonic()
 
     def _recent(self) -> Trace:
-        return trace_of(self._rows, self.name, self._layer_names, self.probe_overflow)
+        return trace_of(self._rows, self.name, self._layer_names, self.probe_overflow, self.every)
 
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:

@@ -10,6 +10,7 @@ from typing import List
 
 import numpy as np
 
+from ..common.float16 import FORWARD_NEAR_FACTOR
 from .format import Trace
 from .parts import merge_parts, part_files, parts_dir, write_part
 from .values import NBINS
@@ -18,9 +19,14 @@ logger = logging.getLogger("updater.trace.recorder")
 
 
 def trace_of(
-    rows: List[tuple], name: str, layer_names: List[str] | None, probed: bool = False
+    rows: List[tuple],
+    name: str,
+    layer_names: List[str] | None,
+    probed: bool = False,
+    every: int = 1,
 ) -> Trace:
-    """The :class:`Trace` of a recorder's ``rows`` (per-layer columns by ``layer_names``)."""
+    """The :class:`Trace` of a recorder's ``rows`` (per-layer columns by ``layer_names``),
+    recorded every ``every`` steps."""
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
     counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward = zip(*rows)
@@ -40,9 +46,17 @@ def trace_of(
         per_layer["forward_peak"] = [np.nan if f is None else f[0] for f in forward]
         per_layer["forward_where"] = tuple("" if f is None else f[1] for f in forward)
     return Trace(
-        np.stack(counts), zeros, absmax, bad, name, over, overflow_probed=probed,
-        finite_scale=seen_finite, **per_layer,
-    )  # fmt: skip
+        np.stack(counts),
+        zeros,
+        absmax,
+        bad,
+        name,
+        over,
+        overflow_probed=probed,
+        finite_scale=seen_finite,
+        every=every,
+        **per_layer,
+    )
 
 
 def write_at_exit(
@@ -54,6 +68,7 @@ def write_at_exit(
     name: str,
     layer_names: List[str] | None,
     probed: bool,
+    every: int = 1,
 ) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any, merge
     the parts written and release the lock; a failure is printed to stderr, loudly, with what
@@ -61,11 +76,11 @@ def write_at_exit(
     try:
         if parts[0]:
             if rows:
-                write_part(path, parts[0], trace_of(rows, name, layer_names, probed))
+                write_part(path, parts[0], trace_of(rows, name, layer_names, probed, every))
             merge_parts(path, name)
             logger.info("GradientRecorder merged its parts into %s at exit", path)
         elif len(rows) > written[0]:
-            trace_of(rows, name, layer_names, probed).save(path)
+            trace_of(rows, name, layer_names, probed, every).save(path)
             logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
     except Exception as e:
         kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
@@ -76,3 +91,14 @@ def write_at_exit(
         return
     if lock:
         lock.pop().release()
+
+
+def warn_forward(path: Path, step: int, peak: float, where: str) -> None:
+    """Log that the float16 forward pass of recorded ``step`` came within
+    :data:`updater.common.float16.FORWARD_NEAR_FACTOR` of 65504 (``peak`` x 65504 in ``where``)."""
+    logger.warning(
+        "GradientRecorder %s: the float16 forward pass came within a factor %g of 65504 at step "
+        "%d: %.3g x 65504 in %s; no loss scale causes or cures an overflow there: compute that "
+        "function in float32 with updater.amp.rewrite",
+        *(path, FORWARD_NEAR_FACTOR, step, peak, where),
+    )

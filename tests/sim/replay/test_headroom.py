@@ -68,3 +68,17 @@ def test_dls_warns_on_a_trace_near_the_edge_and_not_on_one_far_from_it(tmp_path,
         assert done.returncode == 0, done.stderr
         assert ("warning: bn_model: the float16 forward pass came within" in done.stderr) is warned
         assert ("updater.amp.rewrite" in done.stderr) is warned
+
+
+def test_a_recording_without_batch_normalizations_sums_says_so():
+    """Issue 39: traces recorded before the accumulators were measured hold BatchNormalization's
+    batch variance, a factor N below its float16 sum of x^2; their line says it is no measure of
+    BatchNormalization's headroom. A trace with the sum, or without BatchNormalization, does not."""
+    old = forward_headroom_line(_trace([0.01, 0.02]))
+    assert "sum of x^2 was not measured" in old
+    new = _trace([0.01, 0.02])
+    new.forward_where = ("Affine#0", "BatchNormalization#2 (sum of x^2)")
+    assert "not measured" not in forward_headroom_line(new)
+    plain = _trace([0.01, 0.02])
+    plain.forward_where = ("Affine#0", "Affine#1")
+    assert "not measured" not in forward_headroom_line(plain)

@@ -44,9 +44,9 @@ def test_the_runs_are_drawn_across_the_recordings():
 
 
 def test_a_pool_holds_recordings_of_one_model():
-    with pytest.raises(ValueError, match="one name and one step count"):
+    with pytest.raises(ValueError, match="one name, one step count and one every"):
         TracePool([_recording(5), _recording(5, name="other")])
-    with pytest.raises(ValueError, match="one name and one step count"):
+    with pytest.raises(ValueError, match="one name, one step count and one every"):
         TracePool([_recording(5), _recording(5, steps=30)])
     with pytest.raises(ValueError, match="runs must be at least the number of pooled"):
         simulate_pooled([StaticScale(8.0)], TracePool([_recording(1), _recording(2)]), runs=1)
@@ -77,3 +77,18 @@ def test_dls_simulate_sweep_and_tune_pool_recordings_of_one_model(tmp_path):
                  str(a), "--trace", str(b), "--runs", "2", cwd=tmp_path)  # fmt: skip
     assert swept.returncode == 0, swept.stderr
     assert "model (2 recordings)" in swept.stdout
+
+
+def test_dls_simulate_and_tune_group_files_by_the_same_rule_and_say_so(tmp_path):
+    """Issue 39: tune grouped differently-named recordings into separate models without a word
+    where simulate refused them; both group with pool_by_name and name the rule."""
+    a = _recording(5).save(tmp_path / "a.npz")
+    other = _recording(3, name="other").save(tmp_path / "o.npz")
+    bad = _dls("simulate", "--trace", str(a), "--trace", str(other), cwd=tmp_path)
+    assert bad.returncode == 2 and "recordings pool by their trace name" in bad.stderr
+    tuned = _dls("tune", "--trace", str(a), "--trace", str(other), "--runs", "2", cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stderr
+    assert "note: tuning over 2 models, averaged (model, other)" in tuned.stderr
+    assert "recordings pool by their trace name" in tuned.stderr
+    one = _dls("tune", "--trace", str(a), "--runs", "2", cwd=tmp_path)
+    assert one.returncode == 0 and "note:" not in one.stderr

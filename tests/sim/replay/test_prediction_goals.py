@@ -1,7 +1,10 @@
 """The goals the simulator's predictions are held to (sim.replay.predictions.prediction_goals),
 on constructed rows."""
 
+import pytest
+
 from sim.replay.predictions import prediction_goals
+from sim.replay.spread import interval_half_width
 
 
 def _row(metric, predicted, measured, low=None, high=None, model="m", policy="p"):
@@ -15,10 +18,11 @@ def _row(metric, predicted, measured, low=None, high=None, model="m", policy="p"
         "low": predicted if low is None else low,
         "high": predicted if high is None else high,
         "error": predicted - measured,
+        "level": 0.9,
     }
 
 
-def test_skipped_must_be_inside_the_spread_everywhere():
+def test_skipped_must_be_inside_the_90_percent_spread_in_90_percent_of_the_runs():
     rows = [_row("skipped", 4, 5, 3, 6), _row("skipped", 4, 11, 3, 4, model="bn")]
     (goal,) = prediction_goals(rows)
     assert not goal["met"] and goal["result"] == "inside in 1 of 2"
@@ -31,6 +35,13 @@ def test_skipped_must_be_inside_the_spread_everywhere():
         }
     ]
     assert prediction_goals(rows[:1])[0]["met"]
+    nine = rows[:1] * 8 + rows[1:]  # 8 of 9 inside: below 90%
+    assert not prediction_goals(nine)[0]["met"]
+    eleven = rows[:1] * 10 + rows[1:]
+    assert prediction_goals(rows[:1] + eleven)[0]["met"]  # 11 of 12
+    one = [{**r, "level": None} for r in rows[:1]]  # a spread from one recording claims no level
+    (goal,) = prediction_goals(one)
+    assert not goal["met"] and "from one recording" in goal["result"]
 
 
 def test_below_half_safe_is_held_to_a_mean_error_of_5_points():
@@ -56,14 +67,30 @@ def test_recordings_compared_counts_each_spread_and_the_pooled_one():
     from sim.replay.predictions import recordings_compared
 
     rows = [
-        {**_row("skipped", 5, 9, 2, 10), "each": [3, 7], "alone": [(2, 4), (6, 9)]},
-        {**_row("skipped", 1, 1, 0, 2), "each": [1, 1], "alone": [(0, 2), (0, 1)]},
+        {
+            **_row("skipped", 5, 9, 0, 12),
+            "each": [3, 7],
+            "alone": [(2, 4), (6, 9)],
+            "jittered": (2, 8),
+        },
+        {
+            **_row("skipped", 1, 1, 0, 2),
+            "each": [1, 1],
+            "alone": [(0, 2), (0, 1)],
+            "jittered": (0, 2),
+        },
     ]
     compared = recordings_compared(rows)
-    assert [(c["spread"], c["inside"], c["width"]) for c in compared] == [
-        ("recording 0 alone", 1, 2.0),  # 9 is outside 2-4
-        ("recording 1 alone", 2, 2.0),
-        ("2 recordings pooled", 2, 5.0),
+    assert [(c["spread"], c["level"], c["inside"], c["width"]) for c in compared[:4]] == [
+        ("recording 0 alone, jittered", None, 1, 2.0),  # 9 is outside 2-4
+        ("recording 1 alone, jittered", None, 2, 2.0),
+        ("2 recordings, jittered runs pooled (their 5-95%)", None, 1, 4.0),
+        ("2 recordings, predictive spread", 0.9, 2, 7.0),
     ]
+    # with more recordings that disagree as much (sd of 3, 7 and of 1, 1), the interval narrows
+    projected = compared[4:]
+    assert [c["recordings"] for c in projected] == [3, 4, 6, 8]
+    assert {c["inside"] for c in projected} == {None}
+    assert projected[0]["width"] == pytest.approx(interval_half_width(3, 8**0.5))  # mean of 2w, 0
     assert {c["runs"] for c in compared} == {2} and {c["apart"] for c in compared} == {2.0}
     assert recordings_compared(rows, "mean_flushed") == []

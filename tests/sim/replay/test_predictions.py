@@ -159,3 +159,23 @@ def test_the_shipped_traces_and_runs_line_up():
             run = MeasuredRun.load(path)
             assert run.steps == pool.steps and run.model == model
             assert path == run_path(SHIPPED, model, run.label, run.order)
+
+
+def test_the_old_call_fails_naming_the_new_one(tmp_path):
+    """Issue 39: prediction_rows(traces, runs_dir, jitter) with runs in batch order 0 (the call
+    before checked runs had their own order) pointed to a command that records only the shipped
+    models; it names orders= now, and a bare trace in place of the mapping names the mapping."""
+    import shutil
+
+    trace = Trace.load(trace_path(SHIPPED, "digits_mlp"))
+    for label in CHECKED_POLICIES:
+        shutil.copy(
+            run_path(SHIPPED, "digits_mlp", label, CHECK_ORDERS[0]),
+            run_path(tmp_path, "digits_mlp", label, 0),
+        )
+    with pytest.raises(ValueError, match=r"in batch order\(s\) 0: call .*orders=\(0,\)"):
+        prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25)
+    rows = prediction_rows({"digits_mlp": trace}, tmp_path, jitter=0.25, orders=(0,))
+    assert {r["order"] for r in rows} == {0}
+    with pytest.raises(TypeError, match=r"mapping of model name .*prediction_rows\(\{name"):
+        prediction_rows(trace, tmp_path, jitter=0.25)

@@ -408,7 +408,7 @@ def test_layers_save_load_round_trip_and_exit_hook(tmp_path):
     for name in ("counts", "zeros", "absmax", "layer_counts", "layer_zeros", "layer_absmax"):
         np.testing.assert_array_equal(getattr(back, name), getattr(t, name))
     with np.load(path) as z:
-        assert int(z["format_version"]) == FORMAT_VERSION == 5
+        assert int(z["format_version"]) == FORMAT_VERSION == 6
     plain = Trace(t.counts, t.zeros, t.absmax, t.nonfinite)
     assert not Trace.load(plain.save(tmp_path / "plain.npz")).has_layers
 

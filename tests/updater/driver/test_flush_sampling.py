@@ -1,0 +1,52 @@
+"""Flushing measured on a sample of recorded steps (GradientRecorder(flush_every=k), issue 39
+item 3) on a real nnabla graph in cpu:half."""
+
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.solvers as S
+import numpy as np
+import pytest
+
+from tests.nnabla_models import cpu_context
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+
+pytestmark = pytest.mark.nnabla
+
+
+def _sum_model(scope):
+    """loss = sum(w * x) in half, x fixed: w's gradient at seed s is ``x * s``."""
+    values = np.array([1.0, 2.0**-14, 2.0**-24, 0.0], np.float32)
+    with nn.context_scope(cpu_context("half")), nn.parameter_scope(scope):
+        x = nn.Variable.from_numpy_array(values)
+        w = nn.parameter.get_parameter_or_create("w", x.shape, np.ones(x.shape, np.float32))
+        loss = F.sum(w * x)
+        solver = S.Sgd(0.0)
+        solver.set_parameters({"w": w})
+    return solver, loss
+
+
+def test_flushing_is_measured_on_every_kth_recorded_step_only(tmp_path):
+    """every=2, flush_every=3: 12 update() calls record calls 0, 2, ..., 10 and measure the
+    flushing of recorded steps 0 and 3 (calls 0 and 6), 4 passes each."""
+    solver, loss = _sum_model("flush_sampled")
+    recorder = GradientRecorder(tmp_path / "t.npz", every=2, measure_flush=True, flush_every=3)
+    upd = DynamicLossScalingUpdater(
+        solver, loss, None, policy=DynamicScale(init_scale=2.0**10), recorder=recorder
+    )
+    for _ in range(12):
+        upd.update()
+    trace = recorder.trace()
+    assert trace.steps == 6 and trace.every == 2
+    measured = ~np.isnan(trace.flush_shares).all(axis=1)
+    assert measured.tolist() == [True, False, False, True, False, False]
+    assert recorder.probe_passes == 2 * 4
+    np.testing.assert_array_equal(trace.flush_shares[0], trace.flush_shares[3])
+
+
+def test_flush_every_is_checked_and_1_measures_every_step(tmp_path):
+    with pytest.raises(ValueError, match="flush_every"):
+        GradientRecorder(tmp_path / "x.npz", measure_flush=True, flush_every=0)
+    rec = GradientRecorder(tmp_path / "y.npz", measure_flush=True)
+    assert [rec.wants_flush(s) for s in range(3)] == [True, True, True]
+    off = GradientRecorder(tmp_path / "z.npz", flush_every=2)
+    assert not off.wants_flush(0)  # no measure_flush: nothing to sample
