@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         "HeadroomScale on every trace family (synthetic ones and four real nnabla models' "
         "recorded traces, shipped in the package), the SSD reproduction, the simulator's "
         "predictions from the real traces against real runs of other policies, the per-layer "
-        "view and the default-setting sweeps. Same inputs, same files. About 30 s on two cores.",
+        "view and the default-setting sweeps. Same inputs, same files.",
         epilog="examples:\n  dls report --out my_report\n"
         "  dls report --out /tmp/smoke --quick\n"
         "(scripts/report.sh regenerates the committed reports/ folder)",
@@ -340,8 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train the digits demo: float32 vs float16 without/with loss scaling",
         description="Train a small model on scikit-learn's 8x8 digits with nnabla: float32, "
         "float16 without scaling, float16 with nnabla's updater and with ours; print a table "
-        "and write train.md (the table) and train_scale_trajectory.png into --out. "
-        "300 steps take about 15 s on two cores.",
+        "and write train.md (the table) and train_scale_trajectory.png into --out.",
         epilog="example:\n  dls train --steps 300 --out train_out\n"
         "(scripts/report.sh regenerates the committed 600-step reports/train.md)",
         formatter_class=fmt,

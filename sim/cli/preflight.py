@@ -171,8 +171,7 @@ def check_figure(parser, option: str, path: str, force: bool = False, inputs=())
 # ---------------------------------------------------------------- work
 
 TRAIN_MAX_STEP_RUNS = 4 * 10**6
-"""Most steps x runs ``dls train`` starts: 10**6 steps of its four variants, about 14 hours at
-the 12 ms a step-run takes on two cores (300 steps take about 15 s)."""
+"""Most steps x runs ``dls train`` starts: 10**6 steps of its four variants, many hours on a CPU."""
 
 
 def check_work(parser, steps: int, runs: int, limit: int) -> None:

@@ -127,13 +127,14 @@ class DynamicLossScalingUpdater:
         scale, scaling_factor, N: as nnabla's, assignable (checked; the last two replace the
             policy, ``AttributeError`` for policies without them).
         grads (list of nnabla.NdArray): the gradients given to all-reduce (``[]``: all).
-        steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
-            nonfinite_losses, nonfinite_statistics (int): the counters, read-only
+        steps (int): the counters, read-only, as are ``updates_applied``, ``overflows``,
+            ``skips``, ``consecutive_nonfinite``, ``batches``, ``passes``,
+            ``nonfinite_losses`` and ``nonfinite_statistics``
             (:class:`~updater.driver.records.Counters`).
         history (collections.deque of StepRecord): the last ``history`` records.
         finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
-        The other options read back as read-only attributes of the same name, but
-        ``data_feeder``, which may be replaced.
+        options: the other options read back as read-only attributes of the same name,
+            but ``data_feeder``, which may be replaced.
 
     Raises:
         TypeError / ValueError: for any bad argument, naming it and the accepted range.
