@@ -62,9 +62,10 @@ def run(parser, args) -> int:
         f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
     )
     print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
+    synthetic_steps = f", synthetic steps: {args.steps}" if families else ""
     print(
-        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}, synthetic "
-        f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
+        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}{synthetic_steps}, "
+        f"runs: {args.runs}, jitter: {args.jitter}"
     )
     print(summary_table(rows, columns))
     for note in na_notes(rows):
