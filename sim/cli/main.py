@@ -31,9 +31,7 @@ from sim.cli.preflight import (
     check_memory,
     check_output_dir,
     check_work,
-    family_name,
     jitter_value,
-    trace_file,
     trace_for,
 )
 from sim.cli.progress import StageProgress
@@ -43,6 +41,7 @@ from sim.replay.pool import TracePool, simulate_pooled
 from sim.report.provenance import provenance
 from sim.report.tables import describe_policy, na_notes, summary_table
 from sim.traces.families import FAMILIES
+from sim.traces.named import family_name, trace_file
 from sim.traces.real import MODELS, SHIPPED
 from updater.common.writing import UnsafeOutputError, write_text
 from updater.policy.presets import names

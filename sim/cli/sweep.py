@@ -7,7 +7,7 @@ import io
 import itertools
 
 from sim.cli.names import resolve
-from sim.cli.preflight import check_memory, check_output_file, family_name, trace_file, trace_for
+from sim.cli.preflight import check_memory, check_output_file, trace_for
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
 from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
@@ -15,6 +15,7 @@ from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import describe_policy, format_value, na_notes, summary_table
 from sim.traces.families import FAMILIES, make_trace
+from sim.traces.named import family_name, trace_file
 from updater.common.writing import write_text
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from sim.cli.preflight import check_memory, family_name, trace_for
+from sim.cli.preflight import check_memory, trace_for
 from sim.cli.progress import StageProgress
 from sim.replay.pool import pool_by_name
 from sim.replay.tune import TUNED, tune
 from sim.report.tables import summary_table
+from sim.traces.named import family_name
 
 
 def add_parser(sub, common, fmt) -> None:

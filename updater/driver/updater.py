@@ -128,9 +128,8 @@ class DynamicLossScalingUpdater:
             policy, ``AttributeError`` for policies without them).
         grads (list of nnabla.NdArray): the gradients given to all-reduce (``[]``: all).
         steps (int): the counters, read-only, as are ``updates_applied``, ``overflows``,
-            ``skips``, ``consecutive_nonfinite``, ``batches``, ``passes``,
-            ``nonfinite_losses`` and ``nonfinite_statistics``
-            (:class:`~updater.driver.records.Counters`).
+            ``skips``, ``consecutive_nonfinite``, ``batches``, ``passes``, ``nonfinite_losses``
+            and ``nonfinite_statistics`` (:class:`~updater.driver.records.Counters`).
         history (collections.deque of StepRecord): the last ``history`` records.
         finite_check (str): the path chosen ("numpy", "solver" or "nnabla").
         options: the other options read back as read-only attributes of the same name,
