@@ -19,10 +19,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sim import __version__
 from sim.argtypes import positive_int, seed_int
 from sim.cli import sweep as sweep_cmd
 from sim.cli import tune as tune_cmd
+from sim.cli.entry import version_line
 from sim.cli.parsing import add_verbosity, log, parse_args, setup_logging
 from sim.cli.preflight import (
     MEMORY_SHARE,
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=fmt,
     )
-    parser.add_argument("--version", action="version", version=f"dls (nnabla-dls) {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
