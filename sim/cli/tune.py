@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from sim.cli.preflight import check_memory, trace_for
 from sim.cli.progress import StageProgress
 from sim.replay.pool import pool_by_name
@@ -64,5 +66,7 @@ def run(parser, args) -> int:
         f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"
     )
     print(summary_table(rows, ["which", *settings, "signal_lost", "skipped"]))
+    for note in found["notes"]:
+        print(textwrap.fill(note, width=100, subsequent_indent="  "))
     print(found["line"])
     return 0
