@@ -17,7 +17,12 @@ from typing import List, Optional, Tuple
 from tests.paths import ROOT
 
 DOCS = ROOT / "docs"
-PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS.rglob("*.md")])
+SNIPPETS = DOCS / "snippets"
+"""Markdown that pages include (pymdownx.snippets), not pages themselves."""
+PAGES = sorted(
+    [ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    + [p for p in DOCS.rglob("*.md") if SNIPPETS not in p.parents]
+)
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 _MARK = re.compile(r"<!-- docs-test: (skip|replace|file)\s*(.*?) -->")
 _SNIPPET = re.compile(r'^--8<-- "([^"]+)"\n', re.M)
@@ -44,17 +49,19 @@ class Block:
 
 
 def expand_snippets(text: str) -> str:
-    """pymdownx.snippets' ``--8<-- "path"`` lines (relative to the checkout), as MkDocs does."""
+    """pymdownx.snippets' ``--8<-- "path"`` lines (relative to the checkout) replaced by the
+    file, as MkDocs does (a snippet stands outside code fences: ``ruff format`` formats the
+    Python blocks of Markdown files and would break the line inside one)."""
     return _SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(), text)
 
 
 def blocks(path: Path) -> List[Block]:
     """The fenced code blocks of a page in page order, snippets expanded, markers applied."""
-    text = path.read_text()
+    text = expand_snippets(path.read_text())
     found = []
     for match in _FENCE.finditer(text):
         before = text[: match.start()].rstrip("\n").rsplit("\n", 3)[-3:]
-        block = Block(match.group(1), expand_snippets(match.group(2)))
+        block = Block(match.group(1), match.group(2))
         for line in reversed(before):
             mark = _MARK.fullmatch(line.strip())
             if not mark:
