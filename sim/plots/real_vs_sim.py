@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterable, Union
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from sim.plots.common import legend_right, log2_ticks, new_axes
 from sim.replay.result import RunResult
@@ -33,7 +34,7 @@ def plot_real_vs_simulated(
     history: Union[Iterable, np.ndarray], result: RunResult, ax=None, label: str = "real run"
 ):
     """Draw the real run's scale per step (1 = first) and the simulated runs' median and 5-95%
-    spread on a log2 axis; return the axes.
+    spread, as powers of two; return the axes.
 
     Args:
         history: ``updater.history`` (StepRecords; ``history=`` at least the run's length) or
@@ -45,12 +46,13 @@ def plot_real_vs_simulated(
     real = real_scales(history)
     _, ax = new_axes(ax, (8, 3.5))
     steps = np.arange(1, result.steps + 1)
-    low, mid, high = np.percentile(result.scale, [5, 50, 95], axis=1)
+    low, mid, high = np.percentile(np.log2(result.scale), [5, 50, 95], axis=1)
     ax.fill_between(steps, low, high, color="0.85", step="mid", label="simulated, 5-95%")
     ax.step(steps, mid, where="mid", color="0.35", label=f"simulated, median ({result.label})")
-    ax.step(np.arange(1, len(real) + 1), real, where="mid", color="C3", label=label)
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(log2_ticks())
+    ax.step(np.arange(1, len(real) + 1), np.log2(real), where="mid", color="C3", label=label)
+    ax.yaxis.set_major_formatter(log2_ticks())  # the lines are log2 of the scale
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(min(low.min(), np.log2(real).min()) - 1, max(high.max(), np.log2(real).max()) + 1)
     ax.set_xlim(1, max(result.steps, len(real)))
     ax.set_xlabel("training step (1 = first)")
     ax.set_ylabel("loss scale")

@@ -24,9 +24,9 @@ def test_the_real_runs_scale_is_drawn_beside_the_simulated_spread(tmp_path):
     ax = plot_real_vs_simulated(updater.history, result)
     lines = {line.get_label(): line for line in ax.get_lines()}
     real = lines["real run"].get_ydata()
-    assert np.array_equal(real, [r.scale for r in updater.history]) and len(real) == 30
+    assert np.array_equal(real, np.log2([r.scale for r in updater.history])) and len(real) == 30
     assert np.array_equal(
-        lines["simulated, median (dynamic)"].get_ydata(), np.median(result.scale, 1)
+        lines["simulated, median (dynamic)"].get_ydata(), np.median(np.log2(result.scale), 1)
     )
     assert ax.get_xlabel() == "training step (1 = first)" and ax.get_xlim()[0] == 1
     png = save_figure(ax.figure, tmp_path / "real_vs_sim.png")
