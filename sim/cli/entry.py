@@ -6,19 +6,14 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from sim.cli.version import version_line
+
 SIM_EXTRA = ("matplotlib", "tqdm", "tabulate")
 """The modules the ``sim`` extra installs (``pip install 'nnabla-dls[sim]'``)."""
 
 
 COMMANDS = ("simulate", "sweep", "tune", "report", "train")
 """The subcommands, named by ``dls --help`` without the ``sim`` extra."""
-
-
-def version_line() -> str:
-    """What ``dls --version`` prints, with or without the ``sim`` extra."""
-    from sim import __version__
-
-    return f"dls (nnabla-dls) {__version__}"
 
 
 def main(argv=None) -> int:

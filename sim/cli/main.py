@@ -22,7 +22,6 @@ from pathlib import Path
 from sim.argtypes import positive_int, seed_int
 from sim.cli import sweep as sweep_cmd
 from sim.cli import tune as tune_cmd
-from sim.cli.entry import version_line
 from sim.cli.parsing import add_verbosity, log, parse_args, setup_logging
 from sim.cli.preflight import (
     MEMORY_SHARE,
@@ -36,6 +35,7 @@ from sim.cli.preflight import (
 )
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
+from sim.cli.version import version_line
 from sim.replay.metrics import SUMMARY_COLUMNS
 from sim.replay.pool import TracePool, simulate_pooled
 from sim.report.provenance import provenance
