@@ -64,10 +64,10 @@ if [ ! -f "$stamp" ]; then
   if compgen -G ".venv/.installed-*" >/dev/null; then
     say "pyproject.toml changed: reinstalling nnabla-dls and its extras into .venv"
   else
-    say "installing nnabla-dls and its extras (test, mpi, dev) into .venv (first run: about a minute)"
+    say "installing nnabla-dls and its extras (test, mpi, dev, docs) into .venv (first run: about a minute)"
   fi
   if ! .venv/bin/python -m pip install --quiet --upgrade pip ||
-    ! .venv/bin/python -m pip install --quiet -e ".[test,mpi,dev]"; then
+    ! .venv/bin/python -m pip install --quiet -e ".[test,mpi,dev,docs]"; then
     say "error: the install into .venv failed (pip's messages above); the next run retries it."
     exit 1
   fi

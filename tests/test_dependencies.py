@@ -60,13 +60,38 @@ def test_the_updater_trains_and_checkpoints_without_the_sim_extra(tmp_path):
 def test_dls_without_the_sim_extra_names_the_extra_to_install(tmp_path):
     env = without(tmp_path, "matplotlib")
     dls = Path(sys.executable).parent / "dls"
-    proc = subprocess.run([dls, "--version"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([dls, "simulate"], env=env, capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr == (
         "dls: error: dls needs matplotlib, which the sim extra installs: pip install "
         "'nnabla-dls[sim]' (the updater alone needs neither)\n"
     )
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_dls_help_and_version_answer_without_the_sim_extra(tmp_path, flag):
+    """Issue 41: both failed with the install error."""
+    env = without(tmp_path, "matplotlib", "tqdm")
+    dls = Path(sys.executable).parent / "dls"
+    version = subprocess.run([dls, "--version"], env=env, capture_output=True, text=True)
+    with_extra = subprocess.run([dls, "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout == with_extra.stdout
+    help_ = subprocess.run([dls, flag], env=env, capture_output=True, text=True)
+    assert help_.returncode == 0 and help_.stderr == ""
+    assert help_.stdout.startswith("usage: dls {simulate,sweep,tune,report,train} ...")
+    assert "dls needs matplotlib and tqdm, which the sim extra installs" in help_.stdout
+
+
+def test_the_commands_named_without_the_extra_are_the_clis():
+    import argparse
+
+    from sim.cli.entry import COMMANDS
+    from sim.cli.main import build_parser
+
+    parser = build_parser()
+    sub = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0]
+    assert tuple(sub.choices) == COMMANDS
 
 
 def test_dls_with_the_sim_extra_runs(tmp_path):

@@ -95,12 +95,13 @@ def test_the_installed_package_imports_from_the_wheel_with_its_version(installed
         "'nnabla-dls'), 'ours': [updater.__version__, sim.__version__], 'license': "
         "meta.get('License-Expression') or meta.get('License'), 'classifiers': "
         "meta.get_all('Classifier'), 'description': meta.get_payload() or '', "
-        "'type': meta.get('Description-Content-Type')}))"
+        "'type': meta.get('Description-Content-Type'), 'author': meta.get('Author')}))"
     )
     found = json.loads(run([bin_dir / "python", "-c", code], elsewhere, env))
     assert all(str(bin_dir.parent) in f for f in found["files"]), found["files"]
     assert found["ours"] == [found["version"], found["version"]]
     assert found["license"] == "MIT"
+    assert found["author"] == "The nnabla-dls developers"  # issue 41: there was none
     assert "Programming Language :: Python :: 3.10" in found["classifiers"]
     assert "Operating System :: POSIX :: Linux" in found["classifiers"]
     assert found["description"].startswith("# nnabla-dls") and found["type"] == "text/markdown"

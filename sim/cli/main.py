@@ -19,7 +19,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sim import __version__
 from sim.argtypes import positive_int, seed_int
 from sim.cli import sweep as sweep_cmd
 from sim.cli import tune as tune_cmd
@@ -31,18 +30,18 @@ from sim.cli.preflight import (
     check_memory,
     check_output_dir,
     check_work,
-    family_name,
     jitter_value,
-    trace_file,
     trace_for,
 )
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
+from sim.cli.version import version_line
 from sim.replay.metrics import SUMMARY_COLUMNS
 from sim.replay.pool import NAME_RULE, pool_by_name, simulate_pooled
 from sim.report.provenance import provenance
 from sim.report.tables import describe_policy, na_notes, summary_table
 from sim.traces.families import FAMILIES
+from sim.traces.named import family_name, trace_file
 from sim.traces.real import MODELS, SHIPPED
 from updater.common.writing import UnsafeOutputError, write_text
 from updater.policy.presets import names
@@ -181,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=fmt,
     )
-    parser.add_argument("--version", action="version", version=f"dls (nnabla-dls) {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -311,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         "HeadroomScale on every trace family (synthetic ones and four real nnabla models' "
         "recorded traces, shipped in the package), the SSD reproduction, the simulator's "
         "predictions from the real traces against real runs of other policies, the per-layer "
-        "view and the default-setting sweeps. Same inputs, same files. About 30 s on two cores.",
+        "view and the default-setting sweeps. Same inputs, same files.",
         epilog="examples:\n  dls report --out my_report\n"
         "  dls report --out /tmp/smoke --quick\n"
         "(scripts/report.sh regenerates the committed reports/ folder)",
@@ -342,8 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train the digits demo: float32 vs float16 without/with loss scaling",
         description="Train a small model on scikit-learn's 8x8 digits with nnabla: float32, "
         "float16 without scaling, float16 with nnabla's updater and with ours; print a table "
-        "and write train.md (the table) and train_scale_trajectory.png into --out. "
-        "300 steps take about 15 s on two cores.",
+        "and write train.md (the table) and train_scale_trajectory.png into --out.",
         epilog="example:\n  dls train --steps 300 --out train_out\n"
         "(scripts/report.sh regenerates the committed 600-step reports/train.md)",
         formatter_class=fmt,

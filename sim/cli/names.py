@@ -1,40 +1,13 @@
-"""Names typed on the ``dls`` command line: matched case-insensitively, and a "did you mean"
-from :mod:`difflib` (the standard library's closest-match rule) when a name is unknown.
-
-One rule for every name: subcommands, options, policies, trace families and shipped traces.
-"""
+"""Names typed on the ``dls`` command line, by the one rule of :mod:`updater.common.names`:
+matched case-insensitively, with a "did you mean" when a name is unknown."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Sequence
 
+from updater.common.names import did_you_mean, match_name
 
-def match_name(given: str, choices: Sequence[str]) -> str | None:
-    """The choice ``given`` names: itself, else the one choice equal to it ignoring case, else
-    None.
-
-    >>> match_name("Dynamic", ["dynamic", "DynamicScale"]), match_name("x", ["dynamic"])
-    ('dynamic', None)
-    """
-    if given in choices:
-        return given
-    folded = [c for c in choices if c.lower() == given.lower()]
-    return folded[0] if len(folded) == 1 else None
-
-
-def did_you_mean(given: str, choices: Sequence[str]) -> str:
-    """`` (did you mean 'x'?)`` naming the closest choices (:func:`difflib.get_close_matches`,
-    ignoring case), or ``""`` when none is close.
-
-    >>> did_you_mean("simulat", ["simulate", "sweep"]), did_you_mean("zzz", ["sweep"])
-    (" (did you mean 'simulate'?)", '')
-    """
-    lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(given.lower(), list(lower), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return f" (did you mean {' or '.join(repr(lower[c]) for c in close)}?)"
+__all__ = ["did_you_mean", "match_name", "resolve"]
 
 
 def resolve(parser, option: str, given: str, choices: Sequence[str], what: str) -> str:

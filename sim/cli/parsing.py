@@ -28,6 +28,10 @@ hidden)."""
 PAIR_OPTIONS = ("--set", "--grid")
 """Options whose value is one ``KEY=VALUE`` word."""
 
+VERBOSITY = ("-q", "--quiet", "-v", "--verbose")
+"""The options :func:`add_verbosity` gives every subcommand, also taken before the command
+(``dls -q simulate`` is ``dls simulate -q``)."""
+
 
 def add_verbosity(p: argparse.ArgumentParser) -> None:
     """``-q``/``--quiet`` and ``-v``/``--verbose`` on a subcommand's parser."""
@@ -67,10 +71,11 @@ def setup_logging(verbosity: int) -> None:
 
 
 def _command(parser, commands: Sequence[str], argv: List[str]) -> List[str]:
-    """``argv`` with its command spelled as registered (any case); an unknown command is an
-    error with the closest commands."""
+    """``argv`` with its command spelled as registered (any case) and the :data:`VERBOSITY`
+    options given before it moved after it; an unknown command is an error with the closest
+    commands."""
     i = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
-    if i is None or argv[i] in commands:
+    if i is None:
         return argv
     name = match_name(argv[i], commands)
     if name is None:
@@ -78,7 +83,9 @@ def _command(parser, commands: Sequence[str], argv: List[str]) -> List[str]:
             f"unknown command {argv[i]!r}{did_you_mean(argv[i], commands)}; "
             f"choose from {', '.join(commands)}"
         )
-    return [*argv[:i], name, *argv[i + 1 :]]
+    before = [a for a in argv[:i] if a not in VERBOSITY]
+    moved = [a for a in argv[:i] if a in VERBOSITY]
+    return [*before, name, *moved, *argv[i + 1 :]]
 
 
 def _unrecognized(sub, argv: List[str], extras: List[str]) -> None:

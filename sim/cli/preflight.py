@@ -12,11 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sim.cli.names import did_you_mean, match_name
 from sim.replay.headroom import forward_headroom_warning
 from sim.replay.run import MAX_JITTER, memory_estimate
-from sim.traces.families import FAMILIES, Trace, make_trace
-from sim.traces.real import SHIPPED_RECORDINGS, shipped_trace
+from sim.traces.families import Trace, make_trace
+from sim.traces.named import family_name, recorded_trace_file
 from updater.common.writing import UnsafeOutputError, check_target
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
@@ -42,15 +41,6 @@ def jitter_value(text: str) -> float:
 # ---------------------------------------------------------------- traces
 
 
-def family_name(spec: str):
-    """The trace family ``--trace spec`` names (case-insensitive), or None.
-
-    >>> family_name("Spikes"), family_name("run.npz")
-    ('spikes', None)
-    """
-    return match_name(spec, list(FAMILIES))
-
-
 def trace_for(parser, spec: str, steps: int, seed: int) -> Trace:
     """The trace ``--trace spec`` names: a family's (:func:`family_name`; ``steps`` and
     ``seed`` make it) or :func:`load_trace`'s."""
@@ -60,28 +50,16 @@ def trace_for(parser, spec: str, steps: int, seed: int) -> Trace:
     return load_trace(parser, spec)
 
 
-def trace_file(spec: str) -> Path:
-    """The file ``--trace spec`` names: a shipped recording (its name in any case, when no such
-    file exists here), or the path itself."""
-    names = SHIPPED_RECORDINGS
-    model = match_name(spec, names) if spec in names or not Path(spec).exists() else None
-    return Path(spec) if model is None else shipped_trace(model)
-
-
 def load_trace(parser, spec: str) -> Trace:
     """The trace ``--trace spec`` names (a shipped recording's name,
     :data:`sim.traces.real.SHIPPED_RECORDINGS`, in any case, or an .npz file), or a one-line
     error saying what is wrong with the file (missing, a folder, not an .npz archive, a single
     .npy array, missing arrays, ...: :meth:`Trace.load`'s words); a name that is neither
     suggests the closest family or recording."""
-    path = trace_file(spec)
-    if not path.exists() and path.suffix != ".npz":
-        names = [*FAMILIES, *SHIPPED_RECORDINGS]
-        parser.error(
-            f"--trace must be a family ({', '.join(FAMILIES)}), a shipped real trace "
-            f"({', '.join(SHIPPED_RECORDINGS)}) or an .npz trace file, got {spec!r}"
-            + did_you_mean(spec, names)
-        )
+    try:
+        path = recorded_trace_file(spec)
+    except ValueError as e:
+        parser.error(f"--{e}")
     if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
         parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")
     try:
@@ -171,8 +149,7 @@ def check_figure(parser, option: str, path: str, force: bool = False, inputs=())
 # ---------------------------------------------------------------- work
 
 TRAIN_MAX_STEP_RUNS = 4 * 10**6
-"""Most steps x runs ``dls train`` starts: 10**6 steps of its four variants, about 14 hours at
-the 12 ms a step-run takes on two cores (300 steps take about 15 s)."""
+"""Most steps x runs ``dls train`` starts: 10**6 steps of its four variants, many hours on a CPU."""
 
 
 def check_work(parser, steps: int, runs: int, limit: int) -> None:

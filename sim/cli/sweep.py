@@ -7,7 +7,7 @@ import io
 import itertools
 
 from sim.cli.names import resolve
-from sim.cli.preflight import check_memory, check_output_file, family_name, trace_file, trace_for
+from sim.cli.preflight import check_memory, check_output_file, trace_for
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings
 from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
@@ -15,6 +15,7 @@ from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import describe_policy, format_value, na_notes, summary_table
 from sim.traces.families import FAMILIES, make_trace
+from sim.traces.named import family_name, trace_file
 from updater.common.writing import write_text
 
 
@@ -62,9 +63,10 @@ def run(parser, args) -> int:
         f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
     )
     print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
+    synthetic_steps = f", synthetic steps: {args.steps}" if families else ""
     print(
-        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}, synthetic "
-        f"steps: {args.steps}, runs: {args.runs}, jitter: {args.jitter}"
+        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}{synthetic_steps}, "
+        f"runs: {args.runs}, jitter: {args.jitter}"
     )
     print(summary_table(rows, columns))
     for note in na_notes(rows):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 
-from sim.cli.preflight import check_memory, family_name, trace_for
+from sim.cli.preflight import check_memory, trace_for
 from sim.cli.progress import StageProgress
 from sim.replay.pool import NAME_RULE, pool_by_name
 from sim.replay.tune import TUNED, tune
 from sim.report.tables import summary_table
+from sim.traces.named import family_name
 
 
 def add_parser(sub, common, fmt) -> None:
@@ -70,5 +72,7 @@ def run(parser, args) -> int:
         f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"
     )
     print(summary_table(rows, ["which", *settings, "signal_lost", "skipped"]))
+    for note in found["notes"]:
+        print(textwrap.fill(note, width=100, subsequent_indent="  "))
     print(found["line"])
     return 0

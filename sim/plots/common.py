@@ -150,6 +150,22 @@ def log2_ticks() -> FuncFormatter:
     return FuncFormatter(lambda v, _: f"$2^{{{v:.0f}}}$")
 
 
+def percent_ticks() -> FuncFormatter:
+    """Tick labels in percent for an axis of shares (0.01 -> ``1%``), as the tables print them.
+
+    >>> percent_ticks()(0.01, 0), percent_ticks()(1e-6, 0), percent_ticks()(1e-8, 0)
+    ('1%', '0.0001%', '$10^{-6}$%')
+    """
+
+    def label(v, _):
+        percent = v * 100
+        if 0 < percent < 5e-5:  # below 0.0001%: a power of ten
+            return f"$10^{{{math.log10(percent):.0f}}}$%"
+        return f"{percent:.10g}%"
+
+    return FuncFormatter(label)
+
+
 def log10_share_ticks() -> FuncFormatter:
     """Tick labels ``10^k`` for a log axis of shares; ticks above 1 stay blank."""
     return FuncFormatter(lambda v, _: "" if v > 1.0 else f"$10^{{{math.log10(v):.0f}}}$")

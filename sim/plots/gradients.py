@@ -26,6 +26,7 @@ from sim.plots.common import (
     log2_ticks,
     log10_share_ticks,
     new_axes,
+    percent_ticks,
     pow2_label,
 )
 from sim.plots.style import nth_look, scale_look
@@ -200,12 +201,12 @@ def plot_underflow_vs_scale(
     stacked: Dict[float, int] = {}
     for i, (label, src) in enumerate(sources.items()):
         share = underflow_curve(src, k)
+        limit = first_overflow_scale(src)
         zero = np.flatnonzero(share <= 0)
-        if zero.size:
+        if zero.size and scales[zero[0]] < limit:  # past the overflow it says nothing useful
             label += f" (0 from {pow2_label(scales[zero[0]])} on)"
         share = np.where(share > 0, share, np.nan)  # a share of 0 ends the line
         look = nth_look(i)
-        limit = first_overflow_scale(src)
         ok = scales < limit
         kw = look.line(ms=5, lw=1.3)
         ax.plot(np.where(ok, scales, np.nan), share, label=label, **kw)
@@ -215,15 +216,21 @@ def plot_underflow_vs_scale(
         if scales[0] <= limit <= scales[-1]:
             near = next((x for x in stacked if abs(math.log2(x / limit)) < 0.3), limit)
             j = stacked[near] = stacked.get(near, -1) + 1
-            ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
+            if j == 0:  # one line per limit: coinciding limits stack their markers on it
+                ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
             ax.plot([limit], [1.0 - 0.045 * j], marker=look.marker, color=look.color, ms=7,
                     transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
-    legend_note(ax, "vertical line, marker on top: the largest\ngradient overflows from there on")
+    legend_note(
+        ax,
+        "vertical line, marker on top: the largest\ngradient overflows from there on "
+        "(markers\nstacked on one line: the same scale)",
+    )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_ylim(top=1.5)
     ax.set_xlabel("loss scale (log2 axis)")
-    ax.set_ylabel("share of nonzero values flushed to 0")
+    ax.yaxis.set_major_formatter(percent_ticks())
+    ax.set_ylabel("nonzero values flushed to 0 (%)")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small",

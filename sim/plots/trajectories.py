@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MultipleLocator
+from matplotlib.ticker import FixedLocator, MaxNLocator, MultipleLocator
 
 from sim.plots.common import DPI, legend_right, log2_ticks, new_axes
 from sim.plots.style import BAD_BATCH, BAND_COLOR, OVERFLOW, SMOOTHING_SHARE, policy_look
@@ -29,6 +29,9 @@ OFFSET = 0.15
 
 RUG_ABOVE = 40
 """A panel with more overflows than this draws them as a rug along its top, not as markers."""
+
+TITLE_WIDTH = 120
+"""A panel title wraps at this many characters (a 10-inch panel holds about 130)."""
 
 MAX_TICKS = 9
 """At most this many y ticks: the tick step is the smallest power of two binades that keeps
@@ -134,13 +137,15 @@ def _span(results: Sequence[RunResult], run: int) -> tuple:
     return (low - 1, high + 1) if high - low < 2 else (low - 0.5, high + 0.5)
 
 
-def _style_axes(ax, span: tuple) -> None:
+def _style_axes(ax, span: tuple, steps: int) -> None:
     low, high = span
     tick = 2 ** max(0, math.ceil(math.log2(max(1.0, (high - low) / (MAX_TICKS - 1)))))
     ax.set_ylim(low, high)
     ax.yaxis.set_major_locator(MultipleLocator(tick))
     ax.yaxis.set_major_formatter(log2_ticks())
-    ax.margins(x=0.01)
+    ax.margins(x=0.01)  # room for the markers of step 1; steps are 1-based: no tick at 0
+    ticks = MaxNLocator(nbins=6, integer=True).tick_values(1, max(steps, 2))
+    ax.xaxis.set_major_locator(FixedLocator([t for t in ticks if 1 <= t <= steps]))
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -192,7 +197,7 @@ def plot_trajectory(
         look = policy_look("", i)
         ax.step(np.arange(1, result.steps + 1), np.log2(result.scale[:, r]), where="post",
                 color=look.color, ls=look.ls, lw=1.2, zorder=3, label=f"run {r + 1}")  # fmt: skip
-    _style_axes(ax, _span([result], runs[0]))
+    _style_axes(ax, _span([result], runs[0]), result.steps)
     which = ", ".join(str(r + 1) for r in runs)
     head = f"{result.label} on {result.trace_name}, run {which} of {result.runs}"
     ax.set_title(title if title is not None else f"{head}\n{'; '.join(notes)}", fontsize="medium")
@@ -200,7 +205,8 @@ def plot_trajectory(
     ax.set_ylabel("loss scale")
     handles = _legend_handles([result], _jumpy(result.scale[:, runs[0]]))
     handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
-    legend_right(ax, handles=handles, title=smoothing_note(result.steps, 34),
+    smoothed = _jumpy(result.scale[:, runs[0]])
+    legend_right(ax, handles=handles, title=smoothing_note(result.steps, 34) if smoothed else None,
                  title_fontsize="small")  # fmt: skip
     return fig
 
@@ -238,15 +244,15 @@ def plot_trajectory_panels(results: Sequence[RunResult], run: int = 0, figsize=N
             what = f"flat at $2^{{{math.log2(s[0]):.0f}}}$"
         else:
             what = "the same scale at every step" if len(group) > 1 else ""
-        ax.set_title(f"{names}{': ' + what if what else ''} ({'; '.join(notes)})",
-                     fontsize="medium", loc="left")  # fmt: skip
+        text = f"{names}{': ' + what if what else ''} ({'; '.join(notes)})"
+        ax.set_title(textwrap.fill(text, TITLE_WIDTH), fontsize="medium", loc="left")
         ax.set_ylabel("loss scale")
-        _style_axes(ax, span)
+        _style_axes(ax, span, group[0].steps)
     axes[-1].set_xlabel("training step (1 = first)")
     jumpy = any(_jumpy(r.scale[:, run]) for r in results)
     r0 = results[0]
     head = f"Loss scale on {r0.trace_name}, run {run + 1} of {r0.runs} of each policy"
+    title = f"{head}\n{smoothing_note(r0.steps)}" if jumpy else head
     fig.legend(handles=_legend_handles(results, jumpy), loc="outside upper center",
-               ncol=5, fontsize="small", title=f"{head}\n{smoothing_note(r0.steps)}",
-               title_fontsize="small")  # fmt: skip
+               ncol=5, fontsize="small", title=title, title_fontsize="small")  # fmt: skip
     return fig

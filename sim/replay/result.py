@@ -16,7 +16,7 @@ from updater.policy import largest_safe_scale
 from updater.policy.presets import PRESETS
 
 
-@dataclass
+@dataclass(repr=False)
 class RunResult:
     """Trajectories and per-run metrics of one policy over one trace.
 
@@ -54,6 +54,15 @@ class RunResult:
     def runs(self) -> int:
         """Number of runs."""
         return int(self.scale.shape[1])
+
+    def __repr__(self) -> str:
+        """One line: the policy, the trace, the size and the mean skipped steps per run (the
+        arrays are in the attributes; :meth:`summary` gives every metric)."""
+        skipped = float(self.skipped.sum(axis=0).mean())
+        return (
+            f"RunResult(label={self.label!r}, trace={self.trace_name!r}, steps={self.steps}, "
+            f"runs={self.runs}, skipped_per_run={skipped:g})"
+        )
 
     def summary(self) -> Dict[str, Any]:
         """One row of run-averaged metrics (see :func:`summarize`)."""

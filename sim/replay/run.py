@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
 from sim.replay.clock import training_clock
 from sim.replay.result import RunResult, overflow_limits, policy_label, run_result
+from sim.traces.named import named_trace
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
 from updater.policy.presets import as_policy
@@ -117,7 +119,7 @@ def _progress(iterable, total: int, progress, desc: str):
 
 def simulate(
     policy,
-    trace: Trace,
+    trace: Trace | str | Path,
     runs: int = 1,
     seed: int = 0,
     jitter: float = 0.25,
@@ -131,8 +133,11 @@ def simulate(
 
     Args:
         policy: a policy from :mod:`updater.policy` (StaticScale, DynamicScale, ...).
-        trace (Trace): the gradient trace (one recorded every N steps replays on the training
-            clock: :func:`sim.replay.clock.training_clock`).
+        trace (Trace or str): the gradient trace, or a name ``dls --trace`` takes: a family
+            (``"spikes"``, 10000 steps made with ``seed``), a shipped recording
+            (``"digits_conv_bn"``) or a trace file's path (:func:`sim.traces.named.named_trace`);
+            one recorded every N steps replays on the training clock
+            (:func:`sim.replay.clock.training_clock`).
         runs (int, default 1): runs advanced together, >= 1.
         seed (int, default 0): seed of the jitter, >= 0.
         jitter (float, default 0.25): std of log2 of the per-(step, run) gradient size factor, in
@@ -150,6 +155,8 @@ def simulate(
     ((50, 4), True, 16384.0)
     """
     policy = as_policy(policy)
+    if isinstance(trace, (str, Path)):
+        trace = named_trace(trace, seed=seed)
     check_instance("trace", trace, Trace)
     trace = training_clock(trace)
     _check_runs_seed_jitter(runs, seed, jitter)
@@ -248,7 +255,7 @@ def stack_policies(policies: Sequence, runs: int = 1):
 
 def simulate_many(
     policies: Sequence,
-    trace: Trace,
+    trace: Trace | str | Path,
     runs: int = 1,
     seed: int = 0,
     jitter: float = 0.25,
@@ -317,6 +324,8 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
         ``t``, the last row after the last step) and bool ``(steps, runs)`` overflow flags.
     """
     policy = as_policy(policy)
+    if isinstance(trace, (str, Path)):
+        trace = named_trace(trace, seed=seed)
     check_instance("trace", trace, Trace)
     trace = training_clock(trace)
     _check_runs_seed_jitter(runs, seed, jitter)

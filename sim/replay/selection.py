@@ -51,12 +51,7 @@ def choose(
     >>> choose(rows, {"a": 1})["a"]  # within 5% of the best mean, with a better worst case
     4
     """
-    best = min(r["lost_mean"] for r in rows)
-    near = [r for r in rows if r["lost_mean"] <= best * (1 + tolerance)]
-    worst = min(r["lost_worst"] for r in near)
-    near = [r for r in near if r["lost_worst"] <= worst * (1 + tie)]
-    best = min(r["lost_mean"] for r in near)
-    near = [r for r in near if r["lost_mean"] <= best * (1 + tie)]
+    near = tied(rows, tolerance, tie)
 
     def distance(r):
         return sum(abs(math.log2(r[k] / v)) for k, v in defaults.items() if k in r and r[k] > 0 < v)
@@ -105,3 +100,23 @@ def per_setting(
         row["flushed_mean"] = float(np.nanmean([r["mean_flushed"] for r in by_family.values()]))
         out.append(row)
     return out
+
+
+def tied(
+    rows: Sequence[Dict[str, Any]], tolerance: float = 0.05, tie: float = 0.03
+) -> List[Dict[str, Any]]:
+    """The rows :func:`choose` cannot tell apart by their losses (its arguments): within
+    ``tolerance`` of the lowest mean, ``tie`` of the best worst case among them, then ``tie``
+    of the best mean among those; :func:`choose` picks the one nearest the defaults.
+
+    >>> rows = [{"lost_mean": 0.1, "lost_worst": 0.2}, {"lost_mean": 0.101, "lost_worst": 0.2},
+    ...         {"lost_mean": 0.3, "lost_worst": 0.4}]
+    >>> len(tied(rows))
+    2
+    """
+    best = min(r["lost_mean"] for r in rows)
+    near = [r for r in rows if r["lost_mean"] <= best * (1 + tolerance)]
+    worst = min(r["lost_worst"] for r in near)
+    near = [r for r in near if r["lost_worst"] <= worst * (1 + tie)]
+    best = min(r["lost_mean"] for r in near)
+    return [r for r in near if r["lost_mean"] <= best * (1 + tie)]

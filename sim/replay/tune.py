@@ -12,6 +12,7 @@ from sim.replay.selection import (
     HEADROOM_MAX_MARGIN,
     choose,
     per_setting,
+    tied,
 )
 from sim.replay.sweep import grid_points, run_sweep
 from updater.policy import DynamicScale, HeadroomScale
@@ -55,7 +56,8 @@ def tune(
     Returns:
         dict: ``chosen`` and ``default`` (the per-setting rows, :func:`per_setting`, of the
         chosen settings and of the policy's defaults), ``rows`` (every setting), ``line`` (the
-        updater's constructor with the chosen policy, to paste).
+        updater's constructor with the chosen policy, to paste), ``notes`` (lines on what
+        limits the choice: ties, traces too short to test the growth interval).
 
     Raises:
         ValueError: an unknown policy or no traces.
@@ -78,4 +80,25 @@ def tune(
     default = next(r for r in folded if all(r[k] == v for k, v in defaults.items()))
     settings = ", ".join(f"{k}={setting_text(chosen[k])}" for k in grid)
     line = f"DynamicLossScalingUpdater(solver, loss, feed, policy={make.__name__}({settings}))"
-    return {"chosen": chosen, "default": default, "rows": folded, "line": line}
+    notes = _notes(traces, grid, len(tied(eligible)), len(eligible))
+    return {"chosen": chosen, "default": default, "rows": folded, "line": line, "notes": notes}
+
+
+def _notes(traces: Mapping[str, Trace], grid, ties: int, settings: int) -> list:
+    """What limits the choice: traces shorter than every growth interval of the grid (no
+    setting grows the scale in them) and settings the losses cannot tell apart."""
+    notes = []
+    shortest = min(grid.get("growth_interval", [math.inf]))
+    short = [f"{name} ({t.steps} steps)" for name, t in traces.items() if t.steps < shortest]
+    if short:
+        notes.append(
+            f"note: {', '.join(short)} shorter than every growth interval of the grid "
+            f"(from {shortest}): no setting grows the scale there, so the growth interval is "
+            "not tested; record a longer run"
+        )
+    if ties > 1:
+        notes.append(
+            f"note: {ties} of {settings} settings tie (within 3% on mean and worst signal lost): "
+            "the traces cannot tell them apart; of these the choice is the one nearest the default"
+        )
+    return notes

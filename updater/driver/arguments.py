@@ -71,10 +71,15 @@ def legacy_policy(scale, scaling_factor, N, min_scale, max_scale) -> DynamicScal
         )
     N = check_int("N", N, 1)
     if not min_scale <= scale <= max_scale:
+        fix = (
+            f"pass max_scale={scale!r} to allow it (a loss computed in half takes scales up to "
+            f"{SEED_MAX['float16']:g}: its backward seed is float16)"
+            if scale > max_scale
+            else f"pass min_scale={scale!r} to allow it"
+        )
         raise ValueError(
             f"scale must be in [min_scale, max_scale] = [{min_scale!r}, {max_scale!r}], got "
-            f"{scale!r}; pass min_scale=/max_scale= to widen the range (in nnabla's half mode "
-            "the backward seed is float16, so scales above 65504 overflow at once)"
+            f"{scale!r}; {fix}"
         )
     return DynamicScale(
         init_scale=float(scale),

@@ -78,16 +78,17 @@ class DynamicLossScalingUpdater:
         ``growth_factor=``, ``backoff_factor=`` name ``policy=DynamicScale(...)``.
 
     Attributes:
-        solver, loss, data_feeder, clear_buffer, accum_grad, weight_decay, comm, grads, and
-            every option above: as nnabla's updater has them, assignable (checked, as in the
-            constructor), taking effect at the next ``update()``/``backward()``; they are
-            held in one record (:class:`updater.driver.options.UpdaterOptions`).
+        options: ``solver``, ``loss``, ``data_feeder``, ``clear_buffer``, ``accum_grad``,
+            ``weight_decay``, ``comm``, ``grads`` and every option above, as nnabla's updater
+            has them: assignable (checked, as in the constructor), taking effect at the next
+            ``update()``/``backward()``; held in one record
+            (:class:`updater.driver.options.UpdaterOptions`).
         scale, scaling_factor, N: as nnabla's, assignable (checked; the last two replace the
             policy, ``AttributeError`` for policies without them).
         policy: the policy, assignable.
-        steps, updates_applied, overflows, skips, consecutive_nonfinite, batches, passes,
-            nonfinite_losses, nonfinite_statistics (int): the counters, read-only
-            (:class:`~updater.driver.records.Counters`).
+        steps (int): the counters, read-only, as are ``updates_applied``, ``overflows``,
+            ``skips``, ``consecutive_nonfinite``, ``batches``, ``passes``, ``nonfinite_losses``
+            and ``nonfinite_statistics`` (:class:`~updater.driver.records.Counters`).
         history (collections.deque of StepRecord): the last ``history`` records; its length
             is set by the constructor.
         finite_check (str): the path chosen ("numpy", "solver" or "nnabla").

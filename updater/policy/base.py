@@ -39,9 +39,17 @@ def check_bounds(init_name: str, init, min_scale, max_scale) -> None:
     check_positive("max_scale", max_scale)
     check_positive(init_name, init)
     if not min_scale <= init <= max_scale:
+        fix = (
+            f"; max_scale defaults to 2**15, the largest power of two a float16 backward seed "
+            "holds (in nnabla's half mode a seed above 65504 is inf at once, so PyTorch's "
+            f"start 2**16 is 2**15 here): start at 2**15, or pass max_scale={init!r} too for a "
+            "loss computed in float32"
+            if init > max_scale
+            else f"; to start there pass min_scale={init!r} too"
+        )
         raise ValueError(
             f"need 0 < min_scale <= {init_name} <= max_scale, got min_scale={min_scale!r}, "
-            f"{init_name}={init!r}, max_scale={max_scale!r}"
+            f"{init_name}={init!r}, max_scale={max_scale!r}{fix}"
         )
 
 

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Dict, List
 
 from ..common.float16 import FP16_SMALLEST_SUBNORMAL
+from ..common.names import did_you_mean, match_name
 from .base import Policy
 from .policies import (
     POLICIES,
@@ -69,18 +70,19 @@ def make_policy(name: str, **settings: Any) -> Policy:
     """A preset (or policy class name) with some settings replaced.
 
     Args:
-        name (str): a key of :data:`PRESETS` or a class name (``DynamicScale``, ...).
+        name (str): a key of :data:`PRESETS` or a class name (``DynamicScale``, ...), in any
+            case (``"DeepSpeed"``); an unknown name raises ``ValueError`` naming the closest.
         **settings: settings to change, e.g. ``growth_interval=200``.
 
     >>> make_policy("dynamic", growth_interval=200).growth_interval
     200
     """
-    if name in PRESETS:
-        base = PRESETS[name]
-    elif name in POLICIES:
-        base = POLICIES[name]()
-    else:
-        raise ValueError(f"policy must be one of {names()}, got {name!r}")
+    known = names()
+    found = match_name(name, known)
+    if found is None:
+        raise ValueError(f"policy must be one of {known}, got {name!r}{did_you_mean(name, known)}")
+    name = found
+    base = PRESETS[name] if name in PRESETS else POLICIES[name]()
     types = _field_types(type(base))
     unknown = sorted(set(settings) - set(types))
     if unknown:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Union
 
@@ -15,6 +16,16 @@ from .checkpoint import _nonfinite, _updater_state
 
 SUFFIXES = (".h5", ".protobuf")
 """The parameter file formats of ``nn.save_parameters``, by the file's suffix."""
+
+_log = logging.getLogger(__name__)
+
+
+class _NoFileObjectLine(logging.Filter):
+    """Drops nnabla's "Parameter save" line, which names the temporary file object
+    (``<_io.BufferedWriter name=4>``) ``write_file`` hands it, not the file written."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Parameter save")
 
 
 def export_parameters(
@@ -63,9 +74,17 @@ def export_parameters(
         params[name].d = values
     if not params:
         raise z.error("holds no parameters")
-    return write_file(
-        path,
-        lambda f: nn.save_parameters(f, params, extension=path.suffix),
-        overwrite,
-        inputs=[checkpoint],
-    )
+    quiet = _NoFileObjectLine()
+    nnabla_log = logging.getLogger("nnabla")
+    nnabla_log.addFilter(quiet)
+    try:
+        written = write_file(
+            path,
+            lambda f: nn.save_parameters(f, params, extension=path.suffix),
+            overwrite,
+            inputs=[checkpoint],
+        )
+    finally:
+        nnabla_log.removeFilter(quiet)
+    _log.info("Parameter save (%s): %s", path.suffix, path)
+    return written

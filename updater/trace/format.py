@@ -340,7 +340,18 @@ class Trace:
                 arrays missing, of the wrong kind or inconsistent) or of a newer format; the
                 message names the file and the problem.
         """
-        z = read_npz(path, "gradient trace", max_bytes)
+        try:
+            z = read_npz(path, "gradient trace", max_bytes)
+        except FileNotFoundError as e:
+            if Path(path).suffix:
+                raise
+            raise FileNotFoundError(
+                e.errno,
+                f"{e.strerror}; a name dls --trace takes (a shipped recording such as "
+                f"digits_conv_bn, a family such as spikes) is read by "
+                f"sim.traces.named.named_trace({str(path)!r})",
+                e.filename,
+            ) from None
         z.require("counts", "zeros", "absmax", "nonfinite", hint=": not a gradient trace")
         version = z.scalar("format_version", "int") if "format_version" in z else 1
         if version > FORMAT_VERSION:

@@ -392,6 +392,19 @@ class GradientRecorder:
             self._lock.pop().release()
         return path
 
+    def __repr__(self) -> str:
+        """One line: the path, the name, the sampling, the options on, the steps held in
+        memory and the parts written, and whether it is closed."""
+        options = [
+            o
+            for o in ("per_parameter", "probe_overflow", "measure_flush", "forward_headroom")
+            if getattr(self, o)
+        ]
+        parts = [f"{str(self.path)!r}", f"name={self.name!r}", f"every={self.every}"]
+        parts += [f"{o}=True" for o in options]
+        parts += [f"steps_held={len(self._rows)}", f"parts_written={self._parts[0]}"]
+        return f"GradientRecorder({', '.join(parts)}{'' if self._lock else ', closed'})"
+
     def __enter__(self) -> GradientRecorder:
         return self
 

@@ -565,14 +565,14 @@ def test_venv_sh_installs_once_and_again_only_when_pyproject_changes(checkout, t
     assert "creating .venv" in first.stderr
     assert "installing nnabla-dls and its extras" in first.stderr
     assert f"ok: {checkout}/.venv/bin/python" in first.stdout
-    assert "install --quiet -e .[test,mpi,dev]" in log.read_text()
+    assert "install --quiet -e .[test,mpi,dev,docs]" in log.read_text()
     calls = log.read_text()
     again = _venv_sh(checkout, python)
     assert again.returncode == 0 and log.read_text() == calls  # stamp: nothing reinstalled
     (checkout / "pyproject.toml").write_text("[project]\nname = 'y'\n")
     changed = _venv_sh(checkout, python)
     assert changed.returncode == 0 and "pyproject.toml changed" in changed.stderr
-    assert log.read_text().count("-e .[test,mpi,dev]") == 2
+    assert log.read_text().count("-e .[test,mpi,dev,docs]") == 2
 
 
 @pytest.mark.parametrize(
@@ -596,7 +596,7 @@ def test_venv_sh_rebuilds_a_venv_of_the_wrong_or_a_broken_python(
         [str(checkout / ".venv" / "bin" / "python"), "-c", "v"], capture_output=True, text=True
     )
     assert version.stdout.strip() == "3.10"
-    assert (checkout / "pip.log").read_text().count("-e .[test,mpi,dev]") == 2
+    assert (checkout / "pip.log").read_text().count("-e .[test,mpi,dev,docs]") == 2
 
 
 def test_train_without_scikit_learn_says_what_to_install(tmp_path):

@@ -128,11 +128,11 @@ def test_a_full_disk_keeps_the_previous_plot_and_prints_one_line(tmp_path):
     assert _contents(tmp_path) == before  # the old plot, the manifest, no temporary file
 
 
-def test_the_readme_example_refuses_and_keeps_the_users_readme(tmp_path):
+def test_the_docs_example_refuses_and_keeps_the_users_readme(tmp_path):
     from tests.paths import ROOT
 
-    text = (ROOT / "README.md").read_text()
-    block = text.split("### Your files", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    text = (ROOT / "docs" / "simulator" / "cli.md").read_text()
+    block = text.split("## Your files", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     env = {**os.environ, "PATH": f"{Path(DLS).parent}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run(
         ["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True

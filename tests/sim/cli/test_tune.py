@@ -36,8 +36,9 @@ def test_tune_on_every_shipped_trace_prints_a_line_that_constructs(model, capsys
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"dynamic: 30 settings x 1 trace(s) ({model}), 2 runs")
     words = [" ".join(line.split()) for line in out]
-    assert words[-5].startswith("chosen ") and words[-4].startswith("default 2^15 2000 1 ")
-    assert words[-3].startswith("legend: signal lost = ")
+    chosen = next(i for i, w in enumerate(words) if w.startswith("chosen "))
+    assert words[chosen + 1].startswith("default 2^15 2000 1 ")
+    assert words[chosen + 2].startswith("legend: signal lost = ")
     updater = _pasted_line_constructs(out[-1])
     assert updater.update().scale > 0  # and it trains
 

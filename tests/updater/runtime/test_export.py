@@ -1,6 +1,8 @@
 """nnabla's own parameter file of a checkpoint's weights (issue 30): ``nn.load_parameters`` on
 the exported file gives the trained weights, bit for bit, with no graph built; on cpu:half."""
 
+import logging
+
 import nnabla as nn
 import numpy as np
 import pytest
@@ -45,3 +47,32 @@ def test_export_refuses_another_suffix_and_a_file_that_is_not_a_checkpoint(tmp_p
     with pytest.raises(ValueError, match="not a checkpoint written by save_checkpoint"):
         export_parameters(other, tmp_path / "weights.h5")
     assert not (tmp_path / "weights.h5").exists()
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.name}: {record.getMessage()}")
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".protobuf"])
+def test_the_log_names_the_exported_file_not_a_file_descriptor(tmp_path, checkpoint, suffix):
+    """Issue 41: nnabla's own line named the temporary file object
+    (``Parameter save (.h5): <_io.BufferedWriter name=4>``)."""
+    lines = _Lines()
+    loggers = [logging.getLogger("nnabla"), logging.getLogger("updater.runtime.export")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.addHandler(lines)
+        log.setLevel(logging.INFO)
+    try:
+        out = export_parameters(checkpoint[0], tmp_path / f"run{suffix}")
+    finally:
+        for log, level in zip(loggers, levels):
+            log.removeHandler(lines)
+            log.setLevel(level)
+    assert lines.lines == [f"updater.runtime.export: Parameter save ({suffix}): {out}"]
+    assert logging.getLogger("nnabla").filters == []  # nnabla's other lines are left alone

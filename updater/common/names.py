@@ -1,0 +1,38 @@
+"""Names a user types (a policy's name in Python, anything on the ``dls`` command line):
+matched case-insensitively, and a "did you mean" from :mod:`difflib` (the standard library's
+closest-match rule) when a name is unknown.
+
+One rule for every name: policies, subcommands, options, trace families and shipped traces.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Sequence
+
+
+def match_name(given: str, choices: Sequence[str]) -> str | None:
+    """The choice ``given`` names: itself, else the one choice equal to it ignoring case, else
+    None.
+
+    >>> match_name("Dynamic", ["dynamic", "DynamicScale"]), match_name("x", ["dynamic"])
+    ('dynamic', None)
+    """
+    if given in choices:
+        return given
+    folded = [c for c in choices if c.lower() == given.lower()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def did_you_mean(given: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the closest choices (:func:`difflib.get_close_matches`,
+    ignoring case), or ``""`` when none is close.
+
+    >>> did_you_mean("simulat", ["simulate", "sweep"]), did_you_mean("zzz", ["sweep"])
+    (" (did you mean 'simulate'?)", '')
+    """
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(given.lower(), list(lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(lower[c]) for c in close)}?)"
