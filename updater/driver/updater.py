@@ -56,7 +56,9 @@ class DynamicLossScalingUpdater:
     ``solver.update()``; the policy's advance. Each step's verdict (applied, overflow or bad
     batch) follows one rule (:func:`updater.driver.records.verdict`); ``on_overflow="retry"``
     recomputes the same batches at the lowered scale (:mod:`updater.driver.attempts`). The
-    solver's parameters are read again at every step that needs them.
+    solver's parameters are read again at every step that needs them. Keywords other than those
+    below raise ``TypeError``; PyTorch's ``init_scale=``, ``growth_interval=``,
+    ``growth_factor=``, ``backoff_factor=`` name ``policy=DynamicScale(...)``.
 
     Args:
         {options}
@@ -74,8 +76,6 @@ class DynamicLossScalingUpdater:
         max_scale (float or None, default None): cap of the built policy; None: the largest
             power of two the seed holds (2**15 for a float16 loss, 2**127 in float32); above
             that (also in ``policy=``): ValueError.
-        Other keywords raise ``TypeError``; PyTorch's ``init_scale=``, ``growth_interval=``,
-        ``growth_factor=``, ``backoff_factor=`` name ``policy=DynamicScale(...)``.
 
     Attributes:
         options: ``solver``, ``loss``, ``data_feeder``, ``clear_buffer``, ``accum_grad``,
