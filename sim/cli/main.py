@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--force",
             action="store_true",
             help="replace output files dls did not write (by default dls refuses to replace "
-            "them: it replaces only files it wrote, listed in the folder's .dls-written.json)",
+            "them: it replaces only files whose content says dls wrote them, unedited since)",
         )
     for p in sub.choices.values():
         add_verbosity(p)

@@ -83,4 +83,4 @@ def write_csv(path, rows, columns, force: bool = False, inputs=()) -> None:
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow([csv_head(c) for c in columns])
     writer.writerows([csv_value(c, r[c]) for c in columns] for r in rows)
-    write_text(path, text.getvalue(), force, inputs)
+    write_text(path, text.getvalue(), force, inputs, csv=True)

@@ -17,18 +17,23 @@ import json
 import os
 import stat
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Mapping, Union
 
 import numpy as np
+
+from .identity import MARK, NPZ_MARKER
 
 # ---------------------------------------------------------------- .npz archives
 
 
 def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) -> None:
     """Write ``arrays`` to the open binary file ``f`` as an ``.npz`` archive, as ``np.savez``
-    does (never pickling). Unlike ``np.savez``, a write that fails (a full disk) leaves no
-    half-closed zip behind to print ``Exception ignored in: ZipFile.__del__`` later.
+    does (never pickling), with the marker member ``written_by_dls.npy`` first
+    (:mod:`updater.common.identity`; :func:`read_npz` leaves it out). Unlike ``np.savez``, a
+    write that fails (a full disk) leaves no half-closed zip behind to print
+    ``Exception ignored in: ZipFile.__del__`` later.
 
     Args:
         f (binary file): open for writing, e.g. the one
@@ -38,8 +43,9 @@ def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) ->
     """
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     archive = zipfile.ZipFile(f, mode="w", compression=method, allowZip64=True)
+    marked = {NPZ_MARKER: np.array(MARK), **arrays}  # the marker first: read from the head
     try:
-        for name, value in arrays.items():
+        for name, value in marked.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
                 np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
         archive.close()
@@ -217,7 +223,7 @@ def _read_archive(
     arrays = {}
     with archive:
         names = archive.namelist()
-        twice = sorted({n for n in names if names.count(n) > 1})
+        twice = sorted(n for n, k in Counter(names).items() if k > 1)
         if twice:
             raise fail(f"entries {twice} appear more than once")
         total = sum(info.file_size for info in archive.infolist())
@@ -230,6 +236,8 @@ def _read_archive(
             if not name.endswith(".npy"):
                 raise fail(f"entry {name!r} is not a NumPy array (.npy)")
             key = name[: -len(".npy")]
+            if key == NPZ_MARKER:
+                continue
             try:
                 _check_size(archive, name)
                 with archive.open(name) as entry:
