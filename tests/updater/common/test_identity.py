@@ -88,8 +88,8 @@ except UnsafeOutputError:
 
 def _run_write(folder: Path) -> subprocess.CompletedProcess:
     script = WRITE.format(root=str(ROOT), folder=str(folder))
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    command = [sys.executable, "-c", script]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("kind", ["folder", "fifo", "dev-zero", "nested-json"])
@@ -120,8 +120,8 @@ time.sleep(120)
 
 
 def test_a_write_never_waits_for_a_lock_another_process_holds_on_the_folder(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+    command = [sys.executable, "-c", HOLD, str(tmp_path)]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
         (tmp_path / "users.md").write_text("mine\n")
