@@ -105,6 +105,9 @@ def _acquire(path: Path) -> int:
                 f"another GradientRecorder (or a merge of its parts) is writing {path}: "
                 f"{folder / LOCK_NAME} is locked; give each recorder its own path"
             ) from None
+        except OSError as e:  # ENOLCK (a network file system): leave nothing behind
+            _unlock(path, fd)
+            raise OSError(e.errno, f"cannot lock {folder / LOCK_NAME}: {e.strerror}") from None
         with contextlib.suppress(OSError):  # the lock file we hold is still the folder's
             if os.fstat(fd).st_ino == os.stat(folder / LOCK_NAME).st_ino:
                 return fd

@@ -103,3 +103,16 @@ def test_an_unclosed_recorder_that_cannot_write_at_exit_exits_non_zero(tmp_path)
     path, proc = _full_disk(tmp_path, close=False)
     assert "ERROR: GradientRecorder could not write" in proc.stderr
     assert proc.returncode == 1
+
+
+def test_a_lock_the_file_system_refuses_leaves_no_lock_file(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(OSError, match="cannot lock .*t.npz.parts/lock: No locks available"):
+        GradientRecorder(tmp_path / "t.npz")
+    assert list(tmp_path.iterdir()) == []
