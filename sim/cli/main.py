@@ -371,7 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Entry point of ``dls``; returns the exit status (argument errors exit with 2)."""
+    """Entry point of ``dls``; returns the exit status (argument errors exit with 2). A name
+    with bytes the terminal's encoding cannot show (a path that is not UTF-8) prints with
+    replacement characters."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     parser = build_parser()
     args = parse_args(parser, argv)
     setup_logging(args.verbosity)

@@ -49,9 +49,10 @@ def _sha256(data: bytes) -> str:
 
 
 def mark_text(text: str, csv: bool = False) -> bytes:
-    """``text`` (UTF-8, ending with a newline) with its marker: a last line (markdown and any
-    text), or with ``csv`` a last cell on the first line."""
-    data = text.encode("utf-8")
+    """``text`` (UTF-8, ending with a newline; a character UTF-8 cannot hold, such as a name's
+    undecodable byte, becomes ``?``) with its marker: a last line (markdown and any text), or
+    with ``csv`` a last cell on the first line."""
+    data = text.encode("utf-8", "replace")
     if not data.endswith(b"\n"):
         data += b"\n"
     if not csv:
