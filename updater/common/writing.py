@@ -22,10 +22,9 @@ its outputs before any work too):
   always refused.
 
 All or nothing: everything that can fail (the content, its flush and fsync, the close) happens
-before the rename; once renamed the write has succeeded (the folder's fsync after it is best
-effort). No write takes a lock. A refusal raises :class:`UnsafeOutputError` (a
-``FileExistsError``); a failed write raises the ``OSError`` with the target's path in its
-message, and the previous file is intact.
+before the rename; once renamed the write has succeeded. No write takes a lock. A refusal
+raises :class:`UnsafeOutputError` (a ``FileExistsError``); a failed write raises the
+``OSError`` with the target's path in its message, and the previous file is intact.
 """
 
 from __future__ import annotations
@@ -177,8 +176,8 @@ def write_text(
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through a temporary file and a rename, without the ownership rules (for
     the package's own working files, e.g. a recorder's parts): everything that can fail
-    happens before the rename; the folder is fsynced after it (best effort), so the new name
-    is durable once this returns."""
+    happens before the rename. After a power loss the name holds the old file or the new one
+    (fsynced before the rename); :func:`sync_folder` makes the rename itself durable."""
     remove_orphans(path.parent)
     tmp = _temp_path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
@@ -193,7 +192,6 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    sync_folder(path.parent)
 
 
 def sync_folder(folder: Path) -> None:

@@ -64,7 +64,7 @@ def _values(array: nn.NdArray) -> np.ndarray:
         dtype = np.float64 if array.dtype == np.float64 else np.float32
     except RuntimeError:  # fill()ed and never allocated: no dtype yet, its value reads as any
         dtype = np.float32
-    return np.array(array.get_data("r", dtype=dtype), copy=True)
+    return np.asarray(array.get_data("r", dtype=dtype))  # written before any training runs
 
 
 def _write(array: nn.NdArray, values: np.ndarray) -> None:
@@ -220,8 +220,9 @@ def _select(shapes: Dict[str, tuple]):
 
 def _nonfinite(values: np.ndarray) -> str:
     """ "NaN", "inf", "NaN and inf", or "" when every value is finite."""
-    if np.isfinite(values).all():
-        return ""
+    with np.errstate(over="ignore", invalid="ignore"):  # a finite sum: one fast pass
+        if np.isfinite(values.sum()) or np.isfinite(values).all():
+            return ""
     found = [w for w, test in (("NaN", np.isnan), ("inf", np.isinf)) if test(values).any()]
     return " and ".join(found)
 

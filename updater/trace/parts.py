@@ -220,7 +220,9 @@ def merge_parts(path: Union[str, Path], name: str | None = None) -> Path:
         raise FileNotFoundError(f"{parts_dir(path)} holds no trace parts to merge")
     traces = load_parts(path)
     merged = concat_traces(traces, traces[0].name if name is None else name).save(path)
+    sync_folder(merged.parent)  # the merged trace's name is durable before ...
     atomic_write(parts_dir(path) / MERGED_NAME, lambda f: f.write(b"parts merged\n"))
+    sync_folder(parts_dir(path))  # ... the mark that lets the parts go
     finish_merge(path)
     return merged
 
