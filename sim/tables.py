@@ -114,12 +114,12 @@ class Code(str):
 
 
 def escape_cell(text: str) -> str:
-    r"""A markdown table cell as plain text: ``|`` and backticks escaped (``\|``, ``\```), the
-    ``<`` that would open an HTML tag or comment as ``&lt;``, line breaks as spaces; a
-    :class:`Code` cell as a code span (pipes escaped, as GitHub's tables need).
+    r"""A markdown table cell: ``|`` escaped as ``\|``, the ``<`` that would open an HTML tag or
+    comment as ``&lt;``, line breaks as spaces (backticks stay: the tables' authors write code
+    spans); a :class:`Code` cell (a name from data) as a code span no backtick in it can close.
 
-    >>> escape_cell("mean |error|"), escape_cell("a`<img src=x>"), escape_cell("<0.001%")
-    ('mean \\|error\\|', 'a\\`&lt;img src=x>', '<0.001%')
+    >>> escape_cell("mean |error|"), escape_cell("<img src=x>"), escape_cell("<0.001%")
+    ('mean \\|error\\|', '&lt;img src=x>', '<0.001%')
     >>> escape_cell(Code("w`<b>"))
     '``w`<b>``'
     """
@@ -128,7 +128,7 @@ def escape_cell(text: str) -> str:
         fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
         pad = " " if flat.startswith("`") or flat.endswith("`") else ""
         return f"{fence}{pad}{flat}{pad}{fence}".replace("|", "\\|")
-    flat = flat.replace("\\|", "|").replace("|", "\\|").replace("`", "\\`")
+    flat = flat.replace("\\|", "|").replace("|", "\\|")
     return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", flat)
 
 
