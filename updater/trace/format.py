@@ -337,11 +337,13 @@ class Trace:
         Raises:
             OSError: the file is missing, a folder or unreadable.
             ValueError: the file is not a gradient trace (empty, truncated, not an ``.npz``,
-                arrays missing, of the wrong kind or inconsistent) or of a newer format; the
-                message names the file and the problem.
+                arrays missing, of the wrong kind or inconsistent: the declared shapes are
+                checked against the steps and binades of ``counts`` before any array is
+                inflated) or of a newer or unknown format; the message names the file and the
+                problem.
         """
         try:
-            z = read_npz(path, "gradient trace", max_bytes)
+            z = read_npz(path, "gradient trace", max_bytes, _check_shapes)
         except FileNotFoundError as e:
             if Path(path).suffix:
                 raise
@@ -354,6 +356,8 @@ class Trace:
             ) from None
         z.require("counts", "zeros", "absmax", "nonfinite", hint=": not a gradient trace")
         version = z.scalar("format_version", "int") if "format_version" in z else 1
+        if version < 1:
+            raise z.error(f"format_version {version} is not a trace format (1 to {FORMAT_VERSION})")
         if version > FORMAT_VERSION:
             raise z.error(
                 f"format_version {version} is newer than this version reads ({FORMAT_VERSION}); "
@@ -387,3 +391,30 @@ class Trace:
             return cls(*fields, over, **layers, overflow_probed=probed, **extra, finite_scale=fin)
         except (TypeError, ValueError) as e:
             raise z.error(str(e)) from None
+
+
+_PER_STEP = ("zeros", "absmax", "nonfinite", "overflow_scale", "finite_scale", "forward_peak")
+_PER_STEP += ("forward_where", "flush_scales", "flush_shares", *_LAYER_FIELDS[1:])
+
+
+def _check_shapes(declared: dict) -> set:
+    """For :func:`updater.common.npz.read_npz`: ``ValueError`` unless every declared array has
+    the steps of ``counts`` (and the layers of ``layer_names``, the binades of ``counts``), so
+    nothing larger than the trace says it is gets inflated; the names to read."""
+    shapes = {k: tuple(shape) for k, (shape, _) in declared.items()}
+    if len(shapes.get("counts", (0, 0))) != 2:
+        raise ValueError(f"array 'counts' has shape {shapes['counts']}, expected (steps, binades)")
+    steps, bins = shapes.get("counts", (None, None))
+    if steps == 0:
+        raise ValueError("a trace needs at least one step, got 0")
+    layers = shapes.get("layer_names", (None,))
+    for key in _PER_STEP:
+        shape = shapes.get(key)
+        if shape is not None and steps is not None and shape[:1] != (steps,):
+            raise ValueError(f"{key} must have shape {(steps, *shape[1:])}, got {shape}")
+    layered = {"layer_counts": (steps, *layers, bins), "layer_zeros": (steps, *layers)}
+    layered["layer_absmax"] = (steps, *layers)
+    for key, want in layered.items():
+        if key in shapes and shapes[key] != want:
+            raise ValueError(f"{key} must have shape {want}, got {shapes[key]}")
+    return set(declared)

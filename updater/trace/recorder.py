@@ -23,13 +23,14 @@ from .parts import (
     PartsLock,
     check_trace_path,
     concat_traces,
+    finish_merge,
     load_parts,
     merge_parts,
     part_files,
     parts_dir,
     write_part,
 )
-from .rows import trace_of, warn_forward, write_at_exit
+from .rows import trace_of, warn_forward, watch_exit, write_at_exit
 from .values import NBINS, binade_histogram, check_label
 
 logger = logging.getLogger(__name__)
@@ -172,6 +173,7 @@ class GradientRecorder:
         self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
         self._lock = [PartsLock(self.path)]  # emptied while released (after close)
+        finish_merge(self.path)  # an interrupted merge's leftovers: the trace is complete
         if part_files(self.path):
             self._lock.pop().release()
             raise ValueError(
@@ -196,6 +198,7 @@ class GradientRecorder:
             self.probe_overflow,
             self.every,
         )
+        watch_exit()
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
@@ -327,15 +330,27 @@ class GradientRecorder:
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:
         """Merge the parts an interrupted recording (``write_every``/``write_seconds``) left in
-        ``<path>.parts`` into the trace at ``path``; return ``path``.
+        ``<path>.parts`` into the trace at ``path``, or finish a merge that was interrupted;
+        return ``path``. A trace at ``path`` with more steps than the parts is never replaced.
 
         Raises:
             FileNotFoundError: there are no parts.
-            ValueError: a part is damaged, not a regular file or of another recording (named).
+            ValueError: a part is damaged, not a regular file or of another recording (named),
+                or the trace at ``path`` holds more steps than the parts.
             RuntimeError: a recorder is still writing to ``path``.
         """
         path = check_trace_path(path)
         with PartsLock(path):
+            if finish_merge(path):
+                return path
+            if path.exists() and part_files(path):
+                held = Trace.load(path).steps
+                parts = sum(t.steps for t in load_parts(path))
+                if held > parts:
+                    raise ValueError(
+                        f"{path} holds {held} steps, its parts in {parts_dir(path)} {parts}: "
+                        f"not replacing it with fewer; move {path} away to merge them"
+                    )
             return merge_parts(path)
 
     def _columns(self, names, n: int) -> np.ndarray:
