@@ -247,3 +247,21 @@ def finish_merge(path: Union[str, Path]) -> bool:
     sync_folder(folder)
     (folder / MERGED_NAME).unlink()
     return True
+
+
+def recover_parts(path: Union[str, Path]) -> Path:
+    """:meth:`updater.trace.recorder.GradientRecorder.recover`: merge the parts at ``path``
+    or finish an interrupted merge, never replacing a longer trace."""
+    path = check_trace_path(path)
+    with PartsLock(path):
+        if finish_merge(path):
+            return path
+        if path.exists() and part_files(path):
+            held = Trace.load(path).steps
+            parts = sum(t.steps for t in load_parts(path))
+            if held > parts:
+                raise ValueError(
+                    f"{path} holds {held} steps, its parts in {parts_dir(path)} {parts}: "
+                    f"not replacing it with fewer; move {path} away to merge them"
+                )
+        return merge_parts(path)

@@ -28,10 +28,11 @@ from .parts import (
     merge_parts,
     part_files,
     parts_dir,
+    recover_parts,
     write_part,
 )
 from .rows import trace_of, warn_forward, watch_exit, write_at_exit
-from .values import NBINS, binade_histogram, check_label
+from .values import NBINS, binade_histogram, check_label, layer_columns
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +271,9 @@ class GradientRecorder:
         if finite_scale is not None:
             seen_finite = check_number("finite_scale", finite_scale, 0.0, math.inf)
         grads = list(grads)
-        columns = self._columns(names, len(grads)) if self.per_parameter else None
+        columns = (
+            layer_columns(self._layer_names, names, len(grads)) if self.per_parameter else None
+        )
         rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
         layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
         layer_zeros = np.array([r[1] for r in rows], np.int64)
@@ -339,42 +342,7 @@ class GradientRecorder:
                 or the trace at ``path`` holds more steps than the parts.
             RuntimeError: a recorder is still writing to ``path``.
         """
-        path = check_trace_path(path)
-        with PartsLock(path):
-            if finish_merge(path):
-                return path
-            if path.exists() and part_files(path):
-                held = Trace.load(path).steps
-                parts = sum(t.steps for t in load_parts(path))
-                if held > parts:
-                    raise ValueError(
-                        f"{path} holds {held} steps, its parts in {parts_dir(path)} {parts}: "
-                        f"not replacing it with fewer; move {path} away to merge them"
-                    )
-            return merge_parts(path)
-
-    def _columns(self, names, n: int) -> np.ndarray:
-        """The trace columns of ``names`` (checked), adding names not seen before."""
-        if names is None:
-            raise ValueError(
-                "names must list the parameter names of grads (same order) when "
-                "per_parameter=True, got None"
-            )
-        if isinstance(names, str) or not all(isinstance(x, str) for x in names):
-            raise TypeError(f"names must be a list of str, got {names!r}")
-        names = list(names)
-        if len(names) != n or len(set(names)) != n:
-            raise ValueError(
-                f"names must hold {n} distinct names (one per gradient array), got "
-                f"{len(names)} ({len(set(names))} distinct)"
-            )
-        known = set(self._layer_names)
-        for name in names:
-            if name not in known:
-                check_label("names", name)
-        self._layer_names.extend(x for x in names if x not in known)
-        column = {x: i for i, x in enumerate(self._layer_names)}
-        return np.array([column[x] for x in names], np.int64)
+        return recover_parts(path)
 
     def trace(self) -> Trace:
         """Return the steps recorded so far as a :class:`Trace` (the parts written included)."""
