@@ -108,13 +108,28 @@ def with_percents(rows: Iterable[Dict[str, Any]], columns: Iterable[str]) -> Lis
     return out
 
 
-def escape_cell(text: str) -> str:
-    r"""A markdown table cell: ``|`` escaped as ``\|``, line breaks as spaces.
+class Code(str):
+    """A cell shown as code (a name from a trace or a model): :func:`markdown_table` writes it
+    as a code span that no backtick inside can close (HTML in it stays text)."""
 
-    >>> escape_cell("mean |error|")
-    'mean \\|error\\|'
+
+def escape_cell(text: str) -> str:
+    r"""A markdown table cell: ``|`` escaped as ``\|``, the ``<`` that would open an HTML tag or
+    comment as ``&lt;``, line breaks as spaces (backticks stay: the tables' authors write code
+    spans); a :class:`Code` cell (a name from data) as a code span no backtick in it can close.
+
+    >>> escape_cell("mean |error|"), escape_cell("<img src=x>"), escape_cell("<0.001%")
+    ('mean \\|error\\|', '&lt;img src=x>', '<0.001%')
+    >>> escape_cell(Code("w`<b>"))
+    '``w`<b>``'
     """
-    return " ".join(str(text).replace("\\|", "|").replace("|", "\\|").split())
+    flat = " ".join(str(text).split())
+    if isinstance(text, Code):
+        fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
+        pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+        return f"{fence}{pad}{flat}{pad}{fence}".replace("|", "\\|")
+    flat = flat.replace("\\|", "|").replace("|", "\\|")
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", flat)
 
 
 def markdown_table(

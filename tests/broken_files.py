@@ -59,3 +59,25 @@ ARCHIVE_BREAKAGES = {
     ),
 }
 """Breakages of the archive itself, the same for every loader."""
+
+
+def with_bomb(path, name, shape, dtype=np.float32):
+    """Rewrite the .npz at ``path`` with the array ``name`` replaced by zeros of ``shape``,
+    deflated (a file of a few hundred KB that unpacks to ``prod(shape) * itemsize`` bytes),
+    written in chunks so the test itself never holds it."""
+    import zipfile
+
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files if k != name}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for key, value in arrays.items():
+            with archive.open(f"{key}.npy", "w") as entry:
+                np.lib.format.write_array(entry, value)
+        with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+            header = {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
+            np.lib.format.write_array_header_1_0(entry, header)
+            left = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            block = bytes(1 << 20)
+            while left > 0:
+                entry.write(block[: min(left, len(block))])
+                left -= len(block)

@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--force",
             action="store_true",
             help="replace output files dls did not write (by default dls refuses to replace "
-            "them: it replaces only files it wrote, listed in the folder's .dls-written.json)",
+            "them: it replaces only files whose content says dls wrote them, unedited since)",
         )
     for p in sub.choices.values():
         add_verbosity(p)
@@ -371,7 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Entry point of ``dls``; returns the exit status (argument errors exit with 2)."""
+    """Entry point of ``dls``; returns the exit status (argument errors exit with 2). A name
+    with bytes the terminal's encoding cannot show (a path that is not UTF-8) prints with
+    replacement characters."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     parser = build_parser()
     args = parse_args(parser, argv)
     setup_logging(args.verbosity)

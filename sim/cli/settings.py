@@ -68,6 +68,10 @@ def policy_list() -> str:
 # ---------------------------------------------------------------- settings
 
 
+INT_LIMIT = 2**63
+"""Int settings are held in int64 arrays (a simulation's many runs): ``|value| < 2**63``."""
+
+
 def parse_number(text: str) -> float:
     """Parse ``1000``, ``0.5``, ``1e-3``, ``2**15``, ``2^15`` or ``2**-24`` to a finite float;
     anything else (``nan``, ``inf``, ``1e400``, ``10**400``, ``0**-1``) raises ``ValueError``.
@@ -100,8 +104,8 @@ def _convert(parser, policy: str, key: str, text: str, types: Dict[str, type]):
     except ValueError:
         parser.error(f"setting {key} needs a finite number (e.g. 1000, 0.5, 2**15), got {text!r}")
     if types[key] is int:
-        if value != int(value):
-            parser.error(f"setting {key} needs an int, got {text!r}")
+        if value != int(value) or not -INT_LIMIT <= value < INT_LIMIT:
+            parser.error(f"setting {key} needs an int from -2**63 to 2**63 - 1, got {text!r}")
         return int(value)
     return value
 

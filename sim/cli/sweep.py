@@ -79,10 +79,27 @@ def run(parser, args) -> int:
 
 def write_csv(path, rows, columns, force: bool = False, inputs=()) -> None:
     """Every row as CSV: each column under its one name with its unit
-    (:func:`sim.replay.metrics.csv_head`: shares in percent, ``signal lost (%)``), written by
+    (:func:`sim.replay.metrics.csv_head`: shares in percent, ``signal lost (%)``), text cells
+    made inert for spreadsheets (:func:`inert_cell`), written by
     :func:`updater.common.writing.write_text` (``force``, ``inputs``: its rules)."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow([csv_head(c) for c in columns])
-    writer.writerows([csv_value(c, r[c]) for c in columns] for r in rows)
-    write_text(path, text.getvalue(), force, inputs)
+    writer.writerow([inert_cell(csv_head(c)) for c in columns])
+    writer.writerows([inert_cell(csv_value(c, r[c])) for c in columns] for r in rows)
+    write_text(path, text.getvalue(), force, inputs, csv=True)
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""How a cell that a spreadsheet would run as a formula starts (OWASP's CSV injection list)."""
+
+
+def inert_cell(value):
+    """``value`` for a CSV cell: a text starting like a formula gets a leading ``'``, which
+    spreadsheets show as text; numbers (negative ones too) stay numbers.
+
+    >>> inert_cell("=HYPERLINK(0)"), inert_cell("-x"), inert_cell(-2.5), inert_cell("spikes")
+    ("'=HYPERLINK(0)", "'-x", -2.5, 'spikes')
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value

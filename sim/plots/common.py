@@ -26,16 +26,19 @@ from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from updater.common.identity import FIGURE_KEYWORDS, MARK, PNG_KEY
 from updater.common.writing import write_file
 
 DPI = 100
 """Dots per inch of new figures and of :func:`save_figure`."""
 
-_NO_VERSION = {
-    "png": {"Software": None},
-    "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
-    "svg": {"Creator": None, "Date": None},
+_METADATA = {
+    "png": {"Software": None, PNG_KEY: MARK},
+    "pdf": {"Creator": None, "Producer": None, "CreationDate": None, "Keywords": FIGURE_KEYWORDS},
+    "svg": {"Creator": None, "Date": None, "Keywords": FIGURE_KEYWORDS},
 }
+"""No matplotlib version (a rerun writes the same bytes); the marker that dls wrote the file
+(:mod:`updater.common.identity`)."""
 
 
 # ---------------------------------------------------------------- figure files
@@ -91,7 +94,8 @@ def save_figure(
     with :func:`updater.common.writing.write_file` (atomic, never through a link; a file dls
     did not write is replaced only with ``overwrite=True``).
 
-    PNG, PDF and SVG files carry no matplotlib version, so a rerun writes the same PNG bytes.
+    PNG, PDF and SVG files carry no matplotlib version, so a rerun writes the same PNG bytes,
+    and say that dls wrote them (a PNG text chunk, PDF and SVG keywords).
 
     Args:
         fig (Figure): the figure.
@@ -100,7 +104,7 @@ def save_figure(
         overwrite (bool, default False): replace a file dls did not write.
     """
     fmt = check_figure_path(path)
-    meta = _NO_VERSION.get(fmt)
+    meta = _METADATA.get(fmt)
     return write_file(path, lambda f: fig.savefig(f, dpi=dpi, format=fmt, metadata=meta), overwrite)
 
 

@@ -31,7 +31,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from sim.casting.underflow import pooled_flushed_share
-from sim.tables import markdown_table
+from sim.tables import Code, markdown_table
 from updater.common.float16 import FP16_FLUSH_BINADE
 from updater.common.validation import check_instance, check_number
 from updater.policy import largest_safe_scale
@@ -222,7 +222,7 @@ def format_layer_needs(rows: List[Dict], tolerance: float = TOLERANCE) -> str:
     for row in rows:
         need = [_pow2(s.need, f"n/a ({s.reason})") for s in row["stages"]]
         safe = [_pow2(s.safe, "any") for s in row["stages"]]
-        cells.append(dict(zip(head, [f"`{row['layer']}`", row["values"], *need, *safe])))
+        cells.append(dict(zip(head, [Code(row["layer"]), row["values"], *need, *safe])))
     table = markdown_table(cells, head, align="lr" + "r" * 2 * len(labels))
     notes = []
     for i, label in enumerate(labels):

@@ -17,18 +17,23 @@ import json
 import os
 import stat
 import zipfile
+from collections import Counter
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Mapping, Union
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Mapping, Tuple, Union
 
 import numpy as np
+
+from .identity import MARK, NPZ_MARKER
 
 # ---------------------------------------------------------------- .npz archives
 
 
 def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) -> None:
     """Write ``arrays`` to the open binary file ``f`` as an ``.npz`` archive, as ``np.savez``
-    does (never pickling). Unlike ``np.savez``, a write that fails (a full disk) leaves no
-    half-closed zip behind to print ``Exception ignored in: ZipFile.__del__`` later.
+    does (never pickling), with the marker member ``written_by_dls.npy`` first
+    (:mod:`updater.common.identity`; :func:`read_npz` leaves it out). Unlike ``np.savez``, a
+    write that fails (a full disk) leaves no half-closed zip behind to print
+    ``Exception ignored in: ZipFile.__del__`` later.
 
     Args:
         f (binary file): open for writing, e.g. the one
@@ -38,8 +43,9 @@ def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) ->
     """
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     archive = zipfile.ZipFile(f, mode="w", compression=method, allowZip64=True)
+    marked = {NPZ_MARKER: np.array(MARK), **arrays}  # the marker first: read from the head
     try:
-        for name, value in arrays.items():
+        for name, value in marked.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
                 np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
         archive.close()
@@ -65,11 +71,18 @@ class NpzContent:
     Attributes:
         path (Path): the file read.
         what (str): what the file should be, for messages ("checkpoint", "gradient trace").
-        arrays (dict str -> numpy.ndarray): every entry, by name.
+        arrays (dict str -> numpy.ndarray): every entry read, by name.
+        declared (dict str -> (shape, dtype)): every entry of the archive (the marker left
+            out), as its header declares it, read or not.
     """
 
-    def __init__(self, path: Path, what: str, arrays: Dict[str, np.ndarray]):
+    def __init__(
+        self, path: Path, what: str, arrays: Dict[str, np.ndarray], declared: Dict | None = None
+    ):
         self.path, self.what, self.arrays = path, what, arrays
+        self.declared = (
+            {k: (v.shape, v.dtype) for k, v in arrays.items()} if declared is None else declared
+        )
 
     def __contains__(self, name: str) -> bool:
         return name in self.arrays
@@ -123,12 +136,18 @@ def memory_bytes() -> int:
         return 8 * 2**30
 
 
-def read_npz(path: Union[str, Path], what: str, max_bytes: int | None = None) -> NpzContent:
-    """Read every array of the ``.npz`` archive at ``path``, never unpickling.
+Select = Callable[[Dict[str, Tuple[tuple, np.dtype]]], Iterable[str]]
+
+
+def read_npz(
+    path: Union[str, Path], what: str, max_bytes: int | None = None, select: Select | None = None
+) -> NpzContent:
+    """Read the arrays of the ``.npz`` archive at ``path``, never unpickling.
 
     Nothing is decompressed before the archive's declared sizes are checked: their sum against
-    ``max_bytes``, and each array's header against its entry's size, so a small file that
-    unpacks to gigabytes (a decompression bomb) is refused at once.
+    ``max_bytes``, each array's header against its entry's size, and the declared shapes by
+    ``select``, so a small file that unpacks to gigabytes (a decompression bomb) is refused at
+    once.
 
     Args:
         path (str or Path): the file: a regular file (a FIFO or a device is refused, never
@@ -136,6 +155,10 @@ def read_npz(path: Union[str, Path], what: str, max_bytes: int | None = None) ->
         what (str): what the file should be, for messages ("checkpoint", "gradient trace").
         max_bytes (int or None, default None): the most bytes the arrays may hold unpacked;
             None: half the machine's physical memory.
+        select (callable or None, default None): called with every entry's declared
+            ``(shape, dtype)`` by name (from the array headers, nothing inflated) before any
+            array is read; returns the names to read, or raises ``ValueError(problem)`` to
+            refuse the file. None: read them all.
 
     Returns:
         NpzContent: the arrays, with checked accessors.
@@ -168,8 +191,8 @@ def read_npz(path: Union[str, Path], what: str, max_bytes: int | None = None) ->
             raise OSError(errno.EINVAL, f"{_SPECIAL.get(stat.S_IFMT(kind), 'a special file')}, "
                           "not a regular file")  # fmt: skip
         with open(path, "rb") as f:
-            arrays = _read_archive(f, lambda p: _fail(path, what, p), limit)
-            return NpzContent(path, what, arrays)
+            arrays, declared = _read_archive(f, lambda p: _fail(path, what, p), limit, select)
+            return NpzContent(path, what, arrays, declared)
     except OSError as e:
         raise OSError(e.errno, f"cannot read {what} {path}: {e.strerror or e}") from None
 
@@ -178,9 +201,10 @@ _SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}  # fmt: skip
 
 
-def _check_size(archive: zipfile.ZipFile, name: str) -> None:
-    """``ValueError`` unless entry ``name``'s array header declares as many bytes as the entry
-    holds (read_array would allocate what the header says before reading)."""
+def _declared(archive: zipfile.ZipFile, name: str) -> Tuple[tuple, np.dtype]:
+    """Entry ``name``'s declared ``(shape, dtype)``; ``ValueError`` unless its array header
+    declares as many bytes as the entry holds (read_array would allocate what the header says
+    before reading)."""
     with archive.open(name) as entry:
         version = np.lib.format.read_magic(entry)
         read_header = {(1, 0): np.lib.format.read_array_header_1_0}.get(
@@ -188,13 +212,13 @@ def _check_size(archive: zipfile.ZipFile, name: str) -> None:
         )
         shape, _, dtype = read_header(entry)
         header = entry.tell()
-    count = int(np.prod(shape, dtype=object))
     if dtype.hasobject:
-        return  # read_array refuses pickled objects itself
-    expected = header + count * dtype.itemsize
+        return shape, dtype  # refused by the caller
+    expected = header + int(np.prod(shape, dtype=object)) * dtype.itemsize
     size = archive.getinfo(name).file_size
     if expected != size:
         raise ValueError(f"its header declares {expected:,} bytes, the entry holds {size:,}")
+    return shape, dtype
 
 
 def _fail(path: Path, what: str, problem: str) -> ValueError:
@@ -202,8 +226,8 @@ def _fail(path: Path, what: str, problem: str) -> ValueError:
 
 
 def _read_archive(
-    f: BinaryIO, fail: Callable[[str], ValueError], limit: int
-) -> Dict[str, np.ndarray]:
+    f: BinaryIO, fail: Callable[[str], ValueError], limit: int, select: Select | None
+) -> Tuple[Dict[str, np.ndarray], Dict[str, Tuple[tuple, np.dtype]]]:
     head = f.read(6)
     if not head:
         raise fail("the file is empty (0 bytes), not an .npz archive")
@@ -214,10 +238,9 @@ def _read_archive(
         archive = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, EOFError, ValueError):
         raise fail("truncated or not an .npz archive (no zip directory at its end)") from None
-    arrays = {}
     with archive:
         names = archive.namelist()
-        twice = sorted({n for n in names if names.count(n) > 1})
+        twice = sorted(n for n, k in Counter(names).items() if k > 1)
         if twice:
             raise fail(f"entries {twice} appear more than once")
         total = sum(info.file_size for info in archive.infolist())
@@ -226,18 +249,40 @@ def _read_archive(
                 f"its arrays would unpack to {total:,} bytes, more than the limit of {limit:,} "
                 "(max_bytes= raises it)"
             )
+        declared = {}
         for name in names:
             if not name.endswith(".npy"):
                 raise fail(f"entry {name!r} is not a NumPy array (.npy)")
             key = name[: -len(".npy")]
-            try:
-                _check_size(archive, name)
-                with archive.open(name) as entry:
-                    arrays[key] = np.lib.format.read_array(entry, allow_pickle=False)
-            except OSError:
-                raise
-            except Exception as e:  # a bad CRC, a cut entry, a bad header, pickled objects
-                pickled = "allow_pickle" in str(e)
-                why = "holds pickled Python objects" if pickled else f"is damaged ({e})"
-                raise fail(f"array {key!r} {why}") from None
-    return arrays
+            if key != NPZ_MARKER:
+                declared[key] = _entry(archive, name, key, fail, _declared)
+                if declared[key][1].hasobject:
+                    raise fail(f"array {key!r} holds pickled Python objects")
+        try:
+            wanted = set(declared if select is None else select(declared))
+        except ValueError as e:
+            raise fail(str(e)) from None
+        arrays = {
+            key: _entry(archive, f"{key}.npy", key, fail, _read)
+            for key in declared
+            if key in wanted
+        }
+    return arrays, declared
+
+
+def _read(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    with archive.open(name) as entry:
+        return np.lib.format.read_array(entry, allow_pickle=False)
+
+
+def _entry(archive, name: str, key: str, fail, how):
+    """``how(archive, name)``, its errors (a bad CRC, a cut entry, a bad header, pickled
+    objects) raised as ``fail`` naming the array."""
+    try:
+        return how(archive, name)
+    except OSError:
+        raise
+    except Exception as e:
+        pickled = "allow_pickle" in str(e)
+        why = "holds pickled Python objects" if pickled else f"is damaged ({e})"
+        raise fail(f"array {key!r} {why}") from None

@@ -12,40 +12,35 @@ its outputs before any work too):
   process is gone (never a live writer's, never a file without the token; none on Windows).
 - **Never through a symbolic link.** A link (dangling or not) at the target is refused; with
   ``overwrite=True`` the link itself is replaced by the file, its target is left alone.
-- **Never a file it did not write.** An existing file is replaced only if this package wrote
-  it there: the folder's manifest ``.dls-written.json`` lists the SHA-256 of every file written
-  into it, and the file must still hold that content (a file the user made or edited since is
-  refused) unless ``overwrite=True``. Folders, FIFOs and devices are always refused.
+- **Never a file it did not write.** An existing file is replaced only if it says by its own
+  content that this package wrote it (:func:`updater.common.identity.written_by_dls`: an
+  archive member, a PNG text chunk, a marker line holding the text's SHA-256, so a file the
+  user edited since is refused), unless ``overwrite=True``. A copy or a move of such a file
+  keeps its identity; no bookkeeping file is written. Folders, FIFOs and devices are always
+  refused.
 - **Never an input.** A target that is one of ``inputs`` (the same file, or the same path) is
   always refused.
 
-A refusal raises :class:`UnsafeOutputError` (a ``FileExistsError``); a failed write raises the
-``OSError`` with the target's path in its message.
+All or nothing: everything that can fail (the content, its flush and fsync, the close) happens
+before the rename; once renamed the write has succeeded. No write takes a lock. A refusal
+raises :class:`UnsafeOutputError` (a ``FileExistsError``); a failed write raises the
+``OSError`` with the target's path in its message, and the previous file is intact.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import BinaryIO, Callable, Dict, Iterable, Iterator, Union
+from typing import BinaryIO, Callable, Iterable, Union
 
-try:
-    import fcntl
-except ImportError:  # Windows: the manifest is updated without a lock
-    fcntl = None  # type: ignore[assignment]
+from .identity import mark_text, written_by_dls
 
 PathLike = Union[str, Path]
-
-MANIFEST = ".dls-written.json"
-"""The file, in every folder this package writes into, that lists what it wrote there."""
-_MANIFEST_NOTE = "files dls wrote into this folder (SHA-256); dls replaces only these"
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "host"
 _TOKEN = "dls-tmp"
@@ -112,7 +107,7 @@ def check_target(path: PathLike, overwrite: bool = False, inputs: Iterable[PathL
     elif not stat.S_ISREG(mode):
         what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
         raise UnsafeOutputError(f"{path}: {what}; give a file name")
-    elif not overwrite and not _wrote(path):
+    elif not overwrite and not written_by_dls(path):
         raise UnsafeOutputError(
             f"{path}: not written by dls; not replacing it (--force/overwrite=True replaces it)",
         )
@@ -136,7 +131,9 @@ def write_file(
     inputs: Iterable[PathLike] = (),
 ) -> Path:
     """Call ``write(f)`` on a binary file that replaces ``path`` only once it is complete,
-    after :func:`check_target`, and record the file in its folder's manifest.
+    after :func:`check_target`. ``write`` must write the content's marker
+    (:mod:`updater.common.identity`) for a later write to replace the file without
+    ``overwrite``.
 
     Args:
         path (str or Path): the target; its folder must exist.
@@ -148,37 +145,39 @@ def write_file(
 
     Raises:
         UnsafeOutputError: :func:`check_target` refused ``path``; nothing was written.
-        OSError: the write failed (a full disk, a missing folder, no permission); the message
-            names ``path``, the previous file at ``path`` is intact and no temporary file is
-            left.
+        OSError: the write failed (a full disk, a file-size limit, a missing folder, no
+            permission); the message names ``path``, the previous file at ``path`` is intact
+            and no temporary file is left.
 
     >>> import tempfile
-    >>> p = write_file(Path(tempfile.mkdtemp()) / "x.txt", lambda f: f.write(b"done"))
-    >>> p.read_bytes(), write_file(p, lambda f: f.write(b"again")).read_bytes()
-    (b'done', b'again')
+    >>> p = write_text(Path(tempfile.mkdtemp()) / "x.md", "done")
+    >>> p.read_text().splitlines()[0], write_text(p, "again").read_text().splitlines()[0]
+    ('done', 'again')
     """
     path = Path(path)
+    check_target(path, overwrite, inputs)
     try:
-        with _folder_lock(path.parent):
-            check_target(path, overwrite, inputs)
-            digest = atomic_write(path, write)
-            _record(path, digest)
-    except UnsafeOutputError:
-        raise
+        atomic_write(path, write)
     except OSError as e:  # the temporary file's name would only confuse: name the target
         raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     return path
 
 
-def write_text(path: PathLike, text: str, overwrite: bool = False, inputs=()) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` with :func:`write_file`."""
-    return write_file(path, lambda f: f.write(text.encode("utf-8")), overwrite, inputs)
+def write_text(
+    path: PathLike, text: str, overwrite: bool = False, inputs=(), csv: bool = False
+) -> Path:
+    """Write ``text`` (UTF-8) with its marker (:func:`updater.common.identity.mark_text`: a
+    last line, or with ``csv`` a last cell of the header line) to ``path`` with
+    :func:`write_file`."""
+    data = mark_text(text, csv)
+    return write_file(path, lambda f: f.write(data), overwrite, inputs)
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> str:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through a temporary file and a rename, without the ownership rules (for
-    the package's own working files: the manifest, a recorder's parts); return the content's
-    SHA-256 (hex)."""
+    the package's own working files, e.g. a recorder's parts): everything that can fail
+    happens before the rename. After a power loss the name holds the old file or the new one
+    (fsynced before the rename); :func:`sync_folder` makes the rename itself durable."""
     remove_orphans(path.parent)
     tmp = _temp_path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
@@ -188,13 +187,22 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> str:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        digest = _sha256(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return digest
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync ``folder`` so the names renamed or removed in it are durable (best effort: some
+    systems cannot fsync a folder; nothing is reported)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _temp_path(path: Path) -> Path:
@@ -223,56 +231,3 @@ def remove_orphans(folder: PathLike) -> None:
         if match and not _alive(int(match.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
-
-
-# ---------------------------------------------------------------- the manifest
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _read_manifest(folder: Path) -> Dict[str, str]:
-    """The manifest's entries (name -> SHA-256); empty when missing or unreadable (then no file
-    counts as written by this package, which only makes it refuse more)."""
-    try:
-        files = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    if not isinstance(files, dict):
-        return {}
-    return {str(k): str(v) for k, v in files.items()}
-
-
-def _wrote(path: Path) -> bool:
-    recorded = _read_manifest(path.parent).get(path.name)
-    return recorded is not None and recorded == _sha256(path)
-
-
-def _record(path: Path, digest: str) -> None:
-    """Add ``path`` to its folder's manifest (entries of files gone since are dropped)."""
-    folder = path.parent
-    files = _read_manifest(folder)
-    files[path.name] = digest
-    files = {n: d for n, d in sorted(files.items()) if os.path.lexists(folder / n)}
-    text = json.dumps({"about": _MANIFEST_NOTE, "files": files}, indent=1) + "\n"
-    atomic_write(folder / MANIFEST, lambda f: f.write(text.encode("utf-8")))
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``folder`` (flock on the folder itself: no lock file), so two
-    processes writing into one folder do not lose each other's manifest entries."""
-    if fcntl is None:
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

@@ -39,10 +39,14 @@ class ScaleState(NamedTuple):
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> ScaleState:
-        """Rebuild a state from :meth:`to_dict` output; raises ``KeyError`` naming a missing key."""
+        """Rebuild a state from :meth:`to_dict` output; raises ``KeyError`` naming a missing or
+        an unknown key."""
         missing = [k for k in cls._fields if k not in d]
         if missing:
             raise KeyError(f"scale state dict is missing keys {missing}; expected {cls._fields}")
+        unknown = sorted(str(k) for k in d if k not in cls._fields)
+        if unknown:
+            raise KeyError(f"scale state dict has unknown keys {unknown}; expected {cls._fields}")
         return make_state(d["scale"], d["good_steps"], d["hysteresis_left"])
 
 

@@ -64,7 +64,7 @@ def _values(array: nn.NdArray) -> np.ndarray:
         dtype = np.float64 if array.dtype == np.float64 else np.float32
     except RuntimeError:  # fill()ed and never allocated: no dtype yet, its value reads as any
         dtype = np.float32
-    return np.array(array.get_data("r", dtype=dtype), copy=True)
+    return np.asarray(array.get_data("r", dtype=dtype))  # written before any training runs
 
 
 def _write(array: nn.NdArray, values: np.ndarray) -> None:
@@ -187,21 +187,42 @@ def _some(names: List[str], limit: int = 12) -> str:
     return f"{names[:limit]}{more}"
 
 
-def _array(z: NpzContent, key: str, target: nn.NdArray, label: str) -> np.ndarray:
-    """The float array ``key`` of the file, of ``target``'s shape."""
-    values = z.array(key, "float", label)
-    if values.shape != tuple(target.shape):
-        raise z.error(
-            f"{label} has shape {values.shape} in the file but {tuple(target.shape)} in the "
-            "current model"
-        )
-    return values
+def _shapes(named: Mapping[str, nn.Variable], states) -> Dict[str, tuple]:
+    """The shape of each entry a checkpoint of the current model holds, by entry name, with
+    its label for messages."""
+    shapes = {k: ((), f"array {k!r}") for k in ("format_version", "updater_state")}
+    for name, var in named.items():
+        shapes[f"param/{name}"] = (tuple(var.shape), f"parameter {name!r}")
+    for name, state in states.items():
+        shapes[f"solver_t/{name}"] = ((), f"array 'solver_t/{name}'")
+        for key, var in state.pstate.items():
+            shapes[f"solver/{name}/{key}"] = (tuple(var.shape), f"solver state '{name}/{key}'")
+    return shapes
+
+
+def _select(shapes: Dict[str, tuple]):
+    """For :func:`updater.common.npz.read_npz`: refuse an entry of the current model whose
+    declared shape differs, before any array is inflated; read only the model's entries."""
+
+    def select(declared):
+        for key, (shape, _) in declared.items():
+            want, label = shapes.get(key, (shape, ""))
+            if tuple(shape) != want:
+                if want == ():
+                    raise ValueError(f"{label} has shape {shape}, expected a single value")
+                raise ValueError(
+                    f"{label} has shape {tuple(shape)} in the file but {want} in the current model"
+                )
+        return set(declared) & set(shapes)
+
+    return select
 
 
 def _nonfinite(values: np.ndarray) -> str:
     """ "NaN", "inf", "NaN and inf", or "" when every value is finite."""
-    if np.isfinite(values).all():
-        return ""
+    with np.errstate(over="ignore", invalid="ignore"):  # a finite sum: one fast pass
+        if np.isfinite(values.sum()) or np.isfinite(values).all():
+            return ""
     found = [w for w, test in (("NaN", np.isnan), ("inf", np.isinf)) if test(values).any()]
     return " and ".join(found)
 
@@ -294,28 +315,28 @@ def load_checkpoint(
     strict = check_bool("strict", strict)
     allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)
     named = checkpoint_parameters(updater, params)
-    z = read_npz(path, "checkpoint", max_bytes)
+    states = updater.solver.get_states()
+    z = read_npz(path, "checkpoint", max_bytes, _select(_shapes(named, states)))
     updater_state = _updater_state(z)
     missing: List[str] = []
     param_arrays = {}
-    for name, var in named.items():
+    for name in named:
         if f"param/{name}" in z:
             label = f"parameter {name!r}"
-            param_arrays[name] = _array(z, f"param/{name}", var.data, label)
+            param_arrays[name] = z.array(f"param/{name}", "float", label)
         else:
             missing.append(f"param/{name}")
-    states = updater.solver.get_states()
     solver_values, steps = {}, {}
     for name, state in states.items():
         prefix = f"solver/{name}/"
         wanted = {prefix + key for key in state.pstate} | {f"solver_t/{name}"}
-        saved = {k for k in z.arrays if k.startswith(prefix) and "/" not in k[len(prefix) :]}
-        if saved | ({f"solver_t/{name}"} & set(z.arrays)) != wanted:  # absent, or another solver
+        saved = {k for k in z.declared if k.startswith(prefix) and "/" not in k[len(prefix) :]}
+        if saved | ({f"solver_t/{name}"} & set(z.declared)) != wanted:  # absent, or another solver
             missing += sorted(wanted)
             continue
-        for key, var in state.pstate.items():
+        for key in state.pstate:
             label = f"solver state '{name}/{key}'"
-            solver_values[name, key] = _array(z, prefix + key, var.data, label)
+            solver_values[name, key] = z.array(prefix + key, "float", label)
         steps[name] = z.scalar(f"solver_t/{name}", "int")
         if not 0 <= steps[name] <= SOLVER_T_MAX:  # nnabla holds it in a C int
             raise z.error(
@@ -324,7 +345,7 @@ def load_checkpoint(
     _check_squares(z, getattr(updater.solver, "name", ""), solver_values)
     used = {f"param/{n}" for n in param_arrays} | {f"solver_t/{n}" for n in steps}
     used |= {f"solver/{n}/{k}" for n, k in solver_values}
-    unexpected = sorted(set(z.arrays) - used - {"updater_state", "format_version"})
+    unexpected = sorted(set(z.declared) - used - {"updater_state", "format_version"})
     missing.sort()
     if strict and (missing or unexpected):
         raise CheckpointMismatchError(

@@ -47,7 +47,9 @@ def export_parameters(
         path (str or Path): the output, ending in ``.h5`` or ``.protobuf``; written by
             :func:`updater.common.writing.write_file` (atomic, never the checkpoint).
         max_bytes (int or None, default None): as in ``load_checkpoint``.
-        overwrite (bool, default False): replace a file at ``path`` dls did not write.
+        overwrite (bool, default False): replace an existing file at ``path``. An ``.h5`` or
+            ``.protobuf`` file cannot say that dls wrote it (:mod:`updater.common.identity`),
+            so an export over an earlier one needs it too.
 
     Returns:
         Path: ``path``.

@@ -2,7 +2,8 @@
 (:mod:`updater.trace.values`), its parts written during a run (:mod:`updater.trace.parts`) and
 the recorder that writes it (:mod:`updater.trace.recorder`, its rows :mod:`updater.trace.rows`)."""
 
-from .format import FORMAT_VERSION, Trace
+from .archive import FORMAT_VERSION
+from .format import Trace
 from .values import EXP_MAX, EXP_MIN, NBINS, binade_histogram
 
 __all__ = ["EXP_MAX", "EXP_MIN", "FORMAT_VERSION", "NBINS", "Trace", "binade_histogram"]

@@ -34,12 +34,11 @@ from typing import BinaryIO, Union
 
 import numpy as np
 
-from ..common.npz import read_npz, write_npz
+from ..common.npz import write_npz
 from ..common.validation import check_int
 from ..common.writing import write_file
+from .archive import LAYER_FIELDS, read_trace, trace_arrays
 from .values import (
-    EXP_MAX,
-    EXP_MIN,
     NBINS,
     binade_histogram,
     check_counts,
@@ -48,15 +47,6 @@ from .values import (
 )
 
 logger = logging.getLogger(__name__)
-
-FORMAT_VERSION = 6
-"""Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added
-the optional per-layer arrays (version-1 and -2 files load without layers); 4 added
-``overflow_probed`` and the optional measured flush curve (older files load without them); 5
-added ``finite_scale`` (older files load with it all 0: not known) and the optional forward
-headroom (``forward_peak``, ``forward_where``); 6 added ``every`` (older files load with 1: their
-recorder's ``every`` was not stored)."""
-_LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
 
 
 @dataclass
@@ -157,11 +147,11 @@ class Trace:
                 f"finite_scale must hold numbers >= 0 (0: not known) below overflow_scale, got "
                 f"{self.finite_scale[t]!r} at step {t} (overflow_scale {self.overflow_scale[t]!r})"
             )
-        given = [getattr(self, name) is not None for name in _LAYER_FIELDS]
+        given = [getattr(self, name) is not None for name in LAYER_FIELDS]
         if any(given) and not all(given):
             raise ValueError(
-                f"{', '.join(_LAYER_FIELDS)} must be given together or not at all; got only "
-                f"{', '.join(n for n, g in zip(_LAYER_FIELDS, given) if g)}"
+                f"{', '.join(LAYER_FIELDS)} must be given together or not at all; got only "
+                f"{', '.join(n for n, g in zip(LAYER_FIELDS, given) if g)}"
             )
         if all(given):
             self._check_layers()
@@ -298,29 +288,7 @@ class Trace:
 
     def write_to(self, f: BinaryIO) -> None:
         """Write the trace's ``.npz`` archive into the open binary file ``f``."""
-        arrays = {
-            "format_version": FORMAT_VERSION,
-            "exp_min": EXP_MIN,
-            "exp_max": EXP_MAX,
-            "counts": self.counts,
-            "zeros": self.zeros,
-            "absmax": self.absmax,
-            "nonfinite": self.nonfinite,
-            "overflow_scale": self.overflow_scale,
-            "overflow_probed": self.overflow_probed,
-            "finite_scale": self.finite_scale,
-            "name": self.name,
-            "every": self.every,
-        }
-        if self.has_flush:
-            arrays.update(flush_scales=self.flush_scales, flush_shares=self.flush_shares)
-        if self.has_forward:
-            arrays["forward_peak"] = self.forward_peak
-            arrays["forward_where"] = np.array(self.forward_where, dtype=str)
-        if self.has_layers:
-            arrays["layer_names"] = np.array(self.layer_names, dtype=str)
-            arrays.update({name: getattr(self, name) for name in _LAYER_FIELDS[1:]})
-        write_npz(f, arrays, compress=True)
+        write_npz(f, trace_arrays(self), compress=True)
 
     @classmethod
     def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:
@@ -337,53 +305,9 @@ class Trace:
         Raises:
             OSError: the file is missing, a folder or unreadable.
             ValueError: the file is not a gradient trace (empty, truncated, not an ``.npz``,
-                arrays missing, of the wrong kind or inconsistent) or of a newer format; the
-                message names the file and the problem.
+                arrays missing, of the wrong kind or inconsistent: the declared shapes are
+                checked against the steps and binades of ``counts`` before any array is
+                inflated) or of a newer or unknown format; the message names the file and the
+                problem.
         """
-        try:
-            z = read_npz(path, "gradient trace", max_bytes)
-        except FileNotFoundError as e:
-            if Path(path).suffix:
-                raise
-            raise FileNotFoundError(
-                e.errno,
-                f"{e.strerror}; a name dls --trace takes (a shipped recording such as "
-                f"digits_conv_bn, a family such as spikes) is read by "
-                f"sim.traces.named.named_trace({str(path)!r})",
-                e.filename,
-            ) from None
-        z.require("counts", "zeros", "absmax", "nonfinite", hint=": not a gradient trace")
-        version = z.scalar("format_version", "int") if "format_version" in z else 1
-        if version > FORMAT_VERSION:
-            raise z.error(
-                f"format_version {version} is newer than this version reads ({FORMAT_VERSION}); "
-                "upgrade the package"
-            )
-        low, high = z.scalar("exp_min", "int"), z.scalar("exp_max", "int")
-        if (low, high) != (EXP_MIN, EXP_MAX):
-            raise z.error(
-                f"uses binades [{low}, {high}], this version reads [{EXP_MIN}, {EXP_MAX}]"
-            )
-        name = z.scalar("name", "text") if "name" in z else Path(path).stem
-        kinds = dict(counts="int", zeros="int", absmax="number", nonfinite="bool")
-        kinds.update(
-            overflow_scale="number", finite_scale="number", layer_names="text", layer_counts="int"
-        )
-        kinds.update(layer_zeros="int", layer_absmax="number")
-        kinds.update(flush_scales="number", flush_shares="number")
-        kinds.update(forward_peak="number", forward_where="text")
-        a = {k: z.array(k, kind) for k, kind in kinds.items() if k in z}
-        layers = {n: a[n] for n in _LAYER_FIELDS if n in a}
-        if "layer_names" in layers:
-            layers["layer_names"] = tuple(str(n) for n in layers["layer_names"].ravel())
-        extra = {n: a[n] for n in ("flush_scales", "flush_shares", "forward_peak") if n in a}
-        if "forward_where" in a:
-            extra["forward_where"] = tuple(str(w) for w in a["forward_where"].ravel())
-        probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
-        extra["every"] = z.scalar("every", "int") if "every" in z else 1
-        try:
-            fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)
-            over, fin = a.get("overflow_scale"), a.get("finite_scale")
-            return cls(*fields, over, **layers, overflow_probed=probed, **extra, finite_scale=fin)
-        except (TypeError, ValueError) as e:
-            raise z.error(str(e)) from None
+        return read_trace(cls, path, max_bytes)

@@ -1,6 +1,12 @@
 """A trace written in parts while it is recorded: each part is a :class:`updater.trace.Trace`
 file in the folder ``<trace path>.parts``, written atomically; merging them (in order) gives the
-trace, written atomically to its path, and then the parts are removed. NumPy only.
+trace, written atomically to its path. NumPy only.
+
+Crash-safe merge: the merged trace is durable (fsynced, its folder too) before the file
+``merged`` is written (durably) into the parts folder, and only then are the parts removed. A
+merge interrupted at any moment (SIGKILL, Ctrl-C) is finished by the next one: with ``merged``
+present the trace is complete and only the leftover parts are removed; without it every part is
+still there and they are merged again.
 
 One writer per trace path: :class:`PartsLock` takes an exclusive ``flock`` on the file ``lock``
 in the parts folder (held by a recorder from its construction to its close, and by a merge).
@@ -17,7 +23,7 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.writing import atomic_write, check_target
+from ..common.writing import atomic_write, check_target, sync_folder
 from .format import Trace
 from .values import NBINS
 
@@ -27,6 +33,8 @@ except ImportError:  # pragma: no cover - not POSIX: no lock
     fcntl = None
 
 LOCK_NAME = "lock"
+MERGED_NAME = "merged"
+"""Written into the parts folder once the merged trace is durable: the parts left are done."""
 
 
 def parts_dir(path: Union[str, Path]) -> Path:
@@ -97,6 +105,9 @@ def _acquire(path: Path) -> int:
                 f"another GradientRecorder (or a merge of its parts) is writing {path}: "
                 f"{folder / LOCK_NAME} is locked; give each recorder its own path"
             ) from None
+        except OSError as e:  # ENOLCK (a network file system): leave nothing behind
+            _unlock(path, fd)
+            raise OSError(e.errno, f"cannot lock {folder / LOCK_NAME}: {e.strerror}") from None
         with contextlib.suppress(OSError):  # the lock file we hold is still the folder's
             if os.fstat(fd).st_ino == os.stat(folder / LOCK_NAME).st_ino:
                 return fd
@@ -203,7 +214,8 @@ def _one_every(traces: List[Trace]) -> int:
 
 
 def merge_parts(path: Union[str, Path], name: str | None = None) -> Path:
-    """Write the trace at ``path`` from its parts, then remove them; return ``path``.
+    """Write the trace at ``path`` from its parts, then remove them (see the module doc: a merge
+    interrupted earlier is finished, never redone with fewer parts); return ``path``.
 
     The caller holds the path's :class:`PartsLock`; releasing it removes the folder.
 
@@ -211,10 +223,45 @@ def merge_parts(path: Union[str, Path], name: str | None = None) -> Path:
         FileNotFoundError: ``path`` has no parts.
         ValueError: a part is damaged or of another recording (named).
     """
+    if finish_merge(path):
+        return Path(path)
     if not part_files(path):
         raise FileNotFoundError(f"{parts_dir(path)} holds no trace parts to merge")
     traces = load_parts(path)
     merged = concat_traces(traces, traces[0].name if name is None else name).save(path)
+    sync_folder(merged.parent)  # the merged trace's name is durable before ...
+    atomic_write(parts_dir(path) / MERGED_NAME, lambda f: f.write(b"parts merged\n"))
+    sync_folder(parts_dir(path))  # ... the mark that lets the parts go
+    finish_merge(path)
+    return merged
+
+
+def finish_merge(path: Union[str, Path]) -> bool:
+    """Remove the parts of ``path`` a finished merge left (``merged`` written) and return
+    True; False when no merge finished (the parts, if any, are still to merge)."""
+    folder = parts_dir(path)
+    if not (folder / MERGED_NAME).is_file():
+        return False
     for f in part_files(path):
         f.unlink()
-    return merged
+    sync_folder(folder)
+    (folder / MERGED_NAME).unlink()
+    return True
+
+
+def recover_parts(path: Union[str, Path]) -> Path:
+    """:meth:`updater.trace.recorder.GradientRecorder.recover`: merge the parts at ``path``
+    or finish an interrupted merge, never replacing a longer trace."""
+    path = check_trace_path(path)
+    with PartsLock(path):
+        if finish_merge(path):
+            return path
+        if path.exists() and part_files(path):
+            held = Trace.load(path).steps
+            parts = sum(t.steps for t in load_parts(path))
+            if held > parts:
+                raise ValueError(
+                    f"{path} holds {held} steps, its parts in {parts_dir(path)} {parts}: "
+                    f"not replacing it with fewer; move {path} away to merge them"
+                )
+        return merge_parts(path)

@@ -23,14 +23,16 @@ from .parts import (
     PartsLock,
     check_trace_path,
     concat_traces,
+    finish_merge,
     load_parts,
     merge_parts,
     part_files,
     parts_dir,
+    recover_parts,
     write_part,
 )
-from .rows import trace_of, warn_forward, write_at_exit
-from .values import NBINS, binade_histogram, check_label
+from .rows import trace_of, warn_forward, watch_exit, write_at_exit
+from .values import NBINS, binade_histogram, check_label, layer_columns
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +174,7 @@ class GradientRecorder:
         self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
         self._lock = [PartsLock(self.path)]  # emptied while released (after close)
+        finish_merge(self.path)  # an interrupted merge's leftovers: the trace is complete
         if part_files(self.path):
             self._lock.pop().release()
             raise ValueError(
@@ -196,6 +199,7 @@ class GradientRecorder:
             self.probe_overflow,
             self.every,
         )
+        watch_exit()
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
@@ -267,7 +271,9 @@ class GradientRecorder:
         if finite_scale is not None:
             seen_finite = check_number("finite_scale", finite_scale, 0.0, math.inf)
         grads = list(grads)
-        columns = self._columns(names, len(grads)) if self.per_parameter else None
+        columns = (
+            layer_columns(self._layer_names, names, len(grads)) if self.per_parameter else None
+        )
         rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
         layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
         layer_zeros = np.array([r[1] for r in rows], np.int64)
@@ -327,39 +333,16 @@ class GradientRecorder:
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:
         """Merge the parts an interrupted recording (``write_every``/``write_seconds``) left in
-        ``<path>.parts`` into the trace at ``path``; return ``path``.
+        ``<path>.parts`` into the trace at ``path``, or finish a merge that was interrupted;
+        return ``path``. A trace at ``path`` with more steps than the parts is never replaced.
 
         Raises:
             FileNotFoundError: there are no parts.
-            ValueError: a part is damaged, not a regular file or of another recording (named).
+            ValueError: a part is damaged, not a regular file or of another recording (named),
+                or the trace at ``path`` holds more steps than the parts.
             RuntimeError: a recorder is still writing to ``path``.
         """
-        path = check_trace_path(path)
-        with PartsLock(path):
-            return merge_parts(path)
-
-    def _columns(self, names, n: int) -> np.ndarray:
-        """The trace columns of ``names`` (checked), adding names not seen before."""
-        if names is None:
-            raise ValueError(
-                "names must list the parameter names of grads (same order) when "
-                "per_parameter=True, got None"
-            )
-        if isinstance(names, str) or not all(isinstance(x, str) for x in names):
-            raise TypeError(f"names must be a list of str, got {names!r}")
-        names = list(names)
-        if len(names) != n or len(set(names)) != n:
-            raise ValueError(
-                f"names must hold {n} distinct names (one per gradient array), got "
-                f"{len(names)} ({len(set(names))} distinct)"
-            )
-        known = set(self._layer_names)
-        for name in names:
-            if name not in known:
-                check_label("names", name)
-        self._layer_names.extend(x for x in names if x not in known)
-        column = {x: i for i, x in enumerate(self._layer_names)}
-        return np.array([column[x] for x in names], np.int64)
+        return recover_parts(path)
 
     def trace(self) -> Trace:
         """Return the steps recorded so far as a :class:`Trace` (the parts written included)."""

@@ -3,7 +3,9 @@ the exit hook that writes what a recorder never closed recorded (:func:`write_at
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import List
@@ -12,7 +14,7 @@ import numpy as np
 
 from ..common.float16 import FORWARD_NEAR_FACTOR
 from .format import Trace
-from .parts import merge_parts, part_files, parts_dir, write_part
+from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
 from .values import NBINS
 
 logger = logging.getLogger("updater.trace.recorder")
@@ -59,6 +61,19 @@ def trace_of(
     )
 
 
+_EXITING: List[bool] = []  # True once the interpreter exits
+_WATCHING: List[bool] = []
+
+
+def watch_exit() -> None:
+    """Note the interpreter's exit before the exit hooks run: call it after making a
+    ``weakref.finalize`` (``atexit`` runs the last registered first, and finalizers run from
+    the hook ``weakref`` registered when the first one was made)."""
+    if not _WATCHING:
+        _WATCHING.append(True)
+        atexit.register(_EXITING.append, True)
+
+
 def write_at_exit(
     rows: List[tuple],
     written: List[int],
@@ -71,14 +86,16 @@ def write_at_exit(
     every: int = 1,
 ) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any, merge
-    the parts written and release the lock; a failure is printed to stderr, loudly, with what
-    was lost and what is left."""
+    the parts written (or finish a merge a Ctrl-C interrupted) and release the lock. A failure
+    is printed to stderr, loudly, with what was lost and what is left; at interpreter exit the
+    process then exits with status 1."""
     try:
         if parts[0]:
             if rows:
                 write_part(path, parts[0], trace_of(rows, name, layer_names, probed, every))
-            merge_parts(path, name)
-            logger.info("GradientRecorder merged its parts into %s at exit", path)
+            if not finish_merge(path) and part_files(path):  # else a merge completed
+                merge_parts(path, name)
+                logger.info("GradientRecorder merged its parts into %s at exit", path)
         elif len(rows) > written[0]:
             trace_of(rows, name, layer_names, probed, every).save(path)
             logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
@@ -88,6 +105,10 @@ def write_at_exit(
             f"ERROR: GradientRecorder could not write {path} at exit, {len(rows)} recorded "
             f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
         )
+        if _EXITING:  # at interpreter exit: the exit status says it too
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         return
     if lock:
         lock.pop().release()

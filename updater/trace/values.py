@@ -88,3 +88,28 @@ def check_magnitudes(name: str, values: np.ndarray) -> None:
         raise ValueError(
             f"{name} must hold finite magnitudes >= 0; step {step[0]} holds {values[tuple(step)]!r}"
         )
+
+
+def layer_columns(layer_names: list, names, n: int) -> np.ndarray:
+    """The trace columns of ``names`` (checked) among ``layer_names``, which gains the names
+    not seen before."""
+    if names is None:
+        raise ValueError(
+            "names must list the parameter names of grads (same order) when "
+            "per_parameter=True, got None"
+        )
+    if isinstance(names, str) or not all(isinstance(x, str) for x in names):
+        raise TypeError(f"names must be a list of str, got {names!r}")
+    names = list(names)
+    if len(names) != n or len(set(names)) != n:
+        raise ValueError(
+            f"names must hold {n} distinct names (one per gradient array), got "
+            f"{len(names)} ({len(set(names))} distinct)"
+        )
+    known = set(layer_names)
+    for name in names:
+        if name not in known:
+            check_label("names", name)
+    layer_names.extend(x for x in names if x not in known)
+    column = {x: i for i, x in enumerate(layer_names)}
+    return np.array([column[x] for x in names], np.int64)

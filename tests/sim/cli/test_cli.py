@@ -112,6 +112,7 @@ def test_sweep_prints_and_writes_csv(tmp_path, capsys):
         (["simulate", "--trace", "weird"], "--trace must be a family"),
         (["simulate", "--set", "growth_interval=0"], "growth_interval must be an int >= 1"),
         (["simulate", "--set", "growth_interval=1.5"], "needs an int"),
+        (["simulate", "--set", "growth_interval=1e30"], "needs an int from -2**63 to 2**63 - 1"),
         (["simulate", "--set", "margin=2"], "unknown setting 'margin'"),
         *[
             (["simulate", "--set", f"{key}={text}"], f"{key} needs a finite number")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from updater.common.writing import MANIFEST
+from updater.common.identity import written_by_dls
 
 DLS = str(Path(sys.executable).parent / "dls")
 SIMULATE = ["simulate", "--trace", "spikes", "--steps", "50", "--runs", "2"]
@@ -61,7 +61,7 @@ def test_report_force_replaces_the_users_readme(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "README.md").read_text().startswith("# ")
     assert "my project" not in (tmp_path / "README.md").read_text()
-    assert (tmp_path / MANIFEST).exists()
+    assert written_by_dls(tmp_path / "README.md")
 
 
 def test_a_plot_it_wrote_is_replaced_a_users_plot_only_with_force(tmp_path):

@@ -94,7 +94,7 @@ def test_checkpoint_is_one_file_written_atomically(tmp_path):
     path = tmp_path / "a.ckpt"
     save_checkpoint(path, upd)
     save_checkpoint(path, upd)  # its own file: replaced in place
-    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.MANIFEST, "a.ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
     with np.load(path, allow_pickle=False) as z:
         state = json.loads(str(z["updater_state"]))
         names = set(z.files)
@@ -113,7 +113,7 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(tmp_path):
         # a parameter that is not an nnabla Variable makes the save fail mid-way
         save_checkpoint(path, upd, params={"bad": object()})
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.MANIFEST, "a.ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
 
 
 def test_a_save_never_replaces_a_file_it_did_not_write_unless_asked(tmp_path):
@@ -298,7 +298,7 @@ def test_checkpoint_file_mode_honours_the_umask(tmp_path, umask):
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     mode = 0o666 & ~umask
-    assert modes == {"a.ckpt": mode, "b.npz": mode, writing.MANIFEST: mode}
+    assert modes == {"a.ckpt": mode, "b.npz": mode}
 
 
 KILLED_SAVE = """
@@ -325,7 +325,7 @@ def test_a_save_killed_midway_leaves_no_orphan_after_the_next_save(tmp_path):
     model, _, upd = build()
     upd.update()
     save_checkpoint(tmp_path / "c.ckpt", upd)  # any save in the folder removes it
-    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.MANIFEST, "c.ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ckpt"]
 
 
 def test_a_save_never_deletes_the_temporary_file_of_a_live_save(tmp_path):
@@ -343,4 +343,4 @@ def test_a_save_never_deletes_the_temporary_file_of_a_live_save(tmp_path):
     model, _, upd = build()
     upd.update()
     save_checkpoint(tmp_path / "c.ckpt", upd)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["c.ckpt", writing.MANIFEST, *kept])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["c.ckpt", *kept])
