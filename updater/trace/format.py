@@ -37,7 +37,7 @@ import numpy as np
 from ..common.npz import write_npz
 from ..common.validation import check_int
 from ..common.writing import write_file
-from .archive import LAYER_FIELDS, read_trace, trace_arrays
+from .archive import FORMAT_VERSION, LAYER_FIELDS, read_trace, trace_arrays
 from .values import (
     NBINS,
     binade_histogram,
@@ -47,6 +47,8 @@ from .values import (
 )
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["FORMAT_VERSION", "Trace"]  # FORMAT_VERSION: its home before archive.py
 
 
 @dataclass

@@ -253,9 +253,12 @@ def recover_parts(path: Union[str, Path]) -> Path:
     """:meth:`updater.trace.recorder.GradientRecorder.recover`: merge the parts at ``path``
     or finish an interrupted merge, never replacing a longer trace."""
     path = check_trace_path(path)
+    leftover = parts_dir(path).exists()
     with PartsLock(path):
         if finish_merge(path):
             return path
+        if leftover and path.exists() and not part_files(path):
+            return path  # a merge finished all but removing its folder (the lock's release does)
         if path.exists() and part_files(path):
             held = Trace.load(path).steps
             parts = sum(t.steps for t in load_parts(path))

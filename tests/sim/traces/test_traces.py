@@ -158,7 +158,7 @@ def test_save_load_round_trip(tmp_path):
     assert back.overflow_scale.dtype == np.float64
     assert np.isinf(np.delete(back.overflow_scale, [5, 7, 11])).all()
     with np.load(path) as z:
-        assert int(z["format_version"]) == FORMAT_VERSION == 5
+        assert int(z["format_version"]) == FORMAT_VERSION == 6
 
 
 def test_overflow_scale_defaults_to_inf_and_is_validated():

@@ -49,7 +49,7 @@ def test_a_trace_of_an_unknown_format_version_is_refused(tmp_path):
         arrays = dict(z)
     with open(path, "wb") as f:
         np.savez(f, **{**arrays, "format_version": np.array(-7)})
-    with pytest.raises(ValueError, match=r"format_version -7 is not a trace format \(1 to 5\)"):
+    with pytest.raises(ValueError, match=r"format_version -7 is not a trace format \(1 to 6\)"):
         Trace.load(path)
 
 

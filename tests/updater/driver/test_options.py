@@ -1,5 +1,5 @@
 """The updater's options record (issue 37/38): each option once with its default, doc line,
-check and what the ranks share; the ranks' agreement and the README derive from it."""
+check and what the ranks share; the ranks' agreement and the docs' list derive from it."""
 
 import re
 
@@ -43,10 +43,10 @@ def test_what_the_ranks_compare_comes_from_the_record(tmp_path):
     recorder.close()
 
 
-def test_the_readme_lists_the_options_the_ranks_share():
-    text = (ROOT / "README.md").read_text()
+def test_the_docs_list_the_options_the_ranks_share():
+    text = (ROOT / "docs" / "guide" / "workers.md").read_text()
     listed = re.search(
-        r"the record `updater\.driver\.options\.UpdaterOptions` marks shared \((.*?)\)\.",
+        r"the record `updater\.driver\.options\.UpdaterOptions`\s+marks shared \((.*?)\)\.",
         text,
         re.S,
     )

@@ -116,3 +116,16 @@ def test_a_lock_the_file_system_refuses_leaves_no_lock_file(tmp_path, monkeypatc
     with pytest.raises(OSError, match="cannot lock .*t.npz.parts/lock: No locks available"):
         GradientRecorder(tmp_path / "t.npz")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_recover_after_a_merge_stopped_before_removing_its_folder_keeps_the_trace(tmp_path):
+    """Ctrl-C between the merge's last unlink and the folder's removal (seen once in the
+    random-signal test): the trace is whole, the folder empty of parts; recover() removes it."""
+    path = tmp_path / "t.npz"
+    rec = GradientRecorder(path, write_every=1)
+    for step in range(3):
+        rec.record(step, [np.ones(4, np.float16)], 1.0)
+    rec.close()
+    parts_dir(path).mkdir()
+    assert GradientRecorder.recover(path) == path
+    assert not parts_dir(path).exists() and Trace.load(path).steps == 3
