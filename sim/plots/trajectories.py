@@ -253,6 +253,12 @@ def plot_trajectory_panels(results: Sequence[RunResult], run: int = 0, figsize=N
     r0 = results[0]
     head = f"Loss scale on {r0.trace_name}, run {run + 1} of {r0.runs} of each policy"
     title = f"{head}\n{smoothing_note(r0.steps)}" if jumpy else head
-    fig.legend(handles=_legend_handles(results, jumpy), loc="outside upper center",
-               ncol=5, fontsize="small", title=title, title_fontsize="small")  # fmt: skip
+    fig.legend(
+        handles=_legend_handles(results, jumpy),
+        loc="outside upper center",
+        ncol=5,
+        fontsize="small",
+        title=title,
+        title_fontsize="small",
+    )
     return fig

@@ -246,9 +246,13 @@ class DeviceStats(FlatGraphs):
         ranged_nonempty = [r for r in ranged if r[0].size]
         kind = ("stats", own_top, need_sumsq, loss is not None, tuple(r[1:] for r in ranged))
         groups = (
-            grads, absmax_over, [] if loss is None else [loss.data], inputs, statistics,
+            grads,
+            absmax_over,
+            [] if loss is None else [loss.data],
+            inputs,
+            statistics,
             [r[0] for r in ranged],
-        )  # fmt: skip
+        )
         graph = self.graph(kind, groups, build)
         if need_sumsq:
             graph.inputs[0].d = factor
