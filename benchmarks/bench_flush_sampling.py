@@ -31,6 +31,11 @@ SAMPLINGS = (1, 8, 16)
 QUICK_STEPS = 8
 
 
+def _marked(rows):
+    """``rows`` with an "ok" cell: whether their passes meet :data:`GOAL`."""
+    return [{**r, "ok": "yes" if r["passes"] <= GOAL else "no"} for r in rows]
+
+
 def recorded_passes(quick: bool = False) -> list:
     """Part 1: each shipped model recorded with overflow probes and flushing every
     :data:`FLUSH_EVERY` steps; the recorder's passes per recorded step."""
@@ -130,7 +135,7 @@ def markdown(result: Dict) -> str:
             "recorded step, flush included:",
             "",
             markdown_table(
-                [{**r, "ok": "yes" if r["passes"] <= GOAL else "no"} for r in result["recorded"]],
+                _marked(result["recorded"]),
                 ["model", "steps", "k", "passes", "ok", "seconds"],
                 [
                     "model",
@@ -146,7 +151,7 @@ def markdown(result: Dict) -> str:
             "per sampled step):",
             "",
             markdown_table(
-                [{**r, "ok": "yes" if r["passes"] <= GOAL else "no"} for r in result["replayed"]],
+                _marked(result["replayed"]),
                 ["model", "steps", "k", "search_passes", "passes", "ok"],
                 [
                     "model",

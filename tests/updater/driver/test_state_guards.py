@@ -26,9 +26,14 @@ def test_a_float64_forward_state_is_put_back_bit_for_bit_after_a_skipped_step(on
     solver, loss, feed, ema = _ema_net(np.float64, batchnorm=True)
     policy = DynamicScale(init_scale=2.0**10, growth_interval=1000)
     upd = DynamicLossScalingUpdater(
-        solver, loss, feed, policy=policy, forward_state=[ema], on_overflow=on_overflow,
+        solver,
+        loss,
+        feed,
+        policy=policy,
+        forward_state=[ema],
+        on_overflow=on_overflow,
         max_retries=2,
-    )  # fmt: skip
+    )
     assert upd.update().update_applied
     before = ema.d.copy()
     assert before.dtype == np.float64 and not np.array_equal(before.astype(np.float32), before)
