@@ -31,7 +31,8 @@ from .parts import (
     recover_parts,
     write_part,
 )
-from .rows import trace_of, warn_forward, watch_exit, write_at_exit
+from .rows import RecordedStep, trace_of, warn_forward, watch_exit, write_at_exit
+from .thresholds import check_step
 from .values import NBINS, binade_histogram, check_label, layer_columns
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class GradientRecorder:
         self.path = check_trace_path(path)
         self.name = check_label("name", name if name is not None else self.path.stem)
         self.per_parameter = check_bool("per_parameter", per_parameter)
-        self._rows: List[tuple] = []
+        self._rows: List[RecordedStep] = []
         self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
         self._lock = [PartsLock(self.path)]  # emptied while released (after close)
@@ -292,11 +293,7 @@ class GradientRecorder:
             flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
-        if not seen_finite < over:
-            raise ValueError(
-                f"finite_scale must be below the step's overflow scale {over!r}, got "
-                f"{seen_finite!r}"
-            )
+        check_step(over, seen_finite)
         if forward_peak is not None:
             forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
             if not forward_peak[0] >= 0:
@@ -305,7 +302,7 @@ class GradientRecorder:
                 self._forward_warned = True
                 warn_forward(self.path, step, *forward_peak)
         self._rows.append(
-            (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
+            RecordedStep(counts, zeros, absmax, bad, over, seen_finite, layers, flush, forward_peak)
         )
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
