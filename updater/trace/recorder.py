@@ -16,7 +16,7 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
+from ..common.float16 import FORWARD_NEAR_FACTOR
 from ..common.validation import check_bool, check_int, check_number, check_positive
 from .format import Trace
 from .parts import (
@@ -31,9 +31,8 @@ from .parts import (
     recover_parts,
     write_part,
 )
-from .rows import RecordedStep, trace_of, warn_forward, watch_exit, write_at_exit
-from .thresholds import check_step
-from .values import NBINS, binade_histogram, check_label, layer_columns
+from .rows import RecordedStep, step_row, trace_of, warn_forward, watch_exit, write_at_exit
+from .values import check_label, layer_columns
 
 logger = logging.getLogger(__name__)
 
@@ -275,35 +274,15 @@ class GradientRecorder:
         columns = (
             layer_columns(self._layer_names, names, len(grads)) if self.per_parameter else None
         )
-        rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
-        layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
-        layer_zeros = np.array([r[1] for r in rows], np.int64)
-        layer_absmax = np.array([r[2] for r in rows], np.float64)
-        layer_finite = np.array([r[3] for r in rows], bool)
-        grads_finite = bool(layer_finite.all())
         bad = loss_finite is not None and not loss_finite
-        if not grads_finite and not bad:  # overflowed at this scale
-            over = min(over, scale)
-            bound = FP16_OVERFLOW / scale
-            layer_absmax[~layer_finite] = np.maximum(layer_absmax[~layer_finite], bound)
-        counts, zeros = layer_counts.sum(axis=0), int(layer_zeros.sum())
-        absmax = float(layer_absmax.max(initial=0.0))
-        layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
-        if flush is not None:
-            flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
+        row = step_row(grads, scale, bad, over, seen_finite, columns, flush, forward_peak)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
-        check_step(over, seen_finite)
-        if forward_peak is not None:
-            forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
-            if not forward_peak[0] >= 0:
-                raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
-            if forward_peak[0] >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
-                self._forward_warned = True
-                warn_forward(self.path, step, *forward_peak)
-        self._rows.append(
-            RecordedStep(counts, zeros, absmax, bad, over, seen_finite, layers, flush, forward_peak)
-        )
+        peak = row.forward[0] if row.forward is not None else 0.0
+        if peak >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
+            self._forward_warned = True
+            warn_forward(self.path, step, *row.forward)
+        self._rows.append(row)
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
         if (every is not None and len(self._rows) >= every) or (

@@ -14,10 +14,11 @@ from typing import List, Tuple
 
 import numpy as np
 
-from ..common.float16 import FORWARD_NEAR_FACTOR
+from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
 from .format import Trace
 from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
-from .values import NBINS
+from .thresholds import check_step
+from .values import NBINS, binade_histogram
 
 logger = logging.getLogger("updater.trace.recorder")
 
@@ -49,6 +50,49 @@ class RecordedStep:
     layers: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     flush: Tuple[np.ndarray, np.ndarray] | None = None
     forward: Tuple[float, str] | None = None
+
+
+def step_row(
+    grads: list,
+    scale: float,
+    bad: bool,
+    overflow_scale: float,
+    finite_scale: float,
+    columns: np.ndarray | None,
+    flush: tuple | None = None,
+    forward: tuple | None = None,
+) -> RecordedStep:
+    """The row of one step (:meth:`updater.trace.recorder.GradientRecorder.record`'s arguments,
+    checked there): the histograms of ``grads`` divided by ``scale``, per array in ``columns``
+    (None: no layers). Non-finite ``grads`` of a step that is not a bad batch overflowed at
+    ``scale``: its threshold is at most ``scale`` and its arrays' ``absmax`` at least
+    65520 / ``scale``. ``ValueError`` unless ``finite_scale`` stays below the threshold
+    (:func:`updater.trace.thresholds.check_step`) and the forward peak is >= 0."""
+    rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
+    layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
+    layer_zeros = np.array([r[1] for r in rows], np.int64)
+    layer_absmax = np.array([r[2] for r in rows], np.float64)
+    layer_finite = np.array([r[3] for r in rows], bool)
+    if not layer_finite.all() and not bad:  # overflowed at this scale
+        overflow_scale = min(overflow_scale, scale)
+        bound = FP16_OVERFLOW / scale
+        layer_absmax[~layer_finite] = np.maximum(layer_absmax[~layer_finite], bound)
+    check_step(overflow_scale, finite_scale)
+    if forward is not None:
+        forward = (float(forward[0]), str(forward[1]))
+        if not forward[0] >= 0:
+            raise ValueError(f"forward_peak must be a number >= 0, got {forward[0]!r}")
+    return RecordedStep(
+        counts=layer_counts.sum(axis=0),
+        zeros=int(layer_zeros.sum()),
+        absmax=float(layer_absmax.max(initial=0.0)),
+        nonfinite=bad,
+        overflow_scale=overflow_scale,
+        finite_scale=finite_scale,
+        layers=None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax),
+        flush=None if flush is None else tuple(np.asarray(a, dtype=np.float64) for a in flush),
+        forward=forward,
+    )
 
 
 def trace_of(
