@@ -221,7 +221,8 @@ class GradientRecorder:
         finite_scale: float | None = None,
         forward_peak: tuple | None = None,
     ) -> None:
-        """Add one step.
+        """Add one step (as a :class:`updater.trace.rows.RecordedStep`; nine arguments: one per
+        measurement of the step the driver hands over).
 
         Args:
             step (int): the ``update()`` call number (0-based).
