@@ -45,7 +45,7 @@ def run(quick: bool = False, steps: Dict[str, int] | None = None) -> Dict:
                 seconds = time.perf_counter() - start
                 trace = Trace.load(row["path"])
                 traces.append(trace)
-                censored = np.isinf(trace.overflow_scale) & (trace.finite_scale > 0)
+                censored = trace.thresholds.censored
                 rows.append(
                     {
                         "model": model,

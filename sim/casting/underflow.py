@@ -104,8 +104,9 @@ def measured_flushed_share(trace: Trace, scale) -> np.ndarray:
     :func:`flushed_share`.
 
     >>> from updater.trace import Trace
+    >>> import dataclasses
     >>> t = Trace.from_steps([[2.0**-30, 1.0]])
-    >>> t.flush_scales, t.flush_shares = np.array([[1.0, 4.0]]), np.array([[0.5, 0.5]])
+    >>> t = dataclasses.replace(t, flush_scales=[[1.0, 4.0]], flush_shares=[[0.5, 0.5]])
     >>> measured_flushed_share(t, [2.0]).tolist(), flushed_share(t, 2.0**10).tolist()
     ([0.5], [0.0])
     """

@@ -9,12 +9,11 @@ plots' step axis, skipped steps, ``dls tune``'s choice) is on the training clock
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from updater.trace import Trace
-
-_PER_STEP = ("counts", "zeros", "absmax", "nonfinite", "overflow_scale", "finite_scale")
-_OPTIONAL = ("flush_scales", "flush_shares", "forward_peak")
 
 
 def training_clock(trace: Trace) -> Trace:
@@ -30,11 +29,5 @@ def training_clock(trace: Trace) -> Trace:
     """
     if trace.every == 1:
         return trace
-    n = trace.every
-    fields = {f: np.repeat(getattr(trace, f), n, axis=0) for f in _PER_STEP}
-    for f in _OPTIONAL:
-        if getattr(trace, f) is not None:
-            fields[f] = np.repeat(getattr(trace, f), n, axis=0)
-    if trace.forward_where is not None:
-        fields["forward_where"] = tuple(w for w in trace.forward_where for _ in range(n))
-    return Trace(name=trace.name, overflow_probed=trace.overflow_probed, **fields)
+    steps = np.repeat(np.arange(trace.steps), trace.every)
+    return dataclasses.replace(trace, layers=None, every=1).take(steps)

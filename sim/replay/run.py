@@ -176,7 +176,7 @@ def _overflow_limits(trace: Trace, factor: np.ndarray) -> list:
     limit, floor = overflow_limits(trace, factor)
     limits: list = [None] * trace.steps
     inf = np.full(factor.shape[1], np.inf)
-    for t in np.flatnonzero((trace.finite_scale > 0) | np.isfinite(trace.overflow_scale)):
+    for t in np.flatnonzero(trace.thresholds.known):
         limits[t] = (inf if limit is None else limit[t], float(floor[t, 0]))
     return limits
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-import numpy as np
-
 from ..common.npz import read_npz
 from .values import EXP_MAX, EXP_MIN
 
@@ -18,11 +16,14 @@ the optional per-layer arrays (version-1 and -2 files load without layers); 4 ad
 added ``finite_scale`` (older files load with it all 0: not known) and the optional forward
 headroom (``forward_peak``, ``forward_where``); 6 added ``every`` (older files load with 1: their
 recorder's ``every`` was not stored)."""
-LAYER_FIELDS = ("layer_names", "layer_counts", "layer_zeros", "layer_absmax")
+CORE_SHAPES = {"zeros": ("steps",), "absmax": ("steps",), "nonfinite": ("steps",)}
+"""The declared shapes of the arrays every trace has besides ``counts`` (as
+:attr:`updater.trace.group.Group.SHAPES`)."""
 
 
-def trace_arrays(trace) -> dict:
-    """The arrays of ``trace``'s archive, by name (format :data:`FORMAT_VERSION`)."""
+def trace_arrays(trace, groups) -> dict:
+    """The arrays of ``trace``'s archive, by name (format :data:`FORMAT_VERSION`), its
+    ``groups`` (:data:`updater.trace.format.GROUPS`) included."""
     arrays = {
         "format_version": FORMAT_VERSION,
         "exp_min": EXP_MIN,
@@ -31,28 +32,27 @@ def trace_arrays(trace) -> dict:
         "zeros": trace.zeros,
         "absmax": trace.absmax,
         "nonfinite": trace.nonfinite,
-        "overflow_scale": trace.overflow_scale,
-        "overflow_probed": trace.overflow_probed,
-        "finite_scale": trace.finite_scale,
         "name": trace.name,
         "every": trace.every,
     }
-    if trace.has_flush:
-        arrays.update(flush_scales=trace.flush_scales, flush_shares=trace.flush_shares)
-    if trace.has_forward:
-        arrays["forward_peak"] = trace.forward_peak
-        arrays["forward_where"] = np.array(trace.forward_where, dtype=str)
-    if trace.has_layers:
-        arrays["layer_names"] = np.array(trace.layer_names, dtype=str)
-        arrays.update({name: getattr(trace, name) for name in LAYER_FIELDS[1:]})
+    for group in groups:
+        held = getattr(trace, group.KEY)
+        if held is not None:
+            arrays.update(held.arrays())
     return arrays
 
 
-def read_trace(make, path: Union[str, Path], max_bytes: int | None):
-    """``make(...)`` of the fields read from the trace archive at ``path``, checked as
-    :meth:`updater.trace.format.Trace.load` documents; an error of ``make`` names the file."""
+def read_trace(make, groups, path: Union[str, Path], max_bytes: int | None):
+    """``make(...)`` of the fields read from the trace archive at ``path`` (those of
+    ``groups`` by name), checked as :meth:`updater.trace.format.Trace.load` documents; an
+    error of ``make`` names the file."""
+    shapes = dict(CORE_SHAPES)
+    for group in groups:
+        shapes.update(group.SHAPES)
     try:
-        z = read_npz(path, "gradient trace", max_bytes, _check_shapes)
+        z = read_npz(
+            path, "gradient trace", max_bytes, lambda declared: _check_shapes(declared, shapes)
+        )
     except FileNotFoundError as e:
         if Path(path).suffix:
             raise
@@ -77,51 +77,39 @@ def read_trace(make, path: Union[str, Path], max_bytes: int | None):
         raise z.error(f"uses binades [{low}, {high}], this version reads [{EXP_MIN}, {EXP_MAX}]")
     name = z.scalar("name", "text") if "name" in z else Path(path).stem
     kinds = dict(counts="int", zeros="int", absmax="number", nonfinite="bool")
-    kinds.update(
-        overflow_scale="number", finite_scale="number", layer_names="text", layer_counts="int"
-    )
-    kinds.update(layer_zeros="int", layer_absmax="number")
-    kinds.update(flush_scales="number", flush_shares="number")
-    kinds.update(forward_peak="number", forward_where="text")
-    a = {k: z.array(k, kind) for k, kind in kinds.items() if k in z}
-    layers = {n: a[n] for n in LAYER_FIELDS if n in a}
-    if "layer_names" in layers:
-        layers["layer_names"] = tuple(str(n) for n in layers["layer_names"].ravel())
-    extra = {n: a[n] for n in ("flush_scales", "flush_shares", "forward_peak") if n in a}
-    if "forward_where" in a:
-        extra["forward_where"] = tuple(str(w) for w in a["forward_where"].ravel())
-    probed = z.scalar("overflow_probed", "bool") if "overflow_probed" in z else False
-    extra["every"] = z.scalar("every", "int") if "every" in z else 1
+    core = [z.array(k, kind) for k, kind in kinds.items()]
+    fields = {}
+    for group in groups:
+        fields.update(group.read(z))
+    every = z.scalar("every", "int") if "every" in z else 1
     try:
-        fields = (a["counts"], a["zeros"], a["absmax"], a["nonfinite"], name)
-        over, fin = a.get("overflow_scale"), a.get("finite_scale")
-        return make(*fields, over, **layers, overflow_probed=probed, **extra, finite_scale=fin)
+        return make(*core, name, every=every, **fields)
     except (TypeError, ValueError) as e:
         raise z.error(str(e)) from None
 
 
-_PER_STEP = ("zeros", "absmax", "nonfinite", "overflow_scale", "finite_scale", "forward_peak")
-_PER_STEP += ("forward_where", "flush_scales", "flush_shares", *LAYER_FIELDS[1:])
-
-
-def _check_shapes(declared: dict) -> set:
+def _check_shapes(declared: dict, shapes: dict) -> set:
     """For :func:`updater.common.npz.read_npz`: ``ValueError`` unless every declared array has
-    the steps of ``counts`` (and the layers of ``layer_names``, the binades of ``counts``), so
-    nothing larger than the trace says it is gets inflated; the names to read."""
-    shapes = {k: tuple(shape) for k, (shape, _) in declared.items()}
-    if len(shapes.get("counts", (0, 0))) != 2:
-        raise ValueError(f"array 'counts' has shape {shapes['counts']}, expected (steps, binades)")
-    steps, bins = shapes.get("counts", (None, None))
+    its shape in ``shapes`` (the steps and binades of ``counts``, the length of another array:
+    :attr:`updater.trace.group.Group.SHAPES`), so nothing larger than the trace says it is gets
+    inflated; the names to read."""
+    found = {k: tuple(shape) for k, (shape, _) in declared.items()}
+    if len(found.get("counts", (0, 0))) != 2:
+        raise ValueError(f"array 'counts' has shape {found['counts']}, expected (steps, binades)")
+    steps, bins = found.get("counts", (None, None))
     if steps == 0:
         raise ValueError("a trace needs at least one step, got 0")
-    layers = shapes.get("layer_names", (None,))
-    for key in _PER_STEP:
-        shape = shapes.get(key)
-        if shape is not None and steps is not None and shape[:1] != (steps,):
-            raise ValueError(f"{key} must have shape {(steps, *shape[1:])}, got {shape}")
-    layered = {"layer_counts": (steps, *layers, bins), "layer_zeros": (steps, *layers)}
-    layered["layer_absmax"] = (steps, *layers)
-    for key, want in layered.items():
-        if key in shapes and shapes[key] != want:
-            raise ValueError(f"{key} must have shape {want}, got {shapes[key]}")
+    sizes = {"steps": steps, "bins": bins}
+    for key, template in shapes.items():
+        shape = found.get(key)
+        if shape is None:
+            continue
+        # each dimension: the size it must have (None: any)
+        want = [
+            sizes[d] if d in sizes else found.get(d, (None,))[0] if d else None for d in template
+        ]
+        fits = len(shape) == len(want) and all(w in (None, n) for w, n in zip(want, shape))
+        if not fits:
+            shown = tuple(n if w is None else w for w, n in zip(want, shape + (None,) * len(want)))
+            raise ValueError(f"{key} must have shape {shown}, got {shape}")
     return set(declared)

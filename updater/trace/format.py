@@ -37,23 +37,34 @@ import numpy as np
 from ..common.npz import write_npz
 from ..common.validation import check_int
 from ..common.writing import write_file
-from .archive import FORMAT_VERSION, LAYER_FIELDS, read_trace, trace_arrays
-from .values import (
-    NBINS,
-    binade_histogram,
-    check_counts,
-    check_label,
-    check_magnitudes,
-)
+from .archive import FORMAT_VERSION, read_trace, trace_arrays
+from .flush import FlushCurve
+from .forward import ForwardHeadroom
+from .layers import Layers
+from .thresholds import Thresholds
+from .values import NBINS, binade_histogram, check_counts, check_label, check_magnitudes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORMAT_VERSION", "Trace"]  # FORMAT_VERSION: its home before archive.py
+__all__ = ["FORMAT_VERSION", "GROUPS", "Trace"]  # FORMAT_VERSION: its home before archive.py
+
+GROUPS = (Thresholds, Layers, FlushCurve, ForwardHeadroom)
+"""The trace's groups of fields (:class:`updater.trace.group.Group`), in the order the trace's
+:func:`repr` names them."""
 
 
-@dataclass
+@dataclass(init=False, repr=False)
 class Trace:
     """Per-step gradient-magnitude statistics.
+
+    The fields other than the first five and ``every`` come in groups, each a sub-record
+    (:data:`GROUPS`): ``thresholds`` (:class:`~updater.trace.thresholds.Thresholds`: the overflow
+    scales, always there), ``layers`` (:class:`~updater.trace.layers.Layers`), ``flush``
+    (:class:`~updater.trace.flush.FlushCurve`) and ``forward``
+    (:class:`~updater.trace.forward.ForwardHeadroom`), None when the trace does not hold them.
+    The trace reads and writes their fields under their own names (``trace.flush_scales`` is
+    ``trace.flush.flush_scales``); setting one checks its group again. The constructor takes
+    them by name too, or a group whole (``flush=``; :func:`dataclasses.replace` works).
 
     Attributes:
         counts: int64 array ``(steps, NBINS)`` of nonzero finite magnitudes per binade.
@@ -98,160 +109,86 @@ class Trace:
     absmax: np.ndarray
     nonfinite: np.ndarray
     name: str = "trace"
-    overflow_scale: np.ndarray | None = None
-    layer_names: tuple | None = None
-    layer_counts: np.ndarray | None = None
-    layer_zeros: np.ndarray | None = None
-    layer_absmax: np.ndarray | None = None
-    overflow_probed: bool = False
-    flush_scales: np.ndarray | None = None
-    flush_shares: np.ndarray | None = None
-    finite_scale: np.ndarray | None = None
-    forward_peak: np.ndarray | None = None
-    forward_where: tuple | None = None
     every: int = 1
+    thresholds: Thresholds | None = None
+    layers: Layers | None = None
+    flush: FlushCurve | None = None
+    forward: ForwardHeadroom | None = None
 
-    def __post_init__(self):
-        self.counts = np.asarray(self.counts, dtype=np.int64)
-        self.zeros = np.asarray(self.zeros, dtype=np.int64)
-        self.absmax = np.asarray(self.absmax, dtype=np.float64)
-        self.nonfinite = np.asarray(self.nonfinite, dtype=bool)
+    def __init__(
+        self,
+        counts,
+        zeros,
+        absmax,
+        nonfinite,
+        name: str = "trace",
+        overflow_scale=None,
+        *,
+        every: int = 1,
+        **fields,
+    ):
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.zeros = np.asarray(zeros, dtype=np.int64)
+        self.absmax = np.asarray(absmax, dtype=np.float64)
+        self.nonfinite = np.asarray(nonfinite, dtype=bool)
         steps = self.counts.shape[0]
         if self.counts.ndim != 2 or self.counts.shape[1] != NBINS:
             raise ValueError(f"counts must have shape (steps, {NBINS}), got {self.counts.shape}")
         if steps == 0:
             raise ValueError("a trace needs at least one step, got 0")
-        check_label("name", self.name)
-        self.every = check_int("every", self.every, 1)
-        if self.overflow_scale is None:
-            self.overflow_scale = np.full(steps, np.inf)
-        self.overflow_scale = np.array(self.overflow_scale, dtype=np.float64)
-        if self.finite_scale is None:
-            self.finite_scale = np.zeros(steps)
-        self.finite_scale = np.array(self.finite_scale, dtype=np.float64)
-        for name in ("zeros", "absmax", "nonfinite", "overflow_scale", "finite_scale"):
-            shape = getattr(self, name).shape
+        self.name = check_label("name", name)
+        self.every = check_int("every", every, 1)
+        for field in ("zeros", "absmax", "nonfinite"):
+            shape = getattr(self, field).shape
             if shape != (steps,):
-                raise ValueError(f"{name} must have shape ({steps},), got {shape}")
-        if not (self.overflow_scale > 0).all():  # also catches NaN
-            bad = self.overflow_scale[~(self.overflow_scale > 0)][0]
-            raise ValueError(
-                f"overflow_scale must hold numbers > 0 (inf where the step never overflowed), "
-                f"got {bad!r}"
-            )
+                raise ValueError(f"{field} must have shape ({steps},), got {shape}")
         check_counts("counts", self.counts, self.zeros)
         check_counts("zeros", self.zeros)
         check_magnitudes("absmax", self.absmax)
-        ok = (self.finite_scale >= 0) & (self.finite_scale < self.overflow_scale)
-        if not ok.all():  # also catches NaN
-            t = int(np.flatnonzero(~ok)[0])
-            raise ValueError(
-                f"finite_scale must hold numbers >= 0 (0: not known) below overflow_scale, got "
-                f"{self.finite_scale[t]!r} at step {t} (overflow_scale {self.overflow_scale[t]!r})"
-            )
-        given = [getattr(self, name) is not None for name in LAYER_FIELDS]
-        if any(given) and not all(given):
-            raise ValueError(
-                f"{', '.join(LAYER_FIELDS)} must be given together or not at all; got only "
-                f"{', '.join(n for n, g in zip(LAYER_FIELDS, given) if g)}"
-            )
-        if all(given):
-            self._check_layers()
-        self.overflow_probed = bool(self.overflow_probed)
-        if (self.flush_scales is None) != (self.flush_shares is None):
-            raise ValueError("flush_scales and flush_shares must be given together or not at all")
-        if self.flush_scales is not None:
-            self.flush_scales = np.asarray(self.flush_scales, dtype=np.float64)
-            self.flush_shares = np.asarray(self.flush_shares, dtype=np.float64)
-            shape = self.flush_scales.shape
-            if len(shape) != 2 or shape[0] != steps or self.flush_shares.shape != shape:
-                raise ValueError(
-                    f"flush_scales and flush_shares must both have shape ({steps}, K), got "
-                    f"{shape} and {self.flush_shares.shape}"
-                )
-            scales = self.flush_scales[~np.isnan(self.flush_scales)]
-            if not ((scales > 0) & (scales < np.inf)).all():
-                raise ValueError(
-                    "flush_scales must hold finite scales > 0 (NaN: not measured), got "
-                    f"{scales[~((scales > 0) & (scales < np.inf))][0]!r}"
-                )
-            shares = self.flush_shares[~np.isnan(self.flush_shares)]
-            if ((shares < 0) | (shares > 1)).any():
-                raise ValueError("flush_shares must hold shares in [0, 1] (NaN: not measured)")
-
-        self._check_forward()
-
-    def _check_forward(self) -> None:
-        if (self.forward_peak is None) != (self.forward_where is None):
-            raise ValueError("forward_peak and forward_where must be given together or not at all")
-        if self.forward_peak is None:
-            return
-        self.forward_peak = np.asarray(self.forward_peak, dtype=np.float64)
-        if isinstance(self.forward_where, str):
-            raise TypeError(f"forward_where must be a sequence of str, got {self.forward_where!r}")
-        self.forward_where = tuple(str(w) for w in self.forward_where)
-        shape = (self.steps,)
-        if self.forward_peak.shape != shape or len(self.forward_where) != self.steps:
-            raise ValueError(
-                f"forward_peak and forward_where must both have {self.steps} entries, got "
-                f"{self.forward_peak.shape} and {len(self.forward_where)}"
-            )
-        if (self.forward_peak < 0).any():
-            raise ValueError("forward_peak must hold numbers >= 0 (NaN: not measured)")
+        if overflow_scale is not None:
+            fields["overflow_scale"] = overflow_scale
+        for group in GROUPS:
+            whole = fields.pop(group.KEY, None)
+            given = {} if whole is None else whole.values()
+            given.update((f, fields.pop(f)) for f in group.names() if f in fields)
+            setattr(self, group.KEY, group.of(self, given))
+        if fields:
+            raise TypeError(f"Trace() got unexpected keyword arguments {sorted(fields)}")
 
     @property
     def has_forward(self) -> bool:
         """Whether the trace holds the forward pass's measured headroom."""
-        return self.forward_peak is not None
+        return self.forward is not None
 
     @property
     def has_flush(self) -> bool:
         """Whether the trace holds measured flushed shares."""
-        return self.flush_scales is not None
-
-    def _check_layers(self) -> None:
-        names = self.layer_names
-        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-            raise TypeError(f"layer_names must be a sequence of str, got {names!r}")
-        names = tuple(names)
-        for name in names:
-            check_label("layer_names", name)
-        if len(set(names)) != len(names):
-            raise ValueError(f"layer_names must be distinct, got {names!r}")
-        self.layer_names = names
-        self.layer_counts = np.asarray(self.layer_counts, dtype=np.int64)
-        self.layer_zeros = np.asarray(self.layer_zeros, dtype=np.int64)
-        self.layer_absmax = np.asarray(self.layer_absmax, dtype=np.float64)
-        steps, layers = self.steps, len(names)
-        for name, want in (
-            ("layer_counts", (steps, layers, NBINS)),
-            ("layer_zeros", (steps, layers)),
-            ("layer_absmax", (steps, layers)),
-        ):
-            if getattr(self, name).shape != want:
-                raise ValueError(f"{name} must have shape {want}, got {getattr(self, name).shape}")
-        check_counts("layer_counts", self.layer_counts, self.layer_zeros)
-        check_counts("layer_zeros", self.layer_zeros)
-        check_magnitudes("layer_absmax", self.layer_absmax)
-        same = (self.layer_counts.sum(axis=1) == self.counts).all(axis=1)
-        same &= self.layer_zeros.sum(axis=1) == self.zeros
-        if not same.all():
-            raise ValueError(
-                "layer_counts and layer_zeros summed over the layers must equal counts and "
-                f"zeros at every step; step {np.flatnonzero(~same)[0]} differs"
-            )
+        return self.flush is not None
 
     def __repr__(self) -> str:
         """One line: the name, the steps and what the trace holds besides the histograms."""
         parts = [f"name={self.name!r}", f"steps={self.steps}"]
         parts.append(f"nonfinite_steps={int(self.nonfinite.sum())}")
-        if self.overflow_scale is not None:
-            parts.append(f"overflow_scale={'probed' if self.overflow_probed else 'seen'}")
-        if self.has_layers:
-            parts.append(f"layers={len(self.layer_names)}")
-        if self.has_flush:
-            parts.append(f"flush_scales={self.flush_scales.shape[1]}")
+        for group in GROUPS:
+            held = getattr(self, group.KEY)
+            if held is not None and held.describe():
+                parts.append(held.describe())
         return f"Trace({', '.join(parts)})"
+
+    def take(self, index) -> Trace:
+        """The trace of the steps at ``index`` (int array; repeats allowed), every group with
+        them; the name and ``every`` kept."""
+        index = np.asarray(index, dtype=np.int64)
+        groups = {g.KEY: getattr(self, g.KEY) for g in GROUPS}
+        return Trace(
+            self.counts[index],
+            self.zeros[index],
+            self.absmax[index],
+            self.nonfinite[index],
+            self.name,
+            every=self.every,
+            **{k: None if g is None else g.take(index) for k, g in groups.items()},
+        )
 
     @property
     def steps(self) -> int:
@@ -266,7 +203,7 @@ class Trace:
     @property
     def has_layers(self) -> bool:
         """Whether the trace holds per-layer (per parameter array) statistics."""
-        return self.layer_names is not None
+        return self.layers is not None
 
     @classmethod
     def from_steps(cls, step_values, name: str = "trace") -> Trace:
@@ -290,7 +227,7 @@ class Trace:
 
     def write_to(self, f: BinaryIO) -> None:
         """Write the trace's ``.npz`` archive into the open binary file ``f``."""
-        write_npz(f, trace_arrays(self), compress=True)
+        write_npz(f, trace_arrays(self, GROUPS), compress=True)
 
     @classmethod
     def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:
@@ -312,4 +249,25 @@ class Trace:
                 inflated) or of a newer or unknown format; the message names the file and the
                 problem.
         """
-        return read_trace(cls, path, max_bytes)
+        return read_trace(cls, GROUPS, path, max_bytes)
+
+
+def _group_field(group, field: str) -> property:
+    """The trace's property of ``field`` of ``group``: None when the trace does not hold the
+    group; setting it checks the group again."""
+
+    def read(trace: Trace):
+        held = getattr(trace, group.KEY)
+        return None if held is None else getattr(held, field)
+
+    def write(trace: Trace, value) -> None:
+        held = getattr(trace, group.KEY)
+        given = {} if held is None else held.values()
+        setattr(trace, group.KEY, group.of(trace, {**given, field: value}))
+
+    return property(read, write, doc=f"``{group.KEY}.{field}`` (None without ``{group.KEY}``).")
+
+
+for _group in GROUPS:
+    for _field in _group.names():
+        setattr(Trace, _field, _group_field(_group, _field))

@@ -24,8 +24,7 @@ from typing import List, Union
 import numpy as np
 
 from ..common.writing import atomic_write, check_target, sync_folder
-from .format import Trace
-from .values import NBINS
+from .format import GROUPS, Trace
 
 try:
     import fcntl
@@ -128,18 +127,17 @@ def _unlock(path: Path, fd: int | None) -> None:
 
 def load_parts(path: Union[str, Path]) -> List[Trace]:
     """The parts of the trace at ``path``, read in order and checked to be of one recording
-    (per-layer statistics in all or none, flush curves of one width); a ``ValueError``
-    naming the first part that is not."""
+    (each group's :meth:`~updater.trace.group.Group.stranger`: per-layer statistics in all or
+    none, flush curves of one width); a ``ValueError`` naming the first part that is not."""
     files = part_files(path)
     traces = [Trace.load(f) for f in files]
-    widths = {t.flush_scales.shape[1] for t in traces if t.has_flush}
-    for f, t in zip(files, traces):
-        mixed = t.has_layers != traces[0].has_layers
-        if mixed or (t.has_flush and len(widths) > 1):
-            what = "per-layer statistics" if mixed else "flush curves of another width"
+    for group in GROUPS if traces else ():
+        found = group.stranger([getattr(t, group.KEY) for t in traces])
+        if found is not None:
             raise ValueError(
-                f"trace part {f}: {what} than {files[0].name}: parts of different recordings "
-                f"are mixed in {parts_dir(path)}; move the others out and merge again"
+                f"trace part {files[found[0]]}: {found[1]} than {files[0].name}: parts of "
+                f"different recordings are mixed in {parts_dir(path)}; move the others out and "
+                "merge again"
             )
     return traces
 
@@ -154,54 +152,17 @@ def write_part(path: Union[str, Path], index: int, trace: Trace) -> Path:
 
 
 def concat_traces(traces: List[Trace], name: str) -> Trace:
-    """The steps of ``traces`` one after the other: per-layer columns aligned by name (a layer
-    absent from a part has zero counts there), flush measurements NaN where a part has none,
-    probed only if every part is."""
-    per_layer = {}
-    if traces[0].has_layers:
-        names = list(dict.fromkeys(n for t in traces for n in t.layer_names))
-        shaped = []
-        for t in traces:
-            columns = [names.index(n) for n in t.layer_names]
-            c = np.zeros((t.steps, len(names), NBINS), np.int64)
-            z, a = np.zeros((t.steps, len(names)), np.int64), np.zeros((t.steps, len(names)))
-            c[:, columns], z[:, columns], a[:, columns] = (
-                t.layer_counts,
-                t.layer_zeros,
-                t.layer_absmax,
-            )
-            shaped.append((c, z, a))
-        per_layer = dict(
-            layer_names=tuple(names),
-            **{k: np.concatenate([s[i] for s in shaped]) for i, k in
-               enumerate(("layer_counts", "layer_zeros", "layer_absmax"))},
-        )  # fmt: skip
-    measured = [t for t in traces if t.has_flush]
-    if measured:
-        width = measured[0].flush_scales.shape[1]
-        for key in ("flush_scales", "flush_shares"):
-            per_layer[key] = np.concatenate(
-                [getattr(t, key) if t.has_flush else np.full((t.steps, width), np.nan)
-                 for t in traces]
-            )  # fmt: skip
-    if any(t.has_forward for t in traces):
-        per_layer["forward_peak"] = np.concatenate(
-            [t.forward_peak if t.has_forward else np.full(t.steps, np.nan) for t in traces]
-        )
-        per_layer["forward_where"] = tuple(
-            w for t in traces for w in (t.forward_where if t.has_forward else ("",) * t.steps)
-        )
+    """The steps of ``traces`` one after the other, each group by its
+    :meth:`~updater.trace.group.Group.concat` (per-layer columns aligned by name, flush
+    measurements NaN where a part has none, probed only if every part is)."""
     return Trace(
         np.concatenate([t.counts for t in traces]),
         np.concatenate([t.zeros for t in traces]),
         np.concatenate([t.absmax for t in traces]),
         np.concatenate([t.nonfinite for t in traces]),
         name,
-        np.concatenate([t.overflow_scale for t in traces]),
-        overflow_probed=all(t.overflow_probed for t in traces),
-        finite_scale=np.concatenate([t.finite_scale for t in traces]),
         every=_one_every(traces),
-        **per_layer,
+        **{group.KEY: group.concat(traces) for group in GROUPS},
     )
 
 

@@ -16,7 +16,7 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
+from ..common.float16 import FORWARD_NEAR_FACTOR
 from ..common.validation import check_bool, check_int, check_number, check_positive
 from .format import Trace
 from .parts import (
@@ -31,8 +31,8 @@ from .parts import (
     recover_parts,
     write_part,
 )
-from .rows import trace_of, warn_forward, watch_exit, write_at_exit
-from .values import NBINS, binade_histogram, check_label, layer_columns
+from .rows import RecordedStep, step_row, trace_of, warn_forward, watch_exit, write_at_exit
+from .values import check_label, layer_columns
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class GradientRecorder:
         self.path = check_trace_path(path)
         self.name = check_label("name", name if name is not None else self.path.stem)
         self.per_parameter = check_bool("per_parameter", per_parameter)
-        self._rows: List[tuple] = []
+        self._rows: List[RecordedStep] = []
         self._layer_names: List[str] | None = [] if self.per_parameter else None
         self.steps: List[int] = []
         self._lock = [PartsLock(self.path)]  # emptied while released (after close)
@@ -221,7 +221,8 @@ class GradientRecorder:
         finite_scale: float | None = None,
         forward_peak: tuple | None = None,
     ) -> None:
-        """Add one step.
+        """Add one step (as a :class:`updater.trace.rows.RecordedStep`; nine arguments: one per
+        measurement of the step the driver hands over).
 
         Args:
             step (int): the ``update()`` call number (0-based).
@@ -274,39 +275,15 @@ class GradientRecorder:
         columns = (
             layer_columns(self._layer_names, names, len(grads)) if self.per_parameter else None
         )
-        rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
-        layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
-        layer_zeros = np.array([r[1] for r in rows], np.int64)
-        layer_absmax = np.array([r[2] for r in rows], np.float64)
-        layer_finite = np.array([r[3] for r in rows], bool)
-        grads_finite = bool(layer_finite.all())
         bad = loss_finite is not None and not loss_finite
-        if not grads_finite and not bad:  # overflowed at this scale
-            over = min(over, scale)
-            bound = FP16_OVERFLOW / scale
-            layer_absmax[~layer_finite] = np.maximum(layer_absmax[~layer_finite], bound)
-        counts, zeros = layer_counts.sum(axis=0), int(layer_zeros.sum())
-        absmax = float(layer_absmax.max(initial=0.0))
-        layers = None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax)
-        if flush is not None:
-            flush = tuple(np.asarray(a, dtype=np.float64) for a in flush)
+        row = step_row(grads, scale, bad, over, seen_finite, columns, flush, forward_peak)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
-        if not seen_finite < over:
-            raise ValueError(
-                f"finite_scale must be below the step's overflow scale {over!r}, got "
-                f"{seen_finite!r}"
-            )
-        if forward_peak is not None:
-            forward_peak = (float(forward_peak[0]), str(forward_peak[1]))
-            if not forward_peak[0] >= 0:
-                raise ValueError(f"forward_peak must be a number >= 0, got {forward_peak[0]!r}")
-            if forward_peak[0] >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
-                self._forward_warned = True
-                warn_forward(self.path, step, *forward_peak)
-        self._rows.append(
-            (counts, zeros, absmax, bad, over, layers, flush, seen_finite, forward_peak)
-        )
+        peak = row.forward[0] if row.forward is not None else 0.0
+        if peak >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
+            self._forward_warned = True
+            warn_forward(self.path, step, *row.forward)
+        self._rows.append(row)
         self.steps.append(int(step))
         every, seconds = self.write_every, self.write_seconds
         if (every is not None and len(self._rows) >= every) or (

@@ -1,6 +1,8 @@
 """The replay's flushed share between sampled flush measurements (sim.casting.underflow,
 issue 39 item 3)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,9 +14,11 @@ def _trace(shares):
     """5 steps of one histogram; flushing measured at scales 1 and 4 where ``shares`` has a
     row (None: not measured)."""
     t = Trace.from_steps([[2.0**-30, 1.0, 2.0**-10, 3.0]] * len(shares))
-    t.flush_scales = np.array([[1.0, 4.0] if s is not None else [np.nan] * 2 for s in shares])
-    t.flush_shares = np.array([s if s is not None else [np.nan] * 2 for s in shares])
-    return t
+    return dataclasses.replace(
+        t,
+        flush_scales=np.array([[1.0, 4.0] if s is not None else [np.nan] * 2 for s in shares]),
+        flush_shares=np.array([s if s is not None else [np.nan] * 2 for s in shares]),
+    )
 
 
 def test_unmeasured_steps_take_the_measured_neighbours_correction_weighted_by_distance():

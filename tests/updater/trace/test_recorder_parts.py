@@ -13,8 +13,16 @@ from tests.paths import ROOT
 from updater import DynamicLossScalingUpdater, GradientRecorder, Trace
 from updater.trace.parts import part_files, parts_dir
 
-FIELDS = ("counts", "zeros", "absmax", "nonfinite", "overflow_scale", "layer_counts",
-          "layer_zeros", "layer_absmax")  # fmt: skip
+FIELDS = (
+    "counts",
+    "zeros",
+    "absmax",
+    "nonfinite",
+    "overflow_scale",
+    "layer_counts",
+    "layer_zeros",
+    "layer_absmax",
+)
 
 
 def assert_same_trace(a: Trace, b: Trace) -> None:
@@ -74,8 +82,9 @@ def test_a_layer_added_between_parts_is_aligned_by_name(tmp_path):
     ] * 4
     traces = []
     for write_every in (None, 2):
-        rec = GradientRecorder(tmp_path / f"l{write_every}.npz", per_parameter=True,
-                               write_every=write_every, name="l")  # fmt: skip
+        rec = GradientRecorder(
+            tmp_path / f"l{write_every}.npz", per_parameter=True, write_every=write_every, name="l"
+        )
         for step, (names, grads) in enumerate(calls):
             rec.record(step, grads, 1.0, names=names)
         traces.append(Trace.load(rec.close()))

@@ -1,0 +1,54 @@
+"""A trace's forward headroom (NumPy only): the largest magnitude the float16 forward pass
+produced at each step, and where (:class:`ForwardHeadroom`,
+``GradientRecorder(forward_headroom=True)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .group import Group
+
+
+@dataclass(frozen=True)
+class ForwardHeadroom(Group):
+    """Per step, the float16 forward pass's largest |value| and the function that produced it
+    (the fields of :class:`updater.trace.Trace` of these names).
+
+    Attributes:
+        forward_peak: float64 array ``(steps,)``: the largest |value| relative to 65504 (inf:
+            inf/NaN; NaN: not measured).
+        forward_where: tuple of ``steps`` str: the function (``<type>#<k>``;
+            BatchNormalization's batch variance is marked; "": not measured).
+    """
+
+    forward_peak: np.ndarray
+    forward_where: tuple
+
+    KEY: ClassVar[str] = "forward"
+    KINDS: ClassVar[dict] = {"forward_peak": "number", "forward_where": "text"}
+    SHAPES: ClassVar[dict] = {"forward_peak": ("steps",), "forward_where": ("steps",)}
+
+    @classmethod
+    def checked(cls, trace, forward_peak, forward_where) -> ForwardHeadroom:
+        if isinstance(forward_where, str):
+            raise TypeError(f"forward_where must be a sequence of str, got {forward_where!r}")
+        forward = cls(
+            np.asarray(forward_peak, dtype=np.float64), tuple(str(w) for w in forward_where)
+        )
+        if (
+            forward.forward_peak.shape != (trace.steps,)
+            or len(forward.forward_where) != trace.steps
+        ):
+            raise ValueError(
+                f"forward_peak and forward_where must both have {trace.steps} entries, got "
+                f"{forward.forward_peak.shape} and {len(forward.forward_where)}"
+            )
+        if (forward.forward_peak < 0).any():
+            raise ValueError("forward_peak must hold numbers >= 0 (NaN: not measured)")
+        return forward
+
+    def unmeasured(self, steps: int) -> ForwardHeadroom:
+        return ForwardHeadroom(np.full(steps, np.nan), ("",) * steps)
