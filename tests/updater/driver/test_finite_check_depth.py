@@ -10,11 +10,11 @@ import nnabla as nn
 import numpy as np
 import pytest
 
-import updater.driver.finite_checks as gradients
+import updater.driver.checks.host as gradients
 from tests.nnabla_models import TinyClassifier, assert_same_values, param_values
 from updater import DynamicLossScalingUpdater, DynamicScale, HeadroomScale, NonFiniteGradientsError
 from updater.driver.arrays import _check_array, host_reads
-from updater.driver.finite_checks import resolve_path
+from updater.driver.checks import resolve_path
 from updater.driver.flat import device_functions
 
 pytestmark = pytest.mark.nnabla

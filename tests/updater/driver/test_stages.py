@@ -16,7 +16,7 @@ from tests.nnabla_models import (
     param_values,
 )
 from updater import DynamicScale
-from updater.driver.finite_checks import FiniteCheck
+from updater.driver.checks import FiniteCheck
 from updater.driver.updater import DynamicLossScalingUpdater
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
