@@ -1,6 +1,6 @@
 """GradientRecorder: writes a :class:`updater.trace.Trace` from a training run (NumPy only).
 
-The updater hands it each recorded step's gradients (:mod:`updater.driver.attempts`); with
+The updater hands it each recorded step's gradients (:mod:`updater.driver.recording`); with
 ``probe_overflow`` or ``measure_flush`` the updater also probes the step
 (:mod:`updater.driver.recording`) before handing it over.
 """

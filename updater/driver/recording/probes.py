@@ -117,9 +117,15 @@ def probe_bounds(policy, seed_type) -> tuple:
 
 
 def probe_step(
-    step: Rerun, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool,
-    bounds: tuple, guess: float | None = None,
-) -> ProbeResult:  # fmt: skip
+    step: Rerun,
+    seed: float,
+    finite: bool,
+    known_overflow: float,
+    overflow: bool,
+    flush: bool,
+    bounds: tuple,
+    guess: float | None = None,
+) -> ProbeResult:
     """Probe the current step (module doc) after its attempt at ``seed``.
 
     Args:
