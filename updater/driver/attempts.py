@@ -26,11 +26,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from ..policy import ScaleState
 from .arrays import backward_seed
-from .checks import NOT_CHECKED, Findings
+from .checks import NOT_CHECKED
 from .options import UpdaterOptions
 from .recording.hook import Attempted
 from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
@@ -54,19 +54,6 @@ class Pending:
     bad_batch: bool = False  # an inf/NaN loss or input on some worker
     statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
     state: ScaleState | None = None  # the state the last attempt started from
-
-
-class Attempt(NamedTuple):
-    """One attempt's outcome: the check's findings, the agreed facts, the verdict and the
-    policy's advance."""
-
-    seed: float
-    found: Findings
-    finite: bool
-    loss_finite: bool
-    outcome: str
-    absmax: float | None
-    new_state: ScaleState
 
 
 class Attempts:
@@ -129,12 +116,14 @@ class Attempts:
                 hook = recording.attempt_hook(step) if recorded else None
                 seed = backward_seed(state.scale, self.seed_type, policy)
                 loss_finite = self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
-                a = self._attempt(policy, state, step, seed, loss_finite, fuse, sumsq)
-                retry = self._retries(a, policy, attempts)
-                self.counters.overflows += not a.finite
+                found, finite, loss_finite, outcome, absmax, new_state = self._attempt(
+                    policy, state, step, seed, loss_finite, fuse, sumsq
+                )
+                retry = self._retries(outcome, new_state.scale, seed, policy, attempts)
+                self.counters.overflows += not finite
                 if not retry:
                     break
-                state, overflow_scale = a.new_state, seed
+                state, overflow_scale = new_state, seed
                 if before is not None:  # the retry starts from the statistics before the batch
                     before.restore()
                 elif moved is None:
@@ -143,12 +132,11 @@ class Attempts:
             if before is not None:  # no trace in the statistics (restore_on_skip)
                 before.restore()
             raise
-        applied, found = a.outcome == APPLIED, a.found
+        applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
         if recorded:
-            good = a.outcome != BAD_BATCH
-            done = Attempted(seed, a.finite, good, overflow_scale, found.arrays)
+            done = Attempted(seed, finite, not bad_batch, overflow_scale, found.arrays)
             recording.after(step, policy, done)
-        if applied and not a.loss_finite:
+        if applied and not loss_finite:
             self._count_nonfinite_loss(step)
         if before is not None and not applied:  # a skipped step leaves the model as it was
             before.restore()
@@ -158,22 +146,23 @@ class Attempts:
         return Pending(
             seed,
             applied,
-            a.absmax,
-            a.loss_finite,
+            absmax,
+            loss_finite,
             attempts,
             found.bad,
-            a.new_state,
+            new_state,
             found.unscaled,
             found.sumsq,
-            a.outcome == BAD_BATCH,
+            bad_batch,
             self.forward_state.new_nonfinite(found) if stays else [],
             state,
         )
 
-    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq) -> Attempt:
+    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq) -> tuple:
         """After an attempt's rounds: the all-reduce, the check (fused with unscaling by
         ``1/seed`` with ``fuse``), the facts agreed across workers, the verdict and the
-        policy's advance."""
+        policy's advance: ``(findings, gradients finite, loss finite, verdict, |g| max, the
+        policy's new state)``."""
         rounds, work = self.rounds, self.work
         work.all_reduce()
         extras = rounds.extras(self.forward_state.checked_with_gradients())
@@ -196,17 +185,17 @@ class Attempts:
             absmax = math.inf
         measured = absmax if policy.needs_grad_absmax else None
         new_state = policy.update(state, finite, measured, outcome == BAD_BATCH)
-        return Attempt(seed, found, finite, loss_finite, outcome, absmax, new_state)
+        return found, finite, loss_finite, outcome, absmax, new_state
 
-    def _retries(self, a: Attempt, policy, attempts: int) -> bool:
-        """Whether attempt number ``attempts`` is retried: an overflow, in "retry" mode, within
-        ``max_retries``, when the policy lowered the seed."""
+    def _retries(self, outcome: str, new_scale, seed: float, policy, attempts: int) -> bool:
+        """Whether attempt number ``attempts`` at ``seed`` is retried: an overflow, in "retry"
+        mode, within ``max_retries``, when the policy lowered the seed (to ``new_scale``)."""
         o = self.options
         return (
-            a.outcome == OVERFLOW
+            outcome == OVERFLOW
             and o.on_overflow == "retry"
             and attempts <= o.max_retries
-            and backward_seed(a.new_state.scale, self.seed_type, policy) < a.seed
+            and backward_seed(new_scale, self.seed_type, policy) < seed
         )
 
     def _state_ok(self, found, step: int) -> bool:

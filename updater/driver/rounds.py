@@ -18,7 +18,7 @@ import numpy as np
 
 from .arrays import bad_indices, copy_array, describe_inputs, host_view, input_leaves, restore_array
 from .checks import NOT_CHECKED, Extras, FiniteCheck
-from .checks.base import NotChecked
+from .checks.base import NO_EXTRAS, NotChecked
 from .function_roles import Range, input_ranges
 from .options import UpdaterOptions
 from .outside_forward import updater_forward
@@ -56,15 +56,13 @@ class Rounds:
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
         self._checked: List[nn.Variable] | None = None  # and those checked, with their ranges
         self._ranges: List[Range] = []
+        self._bounded: list = []  # (index, center, radius) of the bounded checked inputs
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
-
-    @property
-    def batch_on_host(self) -> bool:
-        """Whether the loss and the inputs are checked on the host, each round (one read of
-        the loss, one pass over the inputs); else the check reads them with the gradients."""
-        return not self.check.reads_batch(self.options.accum_grad)
+        # the loss and the inputs are checked on the host, each round (one read of the loss,
+        # one pass over the inputs), unless the check reads them with the gradients
+        self.batch_on_host = not check.reads_batch(options.accum_grad)
 
     @property
     def loss(self) -> nn.Variable:
@@ -97,6 +95,9 @@ class Rounds:
             skip = {hash(v) for v in self.options.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
             self._ranges = input_ranges(self.loss, self._checked)
+            self._bounded = [
+                (i, r.center, r.radius) for i, r in enumerate(self._ranges) if r.bounded
+            ]
         return self._checked
 
     def extras(self, statistics) -> Extras:
@@ -104,9 +105,9 @@ class Rounds:
         of the bounded ones when it reads the batch (bad when inf/NaN, the second also when
         ``|value - center| >= radius``), and ``statistics`` (the forward state's, or None)."""
         if self.batch_on_host:
-            return Extras(statistics=statistics)
+            return NO_EXTRAS if statistics is None else Extras(statistics=statistics)
         inputs = self.checked_inputs()
-        ranged = [(v.data, r.center, r.radius) for v, r in zip(inputs, self._ranges) if r.bounded]
+        ranged = [(inputs[i].data, center, radius) for i, center, radius in self._bounded]
         return Extras([v.data for v in inputs], ranged, statistics)
 
     def _bad_indices(self, first: bool = False) -> List[int]:
@@ -171,7 +172,7 @@ class Rounds:
 
     def loss_finite(self) -> bool:
         """Whether the loss is finite now (one host read)."""
-        return bool(np.isfinite(host_view(self.loss.data)).all())
+        return bool(np.isfinite(host_view(self.options.loss.data)).all())
 
     def bad_input_names(self) -> List[str]:
         """The inputs that were bad, named by the function they feed and their shape, with the

@@ -114,7 +114,10 @@ class DynamicLossScalingUpdater:
         min_scale: float | None = None,
         max_scale: float | None = None,
         **options,
-    ) -> None:  # **options: the fields of UpdaterOptions (the signature shown lists them)
+    ) -> None:
+        """Sixteen parameters: nnabla's updater's arguments in its order, the policy's three;
+        ``**options`` takes the rest, the fields of :class:`UpdaterOptions` (listed by the
+        signature :func:`updater.driver.options.attach_options` makes)."""
         refused = {k: v for k, v in options.items() if k not in OPTIONS}
         refuse_arguments(refused, [*OPTIONS, *LEGACY_DEFAULTS, "policy", "min_scale", "max_scale"])
         nnabla_order = {"solver": solver, "loss": loss, "data_feeder": data_feeder}
