@@ -81,7 +81,7 @@ class Recording:
 
     def replays(self, step: int) -> bool:
         """Whether step ``step``'s rounds run again (probes): its inputs are kept."""
-        return self.probes.probes and self.wants(step)
+        return self.probes.reruns and self.wants(step)
 
     def attempt_hook(self, step: int):
         """Before each attempt of ``step``: the forward pass's ``function_post_hook`` (the

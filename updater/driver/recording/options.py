@@ -38,7 +38,7 @@ class ProbeOptions(NamedTuple):
         )
 
     @property
-    def probes(self) -> bool:
+    def reruns(self) -> bool:
         """Whether a recorded step runs again (overflow probes or flush measurement): its
         rounds' inputs are kept."""
         return self.overflow or self.flush
