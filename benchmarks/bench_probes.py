@@ -96,7 +96,7 @@ def replayed_passes() -> list:
     (inf when censored); the passes the searches would have run, per recorded step."""
     from sim.replay.measured import MeasuredRun, run_path
     from sim.traces.real import MODELS, SHIPPED_DIR
-    from updater.driver.probes import probe_step
+    from updater.driver.recording.probes import probe_step
     from updater.trace import Trace
 
     rows = []

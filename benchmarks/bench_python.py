@@ -3,6 +3,7 @@ nnabla's work stubbed out, and the solver's parameter reads."""
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -17,8 +18,12 @@ def _without_nnabla_calls(u, solver, loss) -> None:
     """Give the updater's collaborators stand-ins that call no nnabla function (and the
     concatenating graphs a forward that runs nothing), so only its Python remains."""
     check = u._work.check
-    u._work.solver = check.solver = u._rounds.solver = solver
-    u._rounds.loss = loss
+    check.solver = solver
+    stand_in = copy.copy(u._options)  # the record the collaborators read, with the stand-ins
+    for name, value in (("solver", solver), ("loss", loss)):
+        object.__setattr__(stand_in, name, value)
+    for part in (u._work, u._rounds, u._forward_state, u._attempts):
+        part.options = stand_in
     if getattr(check, "flat", None) is not None:
         check.flat.forward = lambda graph: graph.output.data
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from sim.nnabla_studies.models import half_model
 from sim.replay.measured import MeasuredRun
-from updater.driver.probes import flushed_shares
+from updater.driver.recording.probes import flushed_shares
 from updater.policy.presets import as_policy
 
 

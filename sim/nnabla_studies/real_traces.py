@@ -5,7 +5,7 @@ Each model of :mod:`sim.nnabla_studies.models` trains with
 at 2**15) and a :class:`updater.GradientRecorder` that keeps every step, per parameter array too
 (``per_parameter=True``, for :mod:`sim.replay.layers`), with each step's overflow threshold
 probed and its flushed share measured against float32 at several scales (``probe_overflow``,
-``measure_flush``: :mod:`updater.driver.probes`), so the simulator
+``measure_flush``: :mod:`updater.driver.recording.probes`), so the simulator
 (``dls simulate --trace FILE``) can replay real gradient distributions next to the synthetic
 families. Each model then trains again for real under each policy of
 :data:`sim.replay.measured.CHECKED_POLICIES`, measured step by step

@@ -137,8 +137,8 @@ overflows at or below it in the replay; a probed threshold S replays at S/sqrt(2
 its bracket (S/2, S], so the jittered spread converges to the exact replay) and **measured \
 flushing** (the share of the true nonzero gradient values, from a float32 copy of the graph, \
 that float16 left at zero at the scale used and at 2^-4, 2^-8 and 2^-12 times it); training is \
-left exactly as without the probes (`updater.driver.probes`). The simulator replays those \
-measurements. The same models were then trained again for real, from the same weights, **in \
+left exactly as without the probes (`updater.driver.recording.probes`). The simulator replays \
+those measurements. The same models were then trained again for real, from the same weights, **in \
 batch order {in_words(CHECK_ORDERS)}, which no recording used**, under three other policies: \
 `nnabla-legacy` (scale 8, doubling every 2000 steps: underflow), `dynamic-fast` \
 (`DynamicScale(growth_interval=50)`: it climbs back to 2^15 50 steps after each backoff, so it \
@@ -157,9 +157,9 @@ born inside the backward kernels at a scale the run did not use \
 
 The float16 forward pass's headroom in each recording (`GradientRecorder(forward_headroom=True)`: \
 the largest |value| a function produced or, for the kernels that accumulate, the largest sum \
-they reach, relative to 65504; `updater.driver.forward_peak`): no loss scale causes or cures an \
-overflow there. nnabla's `cpu:half` BatchNormalization sums x and x^2 over the N values of a \
-channel in float16 (its source, `forward_impl_batch`), so it overflows once N x E[x^2] passes \
+they reach, relative to 65504; `updater.driver.recording.forward_peak`): no loss scale causes or \
+cures an overflow there. nnabla's `cpu:half` BatchNormalization sums x and x^2 over the N values \
+of a channel in float16 (its source, `forward_impl_batch`), so it overflows once N x E[x^2] passes \
 65504 while the batch variance stays small; the recorder replays that loop in float16 (a test \
 finds the overflow point on `cpu:half`: the measure reaches 1 at the very batch whose running \
 variance goes inf). A recording made before this measure holds BatchNormalization's batch \

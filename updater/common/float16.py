@@ -23,6 +23,6 @@ LARGEST_SEED_POWER = {"float16": 2.0**15, "float32": 2.0**127}
 """The largest power of two a backward seed of each precision holds (float16's max is 65504)."""
 FORWARD_NEAR_FACTOR = 4.0
 """The forward pass's measure (largest output or accumulated magnitude) is warned about within
-this factor of FP16_MAX (``updater.driver.forward_peak``, the recorder, ``dls``, the report)."""
+this factor of FP16_MAX (``updater.driver.recording``, the recorder, ``dls``, the report)."""
 SEED_MAX = {"float16": FP16_MAX, "float32": 3.4028234663852886e38}
 """The largest finite backward seed of each precision."""

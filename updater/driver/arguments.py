@@ -107,7 +107,7 @@ def check_seed_holds(policy, seed_type) -> None:
                     ", or compute the loss in float32 (updater.amp.rewrite does)"
                     if precision == "float16"
                     else ""
-                )  # fmt: skip
+                )
             )
 
 
@@ -115,8 +115,11 @@ def policy_from_arguments(policy, scale, scaling_factor, N, min_scale, max_scale
     """The policy the constructor arguments ask for (see the class docstring); ``max_scale``
     defaults to the largest power of two the seed's precision (``seed_type``) holds."""
     legacy = {"scale": scale, "scaling_factor": scaling_factor, "N": N}
-    given = {k: v for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
-             if v is not None}  # fmt: skip
+    given = {
+        k: v
+        for k, v in {**legacy, "min_scale": min_scale, "max_scale": max_scale}.items()
+        if v is not None
+    }
     if policy is not None:
         policy = as_policy(policy)
         if given:

@@ -112,6 +112,19 @@ def seed_dtype(loss) -> type:
     return np.float16 if half else np.float32
 
 
+def backward_seed(scale, seed_type, policy) -> float:
+    """The value ``loss.backward(scale)`` really seeds with: ``scale`` rounded to ``seed_type``
+    (the loss's precision); ``ValueError`` when it rounds to 0 (``policy`` has no floor)."""
+    seed = float(seed_type(scale))
+    if seed == 0:
+        raise ValueError(
+            f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
+            f"{np.dtype(seed_type).name}; the policy {policy!r} has no floor: "
+            "use one with min_scale >= 2**-24"
+        )
+    return seed
+
+
 def on_cpu() -> bool:
     """True when gradients surely live in host memory: the current context is a CPU one and
     nnabla's CUDA extension is not loaded (a graph built in a GPU context scope would not show

@@ -26,15 +26,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
-
-import nnabla as nn
-import numpy as np
+from typing import Sequence
 
 from ..policy import ScaleState
-from .forward_peak import ForwardPeak
-from .function_roles import unregistered_functions
-from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
+from .arrays import backward_seed
+from .checks import NOT_CHECKED
+from .options import UpdaterOptions
+from .recording.hook import Attempted
 from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 
 logger = logging.getLogger(__name__)
@@ -58,70 +56,40 @@ class Pending:
     state: ScaleState | None = None  # the state the last attempt started from
 
 
-def _check_copyable(loss) -> None:
-    """``ValueError`` when the float32 copy of the graph that ``measure_flush`` runs cannot be
-    made: a function nnabla's registry lacks (a ``PythonFunction``) has no maker to copy."""
-    unknown = unregistered_functions(loss)
-    if unknown:
-        raise ValueError(
-            "recorder with measure_flush=True: the updater measures flushing on a float32 copy "
-            f"of the graph (updater.amp.rewrite), which cannot copy {', '.join(unknown)} (not "
-            "one of nnabla's registered functions); record with measure_flush=False"
-        )
-
-
 class Attempts:
     """Runs the attempts of one iteration (module doc).
 
     Args:
+        options (UpdaterOptions): reads ``on_overflow`` ("skip" or "retry"), ``max_retries``
+            (retries per iteration in "retry" mode), ``restore_on_skip`` (a skipped step puts
+            back what its forward pass wrote) and ``clip_grad_norm``.
         rounds (Rounds): the forward/backward rounds of an attempt.
         work (GradientWork): the all-reduce, the agreement and the finite check.
         forward_state (ForwardState): copies of the state the forward pass writes.
-        counters (Counters): ``overflows`` moves here.
+        counters (Counters): ``overflows`` and ``nonfinite_losses`` move here.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
-        on_overflow (str): "skip" or "retry".
-        max_retries (int): retries per iteration in "retry" mode.
-        restore_on_skip (bool): a skipped step puts back what its forward pass wrote.
-        recorder (GradientRecorder or None): records the steps it wants.
+        recording (Recording or None, default None): the hook of the option ``recorder``,
+            called before each attempt and after the attempts of a step it records.
     """
 
     def __init__(
-        self, rounds, work, forward_state, counters, seed_type, on_overflow: str,
-        max_retries: int, restore_on_skip: bool, recorder,
-    ):  # fmt: skip
+        self,
+        options: UpdaterOptions,
+        rounds,
+        work,
+        forward_state,
+        counters,
+        seed_type,
+        recording=None,
+    ):
+        self.options = options
         self.rounds = rounds
         self.work = work
         self.forward_state = forward_state
         self.counters = counters
         self.seed_type = seed_type
-        self.on_overflow = on_overflow
-        self.max_retries = max_retries
-        self.restore_on_skip = restore_on_skip
-        self.recorder = recorder
-        self._policy = None  # the policy of the iteration running (for probe bounds)
-        self._reference = None  # float32 copy of the graph, for a recorder measuring flushing
-        self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
-        self._forward_peak = ForwardPeak()  # for a recorder measuring the forward's headroom
+        self.recording = recording
         self._logged_bad_state = False  # a forward pass wrote inf/NaN state (logged once)
-        if recorder is not None and recorder.measure_flush:
-            _check_copyable(rounds.loss)
-
-    def seed(self, scale, policy) -> float:
-        """The value ``loss.backward(scale)`` really seeds with (the scale, rounded)."""
-        seed = float(self.seed_type(scale))
-        if seed == 0:
-            raise ValueError(
-                f"loss scale {float(scale)!r} rounds to a backward seed of 0 in "
-                f"{np.dtype(self.seed_type).name}; the policy {policy!r} has no floor: "
-                "use one with min_scale >= 2**-24"
-            )
-        return seed
-
-    def _replays(self, step: int) -> bool:
-        """Whether this step's rounds may run again (a retry, or probes): keep their inputs."""
-        rec = self.recorder
-        probes = rec is not None and (rec.probe_overflow or rec.measure_flush)
-        return self.on_overflow == "retry" or (probes and rec.wants(step))
 
     def unscaled_run(self, state: ScaleState) -> Pending:
         """One attempt at seed 1 without any check (loss scaling off)."""
@@ -129,71 +97,33 @@ class Attempts:
         self.work.all_reduce()
         return Pending(1.0, True, None, None, 1, [], state, unscaled=True, state=state)
 
-    def _inspect(self, unscale_by=None, need_sumsq=False):
-        """The finite check of the gradients, with the inputs and statistics the device check
-        reads (the same graph for attempts and probes)."""
-        inputs, ranged = self.rounds.device_checked()
-        return self.work.inspect(
-            self._policy.needs_grad_absmax,
-            unscale_by,
-            need_sumsq,
-            inputs,
-            self.forward_state.device_checked(),
-            ranged,
-        )
-
-    def run(self, policy, state: ScaleState, step: int, fuse: bool, need_sumsq: bool) -> Pending:
-        """The attempts of iteration ``step`` from ``state`` under ``policy``; ``fuse`` unscales
-        in the checking pass ("numpy") or measures for clipping in the same read ("solver")
-        when the gradients will not be seen scaled, ``need_sumsq`` (with ``fuse``) measures
-        the sum of squares for clipping. The failed attempts' policy advances are in the
-        returned ``new_state``."""
-        self._policy = policy
-        rounds, work = self.rounds, self.work
-        keep = self._replays(step)
-        rec = self.recorder
-        peak = self._forward_peak
-        hook = peak if rec is not None and rec.forward_headroom and rec.wants(step) else None
+    def run(self, policy, state: ScaleState, step: int, by_update: bool) -> Pending:
+        """The attempts of iteration ``step`` from ``state`` under ``policy``; ``by_update``:
+        called by ``update()``, which, when the recorder does not want this step's scaled
+        gradients, unscales in the checking pass ("numpy") or measures for clipping in the
+        same read ("solver"). The failed attempts' policy advances are in the returned
+        ``new_state``."""
+        o, recording = self.options, self.recording
+        recorded = recording is not None and recording.wants(step)
+        fuse = by_update and not recorded
+        sumsq = fuse and o.clip_grad_norm is not None
+        keep = o.on_overflow == "retry" or (recorded and recording.replays(step))
         attempts, overflow_scale, moved = 0, None, None
-        before = self.forward_state.save("before") if self.restore_on_skip else None
+        before = self.forward_state.save("before") if o.restore_on_skip else None
         try:
             while True:
                 attempts += 1
-                seed = self.seed(state.scale, policy)
-                peak.reset()  # the recorded attempt is the last
-                loss_finite = rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
-                work.all_reduce()
-                found = self._inspect(1.0 / seed if fuse else None, fuse and need_sumsq)
-                arrays, finite, absmax, bad = found[:4]
-                if loss_finite is None:  # the device check read it
-                    loss_finite = found.loss_finite
-                inputs_ok = found.inputs_finite
-                if inputs_ok is None:  # checked on the host, read only when the verdict needs it
-                    inputs_ok = finite or rounds.inputs_finite
-                state_ok = finite or not (loss_finite and inputs_ok) or self._state_ok(found, step)
-                if work.comm is not None:  # a worker's bad state counts as its bad input
-                    finite, bad_loss, bad_input = work.agree(
-                        finite, not loss_finite, not (inputs_ok and state_ok)
-                    )
-                    loss_finite, inputs_ok, state_ok = not bad_loss, not bad_input, True
-                outcome = verdict(finite, loss_finite, inputs_ok, state_ok)
-                applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
-                if not finite and absmax is not None:
-                    absmax = math.inf
-                new_state = policy.update(
-                    state, finite, absmax if policy.needs_grad_absmax else None, bad_batch
+                hook = recording.attempt_hook(step) if recorded else None
+                seed = backward_seed(state.scale, self.seed_type, policy)
+                loss_finite = self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
+                found, finite, loss_finite, outcome, absmax, new_state = self._attempt(
+                    policy, state, step, seed, loss_finite, fuse, sumsq
                 )
-                retry = (
-                    outcome == OVERFLOW
-                    and self.on_overflow == "retry"
-                    and attempts <= self.max_retries
-                    and self.seed(new_state.scale, policy) < seed
-                )
+                retry = self._retries(outcome, new_state.scale, seed, policy, attempts)
                 self.counters.overflows += not finite
                 if not retry:
                     break
-                state = new_state
-                overflow_scale = seed
+                state, overflow_scale = new_state, seed
                 if before is not None:  # the retry starts from the statistics before the batch
                     before.restore()
                 elif moved is None:
@@ -202,9 +132,10 @@ class Attempts:
             if before is not None:  # no trace in the statistics (restore_on_skip)
                 before.restore()
             raise
-        if self.recorder is not None and self.recorder.wants(step):
-            forward = (peak.peak, peak.where) if hook is not None else None
-            self._record(step, arrays, seed, finite, not bad_batch, overflow_scale, forward)
+        applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
+        if recorded:
+            done = Attempted(seed, finite, not bad_batch, overflow_scale, found.arrays)
+            recording.after(step, policy, done)
         if applied and not loss_finite:
             self._count_nonfinite_loss(step)
         if before is not None and not applied:  # a skipped step leaves the model as it was
@@ -213,10 +144,59 @@ class Attempts:
             moved.restore()
         stays = applied or before is None  # the statistics this step wrote stay
         return Pending(
-            seed, applied, absmax, loss_finite, attempts, bad, new_state, found.unscaled,
-            found.sumsq, bad_batch, self.forward_state.new_nonfinite(found) if stays else [],
+            seed,
+            applied,
+            absmax,
+            loss_finite,
+            attempts,
+            found.bad,
+            new_state,
+            found.unscaled,
+            found.sumsq,
+            bad_batch,
+            self.forward_state.new_nonfinite(found) if stays else [],
             state,
-        )  # fmt: skip
+        )
+
+    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq) -> tuple:
+        """After an attempt's rounds: the all-reduce, the check (fused with unscaling by
+        ``1/seed`` with ``fuse``), the facts agreed across workers, the verdict and the
+        policy's advance: ``(findings, gradients finite, loss finite, verdict, |g| max, the
+        policy's new state)``."""
+        rounds, work = self.rounds, self.work
+        work.all_reduce()
+        extras = rounds.extras(self.forward_state.checked_with_gradients())
+        unscale_by = 1.0 / seed if fuse else None
+        found = work.inspect(policy.needs_grad_absmax, unscale_by, need_sumsq, extras)
+        finite, absmax = found.finite, found.absmax
+        if loss_finite is NOT_CHECKED:  # the check read it
+            loss_finite = found.loss_finite
+        inputs_ok = found.inputs_in_range
+        if inputs_ok is NOT_CHECKED:  # checked on the host, read only when the verdict needs it
+            inputs_ok = finite or rounds.inputs_finite
+        state_ok = finite or not (loss_finite and inputs_ok) or self._state_ok(found, step)
+        if self.options.comm is not None:  # a worker's bad state counts as its bad input
+            finite, bad_loss, bad_input = work.agree(
+                finite, not loss_finite, not (inputs_ok and state_ok)
+            )
+            loss_finite, inputs_ok, state_ok = not bad_loss, not bad_input, True
+        outcome = verdict(finite, loss_finite, inputs_ok, state_ok)
+        if not finite and absmax is not None:
+            absmax = math.inf
+        measured = absmax if policy.needs_grad_absmax else None
+        new_state = policy.update(state, finite, measured, outcome == BAD_BATCH)
+        return found, finite, loss_finite, outcome, absmax, new_state
+
+    def _retries(self, outcome: str, new_scale, seed: float, policy, attempts: int) -> bool:
+        """Whether attempt number ``attempts`` at ``seed`` is retried: an overflow, in "retry"
+        mode, within ``max_retries``, when the policy lowered the seed (to ``new_scale``)."""
+        o = self.options
+        return (
+            outcome == OVERFLOW
+            and o.on_overflow == "retry"
+            and attempts <= o.max_retries
+            and backward_seed(new_scale, self.seed_type, policy) < seed
+        )
 
     def _state_ok(self, found, step: int) -> bool:
         """Whether this attempt's forward pass left every state value finite that was finite
@@ -247,82 +227,3 @@ class Attempts:
                 "nonfinite_losses; warned once)",
                 step,
             )
-
-    def _record(self, step, arrays, seed, finite, good_batch, overflow_scale, forward) -> None:
-        """Hand the recorded attempt to the recorder, probing its overflow threshold first when
-        the recorder asks for it (:mod:`updater.driver.probes`) and the batch was not bad."""
-        rec = self.recorder
-        over = seed if not finite and good_batch else overflow_scale
-        grads, scale, flush, finite_scale = arrays, seed, None, None
-        flush_due = rec.wants_flush(step)
-        if (rec.probe_overflow or flush_due) and good_batch:
-            known = math.inf if over is None else over
-            bounds = probe_bounds(self._policy, self.seed_type)
-            guess = self._probe_guess if rec.probe_from_previous else None
-            found = probe_step(
-                self, seed, finite, known, rec.probe_overflow, flush_due, bounds, guess
-            )
-            rec.probe_passes += found.passes
-            if rec.probe_overflow:  # a censored step's guess: the scale it was finite at
-                t = found.threshold
-                self._probe_guess = t if t < math.inf else (found.finite_scale or None)
-            grads, flush = None, found.flush  # host views taken before may be stale
-            if rec.probe_overflow:
-                over, finite_scale = found.threshold, found.finite_scale
-            if found.finite_grads is not None:
-                grads, scale = found.finite_grads, found.finite_seed
-        rec.record(
-            step,
-            grads or self.host_grads(),
-            scale,
-            loss_finite=good_batch,
-            overflow_scale=over,
-            names=list(self.params()),
-            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
-            finite_scale=finite_scale,
-            forward_peak=forward,
-        )
-
-    # ------------------------------------------ what the probes use (updater.driver.probes.Rerun)
-
-    @property
-    def rounds_per_attempt(self) -> int:
-        """Forward/backward rounds per attempt."""
-        return self.rounds.accum_grad
-
-    def params(self) -> Dict[str, nn.Variable]:
-        """The solver's parameters."""
-        return self.work.params()
-
-    def with_gradients(self) -> List[nn.Variable]:
-        """The Variables whose gradients a step leaves: the solver's parameters and the inputs
-        with ``need_grad``."""
-        inputs = [v for v in self.rounds.inputs() if v.need_grad]
-        return [*self.params().values(), *inputs]
-
-    def host_grads(self) -> List[np.ndarray]:
-        """Host views of the gradients."""
-        return self.work.host_grads()
-
-    def save_forward_state(self, slot: str):
-        """A copy of the state the forward pass writes."""
-        return self.forward_state.save(slot)
-
-    def reference_grads(self) -> List[np.ndarray]:
-        """The step's gradients from a float32 copy of the graph (built on first use; same
-        parameters and inputs), at seed 1, as float64 host copies."""
-        if self._reference is None:
-            from .. import amp
-
-            loss = self.rounds.loss
-            everything = amp.AmpLists(float=amp.function_names())
-            self._reference = amp.rewrite(loss, everything, getattr(loss.parent, "context", None))
-        self.rounds.run(1.0, replay=True, keep=True, count=False, loss=self._reference)
-        return [np.array(g, np.float64) for g in self.host_grads()]
-
-    def probe(self, scale: float) -> bool:
-        """One overflow probe: the step's rounds again at ``scale`` (not counted) and the
-        check; whether this worker's own gradients are finite (no collective: a recorder on one
-        worker leaves the others' steps as they are)."""
-        self.rounds.run(self.seed(scale, self._policy), replay=True, keep=True, count=False)
-        return self._inspect().finite

@@ -117,10 +117,8 @@ def same_values(array: nn.NdArray, kept: nn.NdArray) -> bool:
 
 
 def hide_refused_arguments(cls) -> None:
-    """The signatures ``help(cls)`` and IDEs show: ``__init__`` without its ``**refused`` and
-    ``update()`` without ``new_scale`` (both only there to answer PyTorch's habits)."""
-    init = inspect.signature(cls.__init__)
-    kept = [p for p in init.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    cls.__init__.__signature__ = init.replace(parameters=kept)
+    """The signature ``help(cls)`` and IDEs show for ``update()``: without ``new_scale`` (only
+    there to answer PyTorch's habit; ``__init__``'s is made by
+    :func:`updater.driver.options.attach_options`)."""
     update = inspect.signature(cls.update)
     cls.update.__signature__ = update.replace(parameters=list(update.parameters.values())[:1])

@@ -25,8 +25,10 @@ from typing import List
 import nnabla as nn
 
 from .arrays import bad_indices, describe_inputs, grad_stats, host_view
+from .checks import NOT_CHECKED, FiniteCheck
 from .flat import FlatGraphs, SavedData, loss_context
 from .function_roles import BACKWARD_STATE, FORWARD_STATE, state_inputs, writer_names
+from .options import UpdaterOptions
 
 logger = logging.getLogger(__name__)
 
@@ -59,23 +61,31 @@ class ForwardState:
     statistics that became inf/NaN.
 
     Args:
-        loss (nnabla.Variable): the loss whose graph writes them (found on first use).
-        on_device (bool): the device check reads them with the gradients.
-        on_nonfinite_statistics (str): "warn" or "raise".
+        options (UpdaterOptions): reads ``loss`` (whose graph writes the state, found on first
+            use), ``forward_state`` (state the graph does not show) and
+            ``on_nonfinite_statistics`` ("warn" or "raise").
+        check (FiniteCheck): asked whether it reads the state with the gradients
+            (:attr:`~updater.driver.checks.base.FiniteCheck.reads_statistics`).
         counters (Counters): its ``nonfinite_statistics`` counts the reported ones.
-        given (list of nnabla.Variable, default ()): state that the graph does not show (the
-            updater's ``forward_state``).
     """
 
-    def __init__(self, loss, on_device: bool, on_nonfinite_statistics: str, counters, given=()):
-        self.loss = loss
-        self.on_device = on_device
-        self.on_nonfinite_statistics = on_nonfinite_statistics
+    def __init__(self, options: UpdaterOptions, check: FiniteCheck, counters):
+        self.options = options
+        self.check = check
         self.counters = counters
-        self.given = list(given)
         self._written = None  # (the state, its FlatGraphs)
         self._reported: frozenset = frozenset()  # hashes of the statistics reported
         self._backward_only: frozenset | None = None  # hashes of what only a backward writes
+
+    @property
+    def loss(self) -> nn.Variable:
+        """The loss (the option)."""
+        return self.options.loss
+
+    @property
+    def given(self) -> List[nn.Variable]:
+        """The option ``forward_state``: state that the graph does not show."""
+        return self.options.forward_state
 
     def _found(self):
         if self._written is None:
@@ -94,17 +104,19 @@ class ForwardState:
         written, graphs = self._found()
         return graphs.save(written, slot)
 
-    def device_checked(self) -> List[nn.NdArray]:
-        """The statistics for the device check to read (none on the host paths)."""
-        return [v.data for v in self.written] if self.on_device else []
+    def checked_with_gradients(self) -> List[nn.NdArray] | None:
+        """The statistics for the check to read with the gradients; None when it does not read
+        them (they are read on the host, :meth:`new_nonfinite`)."""
+        return [v.data for v in self.written] if self.check.reads_statistics else None
 
     def new_nonfinite(self, found) -> List[nn.Variable]:
         """The statistics inf/NaN now and not reported before (``found``: the step's
         inspection, whose device check may have looked at them already)."""
         written, graphs = self._found()
-        if not written or found.statistics_finite:
+        checked = found.statistics_finite
+        if not written or (checked is not NOT_CHECKED and checked):
             return []
-        if found.statistics_finite is None:  # a host path: one view of their concatenation
+        if checked is NOT_CHECKED:  # read on the host: one view of their concatenation
             values = graphs.concatenated([v.data for v in written])
             if values is None or grad_stats([host_view(values)], False)[0][0]:
                 return []
@@ -140,6 +152,6 @@ class ForwardState:
             "BatchNormalization's variance in the forward pass: updater.amp.rewrite(loss) "
             "computes BatchNormalization in float32"
         )
-        if self.on_nonfinite_statistics == "raise":
+        if self.options.on_nonfinite_statistics == "raise":
             raise NonFiniteStatisticsError(message, names=names, step=step)
         logger.warning(message)

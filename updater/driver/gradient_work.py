@@ -1,5 +1,5 @@
 """The gradient work of one step: the solver's parameters read once per step, the all-reduce and
-the workers' agreement, the finite check (:mod:`updater.driver.finite_checks`), and clip ->
+the workers' agreement, the finite check (:mod:`updater.driver.checks`), and clip ->
 weight decay -> ``solver.update()``."""
 
 from __future__ import annotations
@@ -11,26 +11,24 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import host_view
-from .finite_checks import FiniteCheck, Inspection, host_grads
+from .checks import Ask, Extras, Findings, FiniteCheck, host_grads
+from .checks.base import NO_EXTRAS
+from .options import UpdaterOptions
 
 
 class GradientWork:
     """The solver's gradients in one step.
 
     Args:
-        solver (nnabla.solvers.Solver): the solver.
+        options (UpdaterOptions): reads ``solver``, ``comm`` (all-reduces the gradients and the
+            agreement flag), ``grads`` (the gradients to all-reduce; empty: every gradient) and
+            ``average_grads`` (all-reduce with ``division=True``).
         check (FiniteCheck): the finite check chosen for the run.
-        comm (communicator or None): all-reduces the gradients and the agreement flag.
-        grads (list of NdArray): the gradients to all-reduce (empty: every gradient).
-        average_grads (bool): all-reduce with ``division=True``.
     """
 
-    def __init__(self, solver, check: FiniteCheck, comm, grads: list, average_grads: bool):
-        self.solver = solver
+    def __init__(self, options: UpdaterOptions, check: FiniteCheck):
+        self.options = options
         self.check = check
-        self.comm = comm
-        self.grads = grads
-        self.average_grads = average_grads
         self._params: Dict[str, nn.Variable] | None = None
         self._flag = None  # three-element agreement flag, made on first use
 
@@ -41,14 +39,15 @@ class GradientWork:
     def params(self) -> Dict[str, nn.Variable]:
         """The solver's current parameters, read once per step."""
         if self._params is None:
-            self._params = self.solver.get_parameters()
+            self._params = self.options.solver.get_parameters()
         return self._params
 
     def all_reduce(self) -> None:
         """All-reduce :attr:`grads` (or every parameter gradient) when there is a ``comm``."""
-        if self.comm is not None:
-            reduced = self.grads or [p.grad for p in self.params().values()]
-            self.comm.all_reduce(reduced, division=self.average_grads, inplace=False)
+        o = self.options
+        if o.comm is not None:
+            reduced = o.grads or [p.grad for p in self.params().values()]
+            o.comm.all_reduce(reduced, division=o.average_grads, inplace=False)
 
     def agree(self, local_finite: bool, local_bad_loss: bool, local_bad_batch: bool):
         """Sum a three-element flag over workers: (this worker saw inf/NaN gradients, its loss
@@ -58,38 +57,37 @@ class GradientWork:
             self._flag = nn.NdArray.from_numpy_array(np.zeros(3, np.float32))
         flags = (0.0 if local_finite else 1.0, float(local_bad_loss), float(local_bad_batch))
         self._flag.cast(np.float32)[...] = flags
-        self.comm.all_reduce(self._flag, division=False, inplace=True)
+        self.options.comm.all_reduce(self._flag, division=False, inplace=True)
         total = host_view(self._flag)
         return bool(total[0] <= 0), bool(total[1] > 0), bool(total[2] > 0)
 
     def host_grads(self) -> List[np.ndarray]:
-        """Host views of every gradient (:func:`updater.driver.finite_checks.host_grads`)."""
+        """Host views of every gradient (:func:`updater.driver.checks.host_grads`)."""
         return host_grads(self.params())
 
     def inspect(
-        self, need_absmax: bool, unscale_by=None, need_sumsq=False, inputs=(), statistics=(),
-        ranged=(),
-    ) -> Inspection:  # fmt: skip
-        """The finite check (:meth:`FiniteCheck.inspect`), |g| max over the reduced
-        gradients when only some are reduced."""
-        absmax_over = self.grads if self.comm is not None and self.grads else ()
-        return self.check.inspect(
-            self.params, need_absmax, absmax_over, unscale_by, need_sumsq, inputs, statistics,
-            ranged,
-        )  # fmt: skip
+        self, need_absmax: bool, unscale_by=None, need_sumsq=False, extras: Extras = NO_EXTRAS
+    ) -> Findings:
+        """The finite check (:meth:`FiniteCheck.inspect`, :class:`Ask`), |g| max over the
+        reduced gradients when only some are reduced."""
+        o = self.options
+        absmax_over = o.grads if o.comm is not None and o.grads else ()
+        ask = Ask(need_absmax, absmax_over, unscale_by, need_sumsq)
+        return self.check.inspect(self.params, ask, extras)
 
     def unscale(self, factor: float) -> None:
         """Multiply every gradient by ``factor``."""
         self.check.unscale(self.params, factor)
 
-    def apply(self, sumsq: float | None, clip_grad_norm, weight_decay) -> None:
-        """On unscaled gradients: clip their global L2 norm to ``clip_grad_norm`` with
+    def apply(self, sumsq: float | None, weight_decay) -> None:
+        """On unscaled gradients: clip their global L2 norm to the option ``clip_grad_norm`` with
         ``solver.scale_grad`` when it is not None (``sumsq``: their sum of squares if measured
         already, else measured now), apply ``weight_decay``, then ``solver.update()``."""
+        solver, clip_grad_norm = self.options.solver, self.options.clip_grad_norm
         if clip_grad_norm is not None:
             norm = math.sqrt(self.check.sumsq(self.params) if sumsq is None else sumsq)
             if norm > clip_grad_norm:
-                self.solver.scale_grad(clip_grad_norm / norm)
+                solver.scale_grad(clip_grad_norm / norm)
         if weight_decay is not None:
-            self.solver.weight_decay(weight_decay)
-        self.solver.update()
+            solver.weight_decay(weight_decay)
+        solver.update()

@@ -17,16 +17,21 @@ how a rank frees memory (``clear_buffer``), the finite check's path (every path 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import textwrap
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence
 
 import nnabla as nn
 
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
 from .arguments import check_variables
+from .checks import PATHS
 from .solver_group import SolverGroup, check_solver
+
+if TYPE_CHECKING:
+    from ..trace.recorder import GradientRecorder
 
 LEARNING_RATE_NAMES = ("lr", "alpha", "eta")
 """The names nnabla's solvers give their learning rate in ``solver.info`` (the value there is the
@@ -208,7 +213,7 @@ class UpdaterOptions:
         shared=_same,
         builds=False,
     )
-    clip_grad_norm: Any = option(
+    clip_grad_norm: float | None = option(
         None,
         "float or None, default None: clip the global L2 norm of the unscaled gradients to "
         "this, > 0.",
@@ -227,13 +232,13 @@ class UpdaterOptions:
         _checker(check_int, 0),
         builds=False,
     )
-    monitor: Any = option(
+    monitor: nn.monitor.Monitor | None = option(
         None,
         "nnabla.monitor.Monitor or None, default None: writes ``loss_scale`` and "
         "``skipped_steps`` each step.",
         _monitor,
     )
-    recorder: Any = option(
+    recorder: GradientRecorder | None = option(
         None,
         "GradientRecorder or None, default None: records gradient histograms (its probes enter "
         "no collective: each rank probes its own gradients).",
@@ -241,12 +246,12 @@ class UpdaterOptions:
     )
     finite_check: str = option(
         "auto",
-        'str, default "auto": the inf/NaN check\'s path (:mod:`updater.driver.finite_checks`): '
+        'str, default "auto": the inf/NaN check\'s path (:mod:`updater.driver.checks`): '
         '"numpy" (host views), "solver" (one graph on the gradients\' device, one host read), '
         '"nnabla" (``check_inf_or_nan_grad()``), or "auto" ("solver" off the CPU; on the CPU '
         '"numpy" or "nnabla" by model size and what the steps read). All decide exactly as '
         "``solver.check_inf_or_nan_grad()``.",
-        _checker(check_choice, ("auto", "numpy", "solver", "nnabla")),
+        _checker(check_choice, ("auto", *PATHS)),
     )
     enabled: bool = option(
         True,
@@ -263,7 +268,7 @@ class UpdaterOptions:
         _checker(check_bool),
         shared=_same,
     )
-    unchecked_inputs: Any = option(
+    unchecked_inputs: Sequence[nn.Variable] = option(
         (),
         "list of nnabla.Variable, default (): inputs that may hold inf on purpose (a -inf "
         "attention mask), left out of the bad-data check; each must feed the graph of ``loss`` "
@@ -278,7 +283,7 @@ class UpdaterOptions:
         ":class:`updater.driver.forward_state.NonFiniteStatisticsError` from ``step()``.",
         _checker(check_choice, ("warn", "raise")),
     )
-    forward_state: Any = option(
+    forward_state: Sequence[nn.Variable] = option(
         (),
         "list of nnabla.Variable, default (): Variables that a function of yours (a "
         "``PythonFunction``) writes in its forward pass: kept and put back as the state found "
@@ -353,8 +358,9 @@ def args_doc(indent: str, width: int = 96) -> str:
 
 def attach_options(cls) -> None:
     """Give ``cls`` (the updater) an attribute per option it does not define itself: reads the
-    record ``_options``, assigns through ``cls._set_option``; and its docstring's ``{options}``
-    line the options' ``Args`` entries."""
+    record ``_options``, assigns through ``cls._set_option``; its docstring's ``{options}``
+    line the options' ``Args`` entries; and its ``__init__``'s signature, whose ``**options``
+    takes them, a keyword-only parameter per option not named before it."""
     for name, f in OPTIONS.items():
         if name not in vars(cls):
             write = lambda self, value, name=name: self._set_option(name, value)  # noqa: E731
@@ -362,3 +368,12 @@ def attach_options(cls) -> None:
                 cls, name, property(attrgetter(f"_options.{name}"), write, doc=f.metadata["doc"])
             )
     cls.__doc__ = cls.__doc__.replace(" " * 8 + "{options}", args_doc(" " * 8))
+    init = inspect.signature(cls.__init__)
+    named = [p for p in init.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    named += [
+        inspect.Parameter(name, keyword, default=f.default, annotation=f.type)
+        for name, f in OPTIONS.items()
+        if name not in init.parameters
+    ]
+    cls.__init__.__signature__ = init.replace(parameters=named)

@@ -17,7 +17,10 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import bad_indices, copy_array, describe_inputs, host_view, input_leaves, restore_array
+from .checks import NOT_CHECKED, Extras, FiniteCheck
+from .checks.base import NO_EXTRAS, NotChecked
 from .function_roles import Range, input_ranges
+from .options import UpdaterOptions
 from .outside_forward import updater_forward
 
 
@@ -25,35 +28,29 @@ class Rounds:
     """Runs the rounds of an attempt.
 
     Args:
-        solver (nnabla.solvers.Solver): zeroes the gradients.
-        loss (nnabla.Variable): the loss.
-        data_feeder (callable or None): called before each forward of a new batch.
-        accum_grad (int): rounds per attempt.
-        clear_buffer (bool): free buffers in forward/backward.
-        enabled (bool): loss scaling on (else no loss or input is read).
+        options (UpdaterOptions): reads ``solver`` (zeroes the gradients), ``loss``,
+            ``data_feeder`` (called before each forward of a new batch), ``accum_grad`` (rounds
+            per attempt), ``clear_buffer``, ``enabled`` (loss scaling on, else no loss or input
+            is read) and ``unchecked_inputs`` (left out of the bad-data check).
+        check (FiniteCheck): asked whether it reads the loss and the inputs with the gradients
+            (:meth:`~updater.driver.checks.base.FiniteCheck.reads_batch`).
         params (callable): returns the solver's parameters (to tell inputs from parameters).
-        unchecked_inputs (list of Variable): inputs left out of the bad-data check.
-        device_checks_batch (bool): the device check reads the loss and the inputs with the
-            gradients (used when there is one round).
         counters (Counters): ``batches`` and ``passes`` move here.
         state (callable or None, default None): returns the Variables the step writes
             (:class:`ForwardState`'s), which are state, not inputs: never checked nor replayed.
     """
 
     def __init__(
-        self, solver, loss, data_feeder, accum_grad: int, clear_buffer: bool, enabled: bool,
-        params: Callable[[], Dict[str, nn.Variable]], unchecked_inputs: list,
-        device_checks_batch: bool, counters, state: Callable[[], list] | None = None,
-    ):  # fmt: skip
-        self.solver = solver
-        self.loss = loss
-        self.data_feeder = data_feeder
-        self.accum_grad = accum_grad
-        self.clear_buffer = clear_buffer
-        self.enabled = enabled
+        self,
+        options: UpdaterOptions,
+        check: FiniteCheck,
+        params: Callable[[], Dict[str, nn.Variable]],
+        counters,
+        state: Callable[[], list] | None = None,
+    ):
+        self.options = options
+        self.check = check
         self._params = params
-        self.unchecked_inputs = unchecked_inputs
-        self.device_checks_batch = device_checks_batch
         self.counters = counters
         self._state = state
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
@@ -63,13 +60,14 @@ class Rounds:
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
+        # the loss and the inputs are checked on the host, each round (one read of the loss,
+        # one pass over the inputs), unless the check reads them with the gradients
+        self.batch_on_host = not check.reads_batch(options.accum_grad)
 
     @property
-    def batch_on_host(self) -> bool:
-        """Whether the loss and the inputs are checked on the host, each round (one read of
-        the loss, one pass over the inputs); else the device check reads them with the
-        gradients (one round)."""
-        return not self.device_checks_batch or self.accum_grad > 1
+    def loss(self) -> nn.Variable:
+        """The loss (the option)."""
+        return self.options.loss
 
     @property
     def inputs_finite(self) -> bool:
@@ -94,7 +92,7 @@ class Rounds:
     def checked_inputs(self) -> List[nn.Variable]:
         """The inputs checked for bad data: the graph's inputs but ``unchecked_inputs``."""
         if self._checked is None:
-            skip = {hash(v) for v in self.unchecked_inputs}
+            skip = {hash(v) for v in self.options.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
             self._ranges = input_ranges(self.loss, self._checked)
             self._bounded = [
@@ -102,15 +100,15 @@ class Rounds:
             ]
         return self._checked
 
-    def device_checked(self):
-        """``(inputs, [(input, center, radius)] of the bounded ones)`` for the device check to
-        read (none when checked on the host): bad when inf/NaN, the second also when
-        ``|value - center| >= radius``."""
+    def extras(self, statistics) -> Extras:
+        """What the check reads with the gradients: the inputs and ``[(input, center, radius)]``
+        of the bounded ones when it reads the batch (bad when inf/NaN, the second also when
+        ``|value - center| >= radius``), and ``statistics`` (the forward state's, or None)."""
         if self.batch_on_host:
-            return [], []
+            return NO_EXTRAS if statistics is None else Extras(statistics=statistics)
         inputs = self.checked_inputs()
         ranged = [(inputs[i].data, center, radius) for i, center, radius in self._bounded]
-        return [v.data for v in inputs], ranged
+        return Extras([v.data for v in inputs], ranged, statistics)
 
     def _bad_indices(self, first: bool = False) -> List[int]:
         """Indices of the checked inputs bad as the graph sees them (host check; ``first``:
@@ -119,35 +117,43 @@ class Rounds:
         return bad_indices([v.data for v in inputs], self._ranges, first)
 
     def run(
-        self, seed: float, replay: bool = False, keep: bool = False, count: bool = True, loss=None,
+        self,
+        seed: float,
+        replay: bool = False,
+        keep: bool = False,
+        count: bool = True,
+        loss=None,
         hook=None,
-    ) -> bool | None:  # fmt: skip
+    ) -> bool | NotChecked:
         """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's) seeded with
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
         calling the feeder); ``count``: add the rounds to ``passes`` and check the loss (and,
         unless ``replay``, the inputs); a probe or the float32 reference run counts nothing;
         ``hook``: the forward's ``function_post_hook`` (None: none).
         Returns whether every round's loss was finite when read on the host
-        (:attr:`batch_on_host`), else None."""
-        loss = self.loss if loss is None else loss
-        keep = keep and self.accum_grad > 1 and self.data_feeder is not None
+        (:attr:`batch_on_host`), else ``NOT_CHECKED``."""
+        o = self.options
+        loss = o.loss if loss is None else loss
+        rounds, feeder, clear = o.accum_grad, o.data_feeder, o.clear_buffer
+        keep = keep and rounds > 1 and feeder is not None
         if keep and not replay:
             self._kept = []
-        read_loss = count and self.enabled and self.batch_on_host
-        loss_finite = True if read_loss else None
-        check_inputs = count and not replay and self.enabled and self.batch_on_host
+        on_host = o.enabled and self.batch_on_host
+        read_loss = count and on_host
+        loss_finite = True if read_loss else NOT_CHECKED
+        check_inputs = count and not replay and on_host
         if check_inputs:
             self._bad_inputs = set()
-            self._check_pending = self.accum_grad == 1  # checked when asked, if ever
+            self._check_pending = rounds == 1  # checked when asked, if ever
             check_inputs = not self._check_pending
-        self.solver.zero_grad()
+        o.solver.zero_grad()
         for v in self.inputs():
             if v.need_grad:
                 v.grad.zero()
-        for r in range(self.accum_grad):
+        for r in range(rounds):
             if not replay:
-                if self.data_feeder is not None:
-                    self.data_feeder()
+                if feeder is not None:
+                    feeder()
                     self.counters.batches += 1
                 if keep:
                     self._kept.append([copy_array(v.data) for v in self.inputs()])
@@ -156,9 +162,9 @@ class Rounds:
             elif keep:
                 for v, saved in zip(self.inputs(), self._kept[r]):
                     restore_array(v, saved)
-            loss.forward(clear_no_need_grad=self.clear_buffer, function_post_hook=hook)
+            loss.forward(clear_no_need_grad=clear, function_post_hook=hook)
             updater_forward()
-            loss.backward(seed, clear_buffer=self.clear_buffer)
+            loss.backward(seed, clear_buffer=clear)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
                 loss_finite = self.loss_finite() and loss_finite
             self.counters.passes += count
@@ -166,13 +172,13 @@ class Rounds:
 
     def loss_finite(self) -> bool:
         """Whether the loss is finite now (one host read)."""
-        return bool(np.isfinite(host_view(self.loss.data)).all())
+        return bool(np.isfinite(host_view(self.options.loss.data)).all())
 
     def bad_input_names(self) -> List[str]:
         """The inputs that were bad, named by the function they feed and their shape, with the
         range they left (inf/NaN, or outside the values its readers take)."""
         leaves = self.checked_inputs()
-        if self.batch_on_host and self.accum_grad > 1:
+        if self.batch_on_host and self.options.accum_grad > 1:
             bad = [i for i in range(len(leaves)) if i in self._bad_inputs]
         else:  # one round: read them now (still the step's)
             bad = self._bad_indices()

@@ -37,7 +37,6 @@ from .records import Counters, NonFiniteGradientsError, StepRecord
 
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..policy.base import Policy
-    from ..trace.recorder import GradientRecorder
     from .solver_group import SolverGroup
 
 
@@ -98,22 +97,33 @@ class DynamicLossScalingUpdater:
     """
 
     def __init__(
-        self, solver: nn.solvers.Solver | SolverGroup, loss: nn.Variable,
-        data_feeder: Callable[[], Any] | None = None, scale: float | None = None,
-        scaling_factor: float | None = None, N: int | None = None, clear_buffer: bool = True,
-        accum_grad: int = 1, weight_decay: float | None = None, comm: Any = None,
-        grads: Sequence[nn.NdArray] | None = None, *, policy: Policy | str | None = None,
-        min_scale: float | None = None, max_scale: float | None = None, on_overflow: str = "skip",
-        max_retries: int = 8, max_consecutive_nonfinite: int = 32,
-        clip_grad_norm: float | None = None, average_grads: bool = False, history: int = 0,
-        monitor: nn.monitor.Monitor | None = None, recorder: GradientRecorder | None = None,
-        finite_check: str = "auto", enabled: bool = True, restore_on_skip: bool = True,
-        unchecked_inputs: Sequence[nn.Variable] = (), on_nonfinite_statistics: str = "warn",
-        forward_state: Sequence[nn.Variable] = (), **refused,
-    ) -> None:  # fmt: skip
-        given = locals()
+        self,
+        solver: nn.solvers.Solver | SolverGroup,
+        loss: nn.Variable,
+        data_feeder: Callable[[], Any] | None = None,
+        scale: float | None = None,
+        scaling_factor: float | None = None,
+        N: int | None = None,
+        clear_buffer: bool = True,
+        accum_grad: int = 1,
+        weight_decay: float | None = None,
+        comm: Any = None,
+        grads: Sequence[nn.NdArray] | None = None,
+        *,
+        policy: Policy | str | None = None,
+        min_scale: float | None = None,
+        max_scale: float | None = None,
+        **options,
+    ) -> None:
+        """Sixteen parameters: nnabla's updater's arguments in its order, the policy's three;
+        ``**options`` takes the rest, the fields of :class:`UpdaterOptions` (listed by the
+        signature :func:`updater.driver.options.attach_options` makes)."""
+        refused = {k: v for k, v in options.items() if k not in OPTIONS}
         refuse_arguments(refused, [*OPTIONS, *LEGACY_DEFAULTS, "policy", "min_scale", "max_scale"])
-        self._options = options = UpdaterOptions(**{name: given[name] for name in OPTIONS})
+        nnabla_order = {"solver": solver, "loss": loss, "data_feeder": data_feeder}
+        nnabla_order.update(clear_buffer=clear_buffer, accum_grad=accum_grad, comm=comm)
+        nnabla_order.update(weight_decay=weight_decay, grads=grads)
+        self._options = options = UpdaterOptions(**nnabla_order, **options)
         self._policy = policy_from_arguments(
             policy, scale, scaling_factor, N, min_scale, max_scale, seed_dtype(loss)
         )
@@ -278,7 +288,7 @@ class DynamicLossScalingUpdater:
     def _backward(self, by_update: bool) -> bool:
         """:meth:`backward`; ``by_update``: called by ``update()``, which unscales in the
         checking pass (or measures for clipping in the same read) when the recorder does not
-        want this step's scaled gradients."""
+        want this step's scaled gradients (:meth:`updater.driver.attempts.Attempts.run`)."""
         self._order.start()
         self._build()
         o = self._options
@@ -290,10 +300,7 @@ class DynamicLossScalingUpdater:
         if not o.enabled:
             pending = self._attempts.unscaled_run(self._state)
         else:
-            rec = o.recorder
-            fuse = by_update and (rec is None or not rec.wants(self.steps))
-            need_sumsq = o.clip_grad_norm is not None
-            pending = self._attempts.run(self._policy, self._state, self.steps, fuse, need_sumsq)
+            pending = self._attempts.run(self._policy, self._state, self.steps, by_update)
             self._state = pending.state  # the failed attempts advanced the policy
         self._order.pending = pending
         self._outside.after_step()
@@ -334,17 +341,21 @@ class DynamicLossScalingUpdater:
         finite = pending.finite
         o = self._options
         if finite:
-            self._work.apply(pending.sumsq, o.clip_grad_norm, o.weight_decay)
+            self._work.apply(pending.sumsq, o.weight_decay)
         self._state = pending.new_state
         hand_fed = by_step and o.data_feeder is None
         self._order.end(self._rounds.inputs() if hand_fed else None)
         step = self.steps
         record = StepRecord(
-            step=step, scale=pending.seed, update_applied=finite,
-            new_scale=float(self._state.scale) if self._options.enabled else 1.0,
-            grad_absmax=pending.absmax, loss_finite=pending.loss_finite,
-            attempts=pending.attempts, bad_batch=pending.bad_batch,
-        )  # fmt: skip
+            step=step,
+            scale=pending.seed,
+            update_applied=finite,
+            new_scale=float(self._state.scale) if o.enabled else 1.0,
+            grad_absmax=pending.absmax,
+            loss_finite=pending.loss_finite,
+            attempts=pending.attempts,
+            bad_batch=pending.bad_batch,
+        )
         counters = self._counters
         counters.count_step(finite)
         self._history.append(record)
@@ -353,9 +364,12 @@ class DynamicLossScalingUpdater:
         self._forward_state.report(pending.statistics, step)
         if counters.consecutive_nonfinite >= o.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
-                record, pending.bad, counters.consecutive_nonfinite, o.max_consecutive_nonfinite,
+                record,
+                pending.bad,
+                counters.consecutive_nonfinite,
+                o.max_consecutive_nonfinite,
                 self._rounds.bad_input_names() if pending.bad_batch else (),
-            )  # fmt: skip
+            )
         return record
 
     def state_dict(self) -> Dict[str, Any]:

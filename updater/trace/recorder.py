@@ -1,8 +1,8 @@
 """GradientRecorder: writes a :class:`updater.trace.Trace` from a training run (NumPy only).
 
-The updater hands it each recorded step's gradients (:mod:`updater.driver.attempts`); with
+The updater hands it each recorded step's gradients (:mod:`updater.driver.recording`); with
 ``probe_overflow`` or ``measure_flush`` the updater also probes the step
-(:mod:`updater.driver.probes`) before handing it over.
+(:mod:`updater.driver.recording`) before handing it over.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class GradientRecorder:
     Overflow probes (``probe_overflow=True``, off by default): on each recorded step the updater
     runs the step's forward and backward again on the same batch at other powers of two of the
     scale and records the smallest at which the real backward pass overflows, within the
-    policy's bounds (:mod:`updater.driver.probes`), so the simulator sees overflows born inside the
+    policy's bounds (:mod:`updater.driver.recording`), so the simulator sees overflows born in the
     backward kernels, which no stored gradient shows; for a step that overflowed, the first
     finite probe's gradients are recorded instead. The search starts at the previous probed
     step's threshold and stops once the threshold is bracketed between a finite and an
@@ -100,7 +100,7 @@ class GradientRecorder:
 
     Measured flushing (``measure_flush=True``, off by default): on each recorded step the
     updater also runs the step in float32 once (a copy of the graph, same parameters) and in
-    float16 at ``seed * 2**k`` for ``k`` in ``updater.driver.probes.FLUSH_OFFSETS``, and stores the
+    float16 at ``seed * 2**k`` for ``k`` in ``recording.probes.FLUSH_OFFSETS``, and stores the
     share of the true nonzero gradient values that float16 left at zero at each scale (the
     trace's ``flush_*`` fields), which the simulator replays instead of its binade model. With
     ``flush_every=k`` it measures every k-th recorded step only (4 passes each; the others hold
@@ -119,7 +119,7 @@ class GradientRecorder:
             (> 0) passed since the last write.
         probe_overflow (bool, default False): probe each recorded step's overflow threshold.
         measure_flush (bool, default False): measure each recorded step's flushed share at
-            several scales against a float32 copy of the graph (:mod:`updater.driver.probes`).
+            several scales against a float32 copy of the graph (:mod:`updater.driver.recording`).
         flush_every (int, default 1): with ``measure_flush``, measure every this many recorded
             steps (>= 1; the first recorded step is measured).
         probe_from_previous (bool, default True): start each step's overflow search at the
@@ -128,7 +128,7 @@ class GradientRecorder:
         forward_headroom (bool, default False): record each recorded step's largest |value|
             or accumulated magnitude of the float16 forward pass relative to 65504, and the
             function (for BatchNormalization, its float16 sums of x and x^2 over a channel;
-            :mod:`updater.driver.forward_peak`); the first step within a factor 4 of 65504 is
+            :mod:`updater.driver.recording`); the first step within a factor 4 of 65504 is
             logged as a warning naming the function, the step and the fix.
 
     Raises:
@@ -208,6 +208,11 @@ class GradientRecorder:
     def wants_flush(self, step: int) -> bool:
         """Whether recorded ``update()`` call ``step`` should have its flushing measured."""
         return self.measure_flush and (step // self.every) % self.flush_every == 0
+
+    def count_probe_passes(self, passes: int) -> None:
+        """Add ``passes``, the forward/backward rounds the updater's probes ran on a recorded
+        step, to :attr:`probe_passes`."""
+        self.probe_passes += passes
 
     def record(
         self,

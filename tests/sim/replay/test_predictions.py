@@ -17,7 +17,7 @@ from sim.replay.predictions import PREDICTED, prediction_rows
 from sim.report.experiments import QUICK, check_real_traces, load_real_pools, load_real_traces
 from sim.traces.real import CHECK_ORDERS, MODELS, RECORDINGS, trace_path
 from tests.paths import SHIPPED_TRACES
-from updater.driver.probes import flushed_shares
+from updater.driver.recording.probes import flushed_shares
 from updater.policy import DynamicScale, StaticScale
 from updater.trace import Trace
 

@@ -42,8 +42,9 @@ class ReluNet:
             y = PF.affine(F.relu(h), 3, w_init=I.NormalInitializer(0.5, rng), name="fc2")
             self.loss = F.mean(F.softmax_cross_entropy(y, self.t))
             self.params = nn.get_parameters(grad_only=True)
-            self.stats = {k: v for k, v in nn.get_parameters(grad_only=False).items()
-                          if k not in self.params}  # fmt: skip
+            self.stats = {
+                k: v for k, v in nn.get_parameters(grad_only=False).items() if k not in self.params
+            }
         self.solver = S.Adam(0.01)
         self.solver.set_parameters(self.params)
         self.calls = 0
@@ -68,9 +69,14 @@ def test_a_nan_input_costs_one_step_never_the_scale(check, on_overflow):
     net = ReluNet()
     net.nan_calls = {2}  # the first round of the second update
     u = DynamicLossScalingUpdater(
-        net.solver, net.loss, net.feed, accum_grad=2, on_overflow=on_overflow,
-        finite_check=check, policy=DynamicScale(init_scale=2.0**15),
-    )  # fmt: skip
+        net.solver,
+        net.loss,
+        net.feed,
+        accum_grad=2,
+        on_overflow=on_overflow,
+        finite_check=check,
+        policy=DynamicScale(init_scale=2.0**15),
+    )
     assert u.update().update_applied
     before = param_values(net.params)
     rec = u.update()
@@ -150,8 +156,12 @@ def test_a_bad_batch_changes_no_counter(policy):
     assert policy.update(state, True, 1.0, bad_batch=True) == state
     many = policy.init((3,))
     many = policy.update(many, np.array([True, True, True]), np.full(3, 1.0))
-    after = policy.update(many, np.array([True, False, False]), np.array([1.0, 1e9, 1e9]),
-                          bad_batch=np.array([False, True, False]))  # fmt: skip
+    after = policy.update(
+        many,
+        np.array([True, False, False]),
+        np.array([1.0, 1e9, 1e9]),
+        bad_batch=np.array([False, True, False]),
+    )
     one = [policy.update(state, True, 1.0), state, policy.update(state, False, 1e9)]
     for i, expected in enumerate(one):
         assert [float(v[i]) for v in after] == [float(v) for v in expected]

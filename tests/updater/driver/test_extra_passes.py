@@ -57,8 +57,9 @@ def test_probes_leave_an_input_gradient_of_one_backward(tmp_path, check):
         p.d = start[k]
     recorder = GradientRecorder(tmp_path / "t.npz", probe_overflow=True, measure_flush=True)
     policy = DynamicScale(init_scale=SEED)
-    u = DynamicLossScalingUpdater(solver, loss, feed, policy=policy, recorder=recorder,
-                                  finite_check=check)  # fmt: skip
+    u = DynamicLossScalingUpdater(
+        solver, loss, feed, policy=policy, recorder=recorder, finite_check=check
+    )
     rec = u.update()
     assert rec.update_applied and recorder.probe_passes > 1
     np.testing.assert_array_equal(x.g, expected)  # was the sum over every probe's backward
@@ -70,8 +71,14 @@ def test_a_retried_step_leaves_an_input_gradient_of_its_last_attempt(accum):
     x, t, loss, solver = build()
     feed = feeder(x, t, size=200.0)  # overflows at 2**14: retried at lower seeds
     start = {k: p.d.copy() for k, p in nn.get_parameters().items()}
-    u = DynamicLossScalingUpdater(solver, loss, feed, policy=DynamicScale(init_scale=SEED),
-                                  on_overflow="retry", accum_grad=accum)  # fmt: skip
+    u = DynamicLossScalingUpdater(
+        solver,
+        loss,
+        feed,
+        policy=DynamicScale(init_scale=SEED),
+        on_overflow="retry",
+        accum_grad=accum,
+    )
     rec = u.update()
     assert rec.update_applied and rec.attempts > 1
     got = x.g.copy()

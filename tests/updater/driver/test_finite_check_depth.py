@@ -10,11 +10,11 @@ import nnabla as nn
 import numpy as np
 import pytest
 
-import updater.driver.finite_checks as gradients
+import updater.driver.checks.host as gradients
 from tests.nnabla_models import TinyClassifier, assert_same_values, param_values
 from updater import DynamicLossScalingUpdater, DynamicScale, HeadroomScale, NonFiniteGradientsError
 from updater.driver.arrays import _check_array, host_reads
-from updater.driver.finite_checks import resolve_path
+from updater.driver.checks import resolve_path
 from updater.driver.flat import device_functions
 
 pytestmark = pytest.mark.nnabla
@@ -75,9 +75,12 @@ def test_concatenating_paths_train_bit_for_bit_as_nnabla_and_name_the_bad_arrays
     for path in ("nnabla", check):
         m = deep(10)
         u = DynamicLossScalingUpdater(
-            m.solver, m.loss, m.feeder(weights={1: SPIKE, 3: SPIKE}), finite_check=path,
+            m.solver,
+            m.loss,
+            m.feeder(weights={1: SPIKE, 3: SPIKE}),
+            finite_check=path,
             policy=policy,
-        )  # fmt: skip
+        )
         records = [u.update() for _ in range(5)]
         runs[path] = records, param_values(m.params)
         m.weight.d = math.inf
@@ -101,9 +104,13 @@ def test_numpy_path_unscales_and_clips_as_it_does_array_by_array(monkeypatch):
         monkeypatch.setattr(gradients, "FEW_ARRAYS", few)
         m = deep(10)
         u = DynamicLossScalingUpdater(
-            m.solver, m.loss, m.feeder(weights={2: SPIKE}), finite_check="numpy",
-            policy=HeadroomScale(init_scale=2.0**12), clip_grad_norm=0.05,
-        )  # fmt: skip
+            m.solver,
+            m.loss,
+            m.feeder(weights={2: SPIKE}),
+            finite_check="numpy",
+            policy=HeadroomScale(init_scale=2.0**12),
+            clip_grad_norm=0.05,
+        )
         assert u._work.check.by_array == (few > 24)
         runs.append(([u.update() for _ in range(4)], param_values(m.params)))
     assert runs[0][0] == runs[1][0]

@@ -132,10 +132,16 @@ def test_device_path_update_is_exactly_backward_unscale_step(on_overflow, init_s
         nn.clear_parameters()
         m = TinyClassifier("stages", solver="adam", lr=0.01)
         u = DynamicLossScalingUpdater(
-            m.solver, m.loss, m.feeder(weights={2: SPIKE, 5: SPIKE}), finite_check="solver",
-            policy=DynamicScale(init_scale, growth_interval=3), on_overflow=on_overflow,
-            clip_grad_norm=0.5, weight_decay=1e-3, accum_grad=2,
-        )  # fmt: skip
+            m.solver,
+            m.loss,
+            m.feeder(weights={2: SPIKE, 5: SPIKE}),
+            finite_check="solver",
+            policy=DynamicScale(init_scale, growth_interval=3),
+            on_overflow=on_overflow,
+            clip_grad_norm=0.5,
+            weight_decay=1e-3,
+            accum_grad=2,
+        )
         runs.append((iterate(u, 8, staged), param_values(m.params)))
     assert runs[0][0] == runs[1][0]
     assert_same_values(runs[0][1], runs[1][1])

@@ -262,15 +262,15 @@ def test_nnabla_path_decides_as_the_numpy_path(case, type_config, policy):
 def test_numpy_absmax_is_over_absmax_over_when_given(unscale_by):
     """With a communicator that all-reduces only some gradients, |g| max (scaled) is taken over
     those arrays, in the checking pass and in the fused one."""
-    from updater.driver.finite_checks import HostCheck
+    from updater.driver.checks import Ask
+    from updater.driver.checks.host import HostCheck
 
     m = TinyClassifier()
     values = gradient_values(m, "finite", np.float16)
     set_grads(m, values)
     names = list(m.solver.get_parameters())
     params = m.solver.get_parameters()
-    found = HostCheck(m.solver, None).inspect(
-        lambda: params, True, [params[names[1]].grad], unscale_by=unscale_by
-    )
+    ask = Ask(True, [params[names[1]].grad], unscale_by=unscale_by)
+    found = HostCheck(m.solver, None).inspect(lambda: params, ask)
     assert found.finite and found.absmax == np.abs(values[names[1]].astype(np.float64)).max()
     assert found.unscaled == (unscale_by is not None)

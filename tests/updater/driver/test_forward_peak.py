@@ -1,5 +1,5 @@
 """The float16 forward pass's headroom on recorded steps (GradientRecorder(forward_headroom=True),
-updater/driver/forward_peak.py, issue 32 item 3) on real nnabla graphs in cpu:half."""
+updater/driver/recording/forward_peak.py, issue 32 item 3) on real nnabla graphs in cpu:half."""
 
 import nnabla as nn
 import nnabla.functions as F
@@ -59,7 +59,7 @@ def test_the_sum_of_squares_near_the_edge_is_recorded_with_its_function(tmp_path
 def _bn_forward(scope, base):
     """BatchNormalization (batch statistics) of ``base * c`` in cpu:half, for any ``c``: the
     recorded measure of each forward and whether the running variance went inf."""
-    from updater.driver.forward_peak import ForwardPeak
+    from updater.driver.recording.forward_peak import ForwardPeak
 
     with nn.context_scope(cpu_context("half")), nn.parameter_scope(scope):
         x = nn.Variable(base.shape)
@@ -117,7 +117,7 @@ def test_far_from_the_edge_the_recorder_does_not_warn(tmp_path, caplog):
 def test_softmax_s_denominator_is_read_along_its_axis():
     """The sum of exp(x - max) along Softmax's axis, 1 / the output at the maximum: a row of
     4 equal values sums to 4; on a 3-d input along axis 1."""
-    from updater.driver.forward_peak import ForwardPeak
+    from updater.driver.recording.forward_peak import ForwardPeak
 
     x = np.zeros((2, 4, 3), np.float32)
     x[1, :, 0] = [0.0, 0.0, 0.0, 30.0]  # one dominant value: that row sums to about 1

@@ -132,9 +132,13 @@ def test_hand_made_statistics_are_state_not_data(check):
     for hand_made in (True, False):
         solver, loss, feed = _bn_net(hand_made)
         upd = DynamicLossScalingUpdater(
-            solver, loss, feed, finite_check=check, on_overflow="retry",
+            solver,
+            loss,
+            feed,
+            finite_check=check,
+            on_overflow="retry",
             max_consecutive_nonfinite=3,
-        )  # fmt: skip
+        )
         records = [upd.update() for _ in range(5)]
         runs.append([(r.update_applied, r.bad_batch, r.attempts) for r in records])
         assert all(r.update_applied and not r.bad_batch for r in records), records

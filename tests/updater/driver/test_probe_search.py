@@ -1,7 +1,7 @@
-"""The overflow search of the probes (updater/driver/probes.py, issue 32 item 2): started at the
-previous step's threshold it finds the same thresholds and brackets as the walk outward from the
-step's scale, in fewer passes; on a scripted step (any threshold, seed and guess), on a real
-nnabla graph, and on the shipped models' recording code."""
+"""The overflow search of the probes (updater/driver/recording/probes.py, issue 32 item 2):
+started at the previous step's threshold it finds the same thresholds and brackets as the walk
+outward from the step's scale, in fewer passes; on a scripted step (any threshold, seed and
+guess), on a real nnabla graph, and on the shipped models' recording code."""
 
 import math
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from updater.driver.probes import probe_step
+from updater.driver.recording.probes import probe_step
 
 
 class _Scripted:

@@ -16,7 +16,7 @@ from tests.nnabla_models import (
     param_values,
 )
 from updater import DynamicScale
-from updater.driver.finite_checks import FiniteCheck
+from updater.driver.checks import FiniteCheck
 from updater.driver.updater import DynamicLossScalingUpdater
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
@@ -30,9 +30,14 @@ def run(staged, on_overflow, steps=9, **kwargs):
     m = TinyClassifier("st", solver="adam", lr=0.01)
     policy = DynamicScale(init_scale=2.0**12, growth_interval=3, hysteresis=1)
     u = DynamicLossScalingUpdater(
-        m.solver, m.loss, m.feeder(weights=SPIKES), policy=policy, on_overflow=on_overflow,
-        accum_grad=2, **kwargs,
-    )  # fmt: skip
+        m.solver,
+        m.loss,
+        m.feeder(weights=SPIKES),
+        policy=policy,
+        on_overflow=on_overflow,
+        accum_grad=2,
+        **kwargs,
+    )
     return iterate(u, steps, staged), param_values(m.params)
 
 
@@ -128,9 +133,12 @@ def test_per_parameter_clipping_with_nnabla_between_unscale_and_step():
 def test_retry_happens_inside_backward():
     m = TinyClassifier("rt")
     u = DynamicLossScalingUpdater(
-        m.solver, m.loss, m.feeder(weights={0: 1e3}), on_overflow="retry",
+        m.solver,
+        m.loss,
+        m.feeder(weights={0: 1e3}),
+        on_overflow="retry",
         policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
-    )  # fmt: skip
+    )
     assert u.backward() is True  # after the retries at lower scales
     record = u.step()
     assert record.attempts > 1 and record.update_applied and record.scale < 2.0**12

@@ -8,25 +8,14 @@ usage side by side with ours.
 import nnabla as nn
 import nnabla.functions as F
 import nnabla.initializer as I
-import nnabla.solvers as S
 import numpy as np
 import pytest
-from nnabla.experimental.mixed_precision_training import (
-    DynamicLossScalingUpdater as NnablaUpdater,
-)
 
 import updater.driver.arrays as arrays
 import updater.driver.flat as flat
 import updater.driver.rounds as rounds
-from tests.nnabla_models import (
-    TinyBNClassifier,
-    TinyClassifier,
-    assert_same_values,
-    cpu_context,
-    param_values,
-    solver_state_values,
-)
-from updater import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
+from tests.nnabla_models import TinyBNClassifier, TinyClassifier, assert_same_values, param_values
+from updater import DynamicScale, HeadroomScale, StaticScale
 from updater.driver.updater import DynamicLossScalingUpdater, NonFiniteGradientsError
 
 pytestmark = pytest.mark.nnabla
@@ -113,9 +102,13 @@ def assert_retried_update_equals_a_manual_step(build):
         nn.clear_parameters()
         m, feed = build()
         u = DynamicLossScalingUpdater(
-            m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
-            accum_grad=2, on_overflow="retry",
-        )  # fmt: skip
+            m.solver,
+            m.loss,
+            feed,
+            policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
+            accum_grad=2,
+            on_overflow="retry",
+        )
         u.update()
         if run == "ours":
             rec = u.update()
@@ -201,9 +194,12 @@ def test_every_retry_runs_at_a_strictly_lower_seed():
     feed = m.feeder(weights={0: SPIKE})
     seeds = []
     u = DynamicLossScalingUpdater(
-        m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**14, hysteresis=1),
+        m.solver,
+        m.loss,
+        feed,
+        policy=DynamicScale(init_scale=2.0**14, hysteresis=1),
         on_overflow="retry",
-    )  # fmt: skip
+    )
     run = u._rounds.run
 
     def spy(seed, **kwargs):
@@ -220,9 +216,12 @@ def test_a_non_finite_loss_is_never_retried():
     m = TinyClassifier("nanloss")
     feed = m.feeder(nan_calls=[0])
     u = DynamicLossScalingUpdater(
-        m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
+        m.solver,
+        m.loss,
+        feed,
+        policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
         on_overflow="retry",
-    )  # fmt: skip
+    )
     rec = u.update()
     assert (rec.attempts, rec.update_applied, rec.loss_finite, u.passes) == (1, False, False, 1)
     assert u.update().update_applied  # the next (clean) batch trains
@@ -244,9 +243,13 @@ def test_retried_batches_move_batchnorm_statistics_exactly_once(accum):
         m = TinyBNClassifier("bn", solver="sgd")
         feed = m.feeder(weights=spike)
         u = DynamicLossScalingUpdater(
-            m.solver, m.loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
-            accum_grad=accum, on_overflow="retry",
-        )  # fmt: skip
+            m.solver,
+            m.loss,
+            feed,
+            policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
+            accum_grad=accum,
+            on_overflow="retry",
+        )
         u.update()
         if run == "ours":
             assert u.update().attempts >= 3
@@ -283,9 +286,14 @@ def test_retry_copies_nothing_but_the_round_inputs_when_nothing_overflows(monkey
     loss = m.loss + F.sum(frozen) * 0.0
     feed = m.feeder(weights={5: SPIKE})
     u = DynamicLossScalingUpdater(
-        m.solver, loss, feed, policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
-        accum_grad=2, on_overflow="retry", restore_on_skip=False,  # nnabla's behaviour
-    )  # fmt: skip
+        m.solver,
+        loss,
+        feed,
+        policy=DynamicScale(init_scale=2.0**12, hysteresis=1),
+        accum_grad=2,
+        on_overflow="retry",
+        restore_on_skip=False,  # nnabla's behaviour
+    )
     u.update()
     input_values = m.batch * m.in_dim + m.batch + 1  # x, t and the loss weight
     assert sorted(copied) == sorted([m.batch * m.in_dim, m.batch, 1] * 2)
@@ -298,171 +306,6 @@ def test_retry_copies_nothing_but_the_round_inputs_when_nothing_overflows(monkey
 
 
 # ---------------------------------------------------------------- seeds float16 cannot hold
-
-
-def seed_model(type_config="half"):
-    """``loss = sum(w * c)`` with c = 1: the gradient of w is exactly 1; Sgd lr 2**-4."""
-    with nn.context_scope(cpu_context(type_config)), nn.parameter_scope("seed"):
-        c = nn.Variable((4,))
-        c.d = 1.0
-        w = nn.parameter.get_parameter_or_create("w", (4,), I.ConstantInitializer(0.0))
-        loss = F.sum(w * c)
-        solver = S.Sgd(2.0**-4)
-        solver.set_parameters({"w": w})
-    return w, loss, solver
-
-
-@pytest.mark.parametrize("scale", [2049.0, 1000.1, 17496.0, 3.0])
-def test_scales_float16_cannot_hold_still_apply_the_exact_gradient(scale):
-    """float16 holds 2049 as 2048, 1000.1 as 1000, 17496 as 17504: unscaling by the scale
-    itself applied 0.999512 (not 1) for 2049."""
-    w, loss, solver = seed_model()
-    u = DynamicLossScalingUpdater(
-        solver, loss, policy=StaticScale(scale), finite_check="numpy", max_consecutive_nonfinite=1
-    )
-    rec = u.update()
-    assert rec.update_applied and rec.scale == float(np.float16(scale))
-    np.testing.assert_array_equal(w.d, -(2.0**-4))  # lr * exact gradient 1
-
-
-def test_legacy_factor_3_reaches_unrepresentable_scales_and_stays_exact():
-    w, loss, solver = seed_model()
-    u = DynamicLossScalingUpdater(solver, loss, scale=8.0, scaling_factor=3.0, N=1, history=9)
-    for k in range(8):
-        u.update()
-        np.testing.assert_array_equal(w.d, -(2.0**-4) * (k + 1))
-    scales = [r.scale for r in u.history]
-    assert 17504.0 in scales  # 8 * 3**7 = 17496 is held as 17504 by float16
-
-
-def test_float32_loss_seeds_in_float32():
-    w, loss, solver = seed_model("float")
-    u = DynamicLossScalingUpdater(solver, loss, policy=StaticScale(1000.1))
-    assert u.update().scale == float(np.float32(1000.1))
-    np.testing.assert_array_equal(w.d, -(2.0**-4))
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"policy": StaticScale(2.0**-25)},
-        {"policy": DynamicScale(init_scale=1.0, min_scale=2.0**-26)},
-        {"policy": HeadroomScale(init_scale=1.0, min_scale=2.0**-30)},
-        {"scale": 1.0, "min_scale": 2.0**-25},
-    ],
-    ids=["static", "dynamic-floor", "headroom-floor", "legacy-floor"],
-)
-def test_settings_that_would_seed_zero_are_rejected_saying_why(kwargs):
-    w, loss, solver = seed_model()
-    with pytest.raises(ValueError, match=r"2\*\*-24.*rounds to 0"):
-        DynamicLossScalingUpdater(solver, loss, **kwargs)
-
-
-def test_a_floorless_policy_that_reaches_a_zero_seed_raises_instead_of_a_silent_zero_step():
-    w, loss, solver = seed_model()
-    u = DynamicLossScalingUpdater(solver, loss, policy=NnablaLegacy(scale=2.0**-24))
-    u._state = u._state._replace(scale=np.float64(2.0**-25))  # where the legacy policy drifts
-    with pytest.raises(ValueError, match="rounds to a backward seed of 0"):
-        u.update()
-    np.testing.assert_array_equal(w.d, 0.0)
-
-
-# ---------------------------------------------------------------- nnabla's attributes
-
-
-def test_nnabla_attributes_read_and_write_like_nnabla():
-    m = TinyClassifier("attr")
-    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), scale=8.0, N=2000.0)
-    o = NnablaUpdater(m.solver, m.loss, m.feeder(), scale=8.0, N=2000.0)
-    for name in ("scale", "scaling_factor", "N"):
-        assert getattr(u, name) == getattr(o, name), name
-    assert u.grads == o.grads == [] and len(u.grads) == 0
-    u.scale = 1024.0  # how nnabla users restore the scale when resuming
-    assert u.scale == 1024.0 and u.update().scale == 1024.0
-    u.N = 3
-    u.scaling_factor = 4.0
-    assert (u.policy.growth_interval, u.policy.growth_factor, u.policy.backoff_factor) == (
-        3,
-        4.0,
-        0.25,
-    )
-    for bad, match in ((2.0**16, r"\[1.0, 32768.0\]"), (float("nan"), "nan"), (-4.0, "-4")):
-        with pytest.raises(ValueError, match=match):
-            u.scale = bad
-    assert u.scale == 1024.0
-    s = DynamicLossScalingUpdater(m.solver, m.loss, policy=StaticScale(4.0))
-    with pytest.raises(AttributeError, match="StaticScale"):
-        print(s.N)
-
-
-def test_no_scale_arguments_means_the_recommended_policy():
-    m = TinyClassifier("dflt")
-    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
-    assert u.policy == DynamicScale() and u.scale == DynamicScale().init_scale
-    legacy = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), N=100)
-    assert (legacy.scale, legacy.scaling_factor, legacy.N) == (8.0, 2.0, 100)
-    assert legacy.policy.hysteresis == 1
-
-
-def test_nnabla_docstring_usage_runs_unchanged_with_ours():
-    """The class docstring's loop, with each updater (one import differs): both train."""
-    losses = {}
-    for name, cls in (("nnabla", NnablaUpdater), ("ours", DynamicLossScalingUpdater)):
-        nn.clear_parameters()
-        m = TinyClassifier("doc", type_config="half", solver="momentum", lr=0.1)
-        data_feeder = m.feeder()
-        updater = cls(m.solver, m.loss, data_feeder)
-        for _itr in range(40):
-            updater.update()
-        m.loss.forward()
-        losses[name] = float(m.loss.d)
-        assert data_feeder.calls >= 40
-    first = TinyClassifier("doc0")
-    first.feeder()()
-    first.loss.forward()
-    assert losses["ours"] < float(first.loss.d)
-    assert losses["ours"] == pytest.approx(losses["nnabla"], rel=0.2)
-
-
-def test_tutorial_hand_written_loop_equals_ours_with_the_legacy_policy_bit_for_bit():
-    """nnabla's mixed-precision tutorial loop (skip on inf/NaN, grow when counter > interval)
-    is NnablaLegacy's dynamics: ours gives the same parameters and scales, overflows
-    included."""
-    spikes = {3: SPIKE, 11: SPIKE}
-    m = TinyClassifier("tut")
-    feed = m.feeder(weights=spikes)
-    loss_scale, scaling_factor, counter, interval = 2.0**10, 2.0, 0, 2
-    tutorial_scales = []
-    for _ in range(16):
-        tutorial_scales.append(loss_scale)
-        m.solver.zero_grad()
-        feed()
-        m.loss.forward(clear_no_need_grad=True)
-        m.loss.backward(loss_scale, clear_buffer=True)
-        if m.solver.check_inf_or_nan_grad():
-            loss_scale /= scaling_factor
-            counter = 0
-        else:
-            m.solver.scale_grad(1.0 / loss_scale)
-            m.solver.update()
-            if counter > interval:
-                loss_scale *= scaling_factor
-                counter = 0
-            counter += 1
-    tutorial = param_values(m.params), solver_state_values(m.solver)
-
-    nn.clear_parameters()
-    o = TinyClassifier("tut")
-    policy = NnablaLegacy(scale=2.0**10, scaling_factor=2.0, N=interval)
-    u = DynamicLossScalingUpdater(o.solver, o.loss, o.feeder(weights=spikes), policy=policy)
-    ours_scales = [u.update().scale for _ in range(16)]
-    assert ours_scales == tutorial_scales
-    assert len(set(ours_scales)) > 2  # grew and backed off
-    assert_same_values(tutorial[0], param_values(o.params))
-    assert_same_values(tutorial[1], solver_state_values(o.solver))
-
-
-# ---------------------------------------------------------------- loading state
 
 
 @pytest.mark.parametrize("bad", [float("nan"), -4.0, 2.0**16, 2.0**-25], ids=str)

@@ -108,9 +108,14 @@ def test_the_verdict_is_one_rule_on_every_path(case, check, accum, on_overflow, 
     assert expected == CASES[case][1]  # the case does what it says, in nnabla's own loop
     m.set_values(start)
     u = DynamicLossScalingUpdater(
-        m.solver, m.loss, m.feed, accum_grad=accum, finite_check=check, on_overflow=on_overflow,
+        m.solver,
+        m.loss,
+        m.feed,
+        accum_grad=accum,
+        finite_check=check,
+        on_overflow=on_overflow,
         policy=DynamicScale(init_scale=SEED, hysteresis=1),
-    )  # fmt: skip
+    )
     with caplog.at_level(logging.WARNING):
         rec = u.update()
     retried = expected == OVERFLOW and on_overflow == "retry"

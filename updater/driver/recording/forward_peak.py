@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.float16 import FP16_MAX
-from .arrays import host_view
+from ...common.float16 import FP16_MAX
+from ..arrays import host_view
 
 
 def _top(a: np.ndarray) -> float:

@@ -42,8 +42,8 @@ from typing import List, NamedTuple, Protocol
 
 import numpy as np
 
-from ..common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
-from .arrays import copy_array
+from ...common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
+from ..arrays import copy_array
 
 FLUSH_OFFSETS = (-12, -8, -4, 0)
 """Powers of two, relative to the seed used, at which flushing is measured."""
@@ -51,7 +51,8 @@ FLUSH_OFFSETS = (-12, -8, -4, 0)
 
 class Rerun(Protocol):
     """What the probes need of the driver: the step's rounds again at another scale, and its
-    gradients and forward state (implemented by :class:`updater.driver.attempts.Attempts`)."""
+    gradients and forward state (implemented by
+    :class:`updater.driver.recording.hook.Recording`)."""
 
     rounds_per_attempt: int  # forward/backward rounds per attempt (accum_grad)
 
@@ -116,9 +117,15 @@ def probe_bounds(policy, seed_type) -> tuple:
 
 
 def probe_step(
-    step: Rerun, seed: float, finite: bool, known_overflow: float, overflow: bool, flush: bool,
-    bounds: tuple, guess: float | None = None,
-) -> ProbeResult:  # fmt: skip
+    step: Rerun,
+    seed: float,
+    finite: bool,
+    known_overflow: float,
+    overflow: bool,
+    flush: bool,
+    bounds: tuple,
+    guess: float | None = None,
+) -> ProbeResult:
     """Probe the current step (module doc) after its attempt at ``seed``.
 
     Args:

@@ -1,0 +1,71 @@
+""" "solver" (any device, the default off the CPU): one nnabla graph over the concatenated
+gradients on their device (:class:`updater.driver.flat.DeviceStats`, a fixed number of functions)
+and one host read of its small result per check; gradients never travel to the host and are
+unscaled with ``solver.scale_grad``. The same read checks the loss and the batch's inputs (when an
+attempt has one round) and the state the forward pass writes."""
+
+from __future__ import annotations
+
+from ..flat import DeviceStats, loss_context
+from .base import NOT_CHECKED, Ask, Extras, Findings, FiniteCheck, NonFiniteNames, grads_of
+
+
+class DeviceCheck(FiniteCheck):
+    """ "solver" (module doc).
+
+    Args:
+        solver: the nnabla solver.
+        loss (nnabla.Variable): the loss, checked with the gradients.
+        flat (DeviceStats): the device graphs.
+    """
+
+    name = "solver"
+    reads_statistics = True
+
+    def __init__(self, solver, loss, flat: DeviceStats):
+        super().__init__(solver)
+        self.loss = loss
+        self.flat = flat
+
+    @classmethod
+    def build(cls, solver, loss, sizes) -> DeviceCheck:
+        """On the device of ``loss``'s last function."""
+        return cls(solver, loss, DeviceStats(loss_context(loss)))
+
+    def reads_batch(self, rounds: int) -> bool:
+        """With one round: the loss and the inputs are read with the gradients."""
+        return rounds == 1
+
+    def _inspect(self, params, ask: Ask, extras: Extras) -> Findings:
+        params = params()
+        over = ask.absmax_over if ask.need_absmax and ask.absmax_over else []
+        inputs, statistics = extras.inputs, extras.statistics
+        stats = self.flat.read(
+            grads_of(params),
+            over,
+            ask.need_absmax,
+            ask.need_sumsq,
+            self.loss,
+            ask.unscale_by,
+            inputs or (),
+            statistics or (),
+            extras.ranged,
+        )
+        finite = stats.finite
+        batch = inputs is not None
+        return Findings(
+            None,
+            finite,
+            stats.absmax,
+            [] if finite else NonFiniteNames(params),
+            stats.sumsq,
+            loss_finite=not stats.loss_bad if batch else NOT_CHECKED,
+            inputs_in_range=not (inputs and stats.inputs_bad) if batch else NOT_CHECKED,
+            statistics_finite=(
+                not (statistics and stats.statistics_bad) if statistics is not None else NOT_CHECKED
+            ),
+        )
+
+    def sumsq(self, params) -> float:
+        """The device graph's sum of squares, one host read."""
+        return self.flat.read(grads_of(params()), [], False, True, None, 1.0).sumsq

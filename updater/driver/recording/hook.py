@@ -1,0 +1,184 @@
+"""The recording hook the driver calls on a step its recorder records: before each attempt, the
+forward pass's hook (:mod:`.forward_peak`); after the attempts, the probes (:mod:`.probes`,
+against the float32 reference graph for flushing) and the hand-over to the recorder. It is what
+the probes rerun (:class:`updater.driver.recording.probes.Rerun`): the step's rounds again at
+another scale, not counted, checked on this worker alone (no collective)."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, NamedTuple
+
+import nnabla as nn
+import numpy as np
+
+from ..arrays import backward_seed
+from ..function_roles import unregistered_functions
+from ..options import UpdaterOptions
+from .forward_peak import ForwardPeak
+from .options import ProbeOptions
+from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
+
+
+class Attempted(NamedTuple):
+    """How the attempts of a recorded step ended.
+
+    Attributes:
+        seed (float): the last attempt's backward seed.
+        finite (bool): its gradients were finite (agreed across workers).
+        good_batch (bool): the verdict was not "bad batch".
+        overflow_scale (float or None): the seed of the last earlier attempt that overflowed
+            (a retry), None when there was none.
+        arrays (list of numpy arrays or None): host views of its gradients the check read.
+    """
+
+    seed: float
+    finite: bool
+    good_batch: bool
+    overflow_scale: float | None
+    arrays: list | None
+
+
+def _check_copyable(loss) -> None:
+    """``ValueError`` when the float32 copy of the graph that ``measure_flush`` runs cannot be
+    made: a function nnabla's registry lacks (a ``PythonFunction``) has no maker to copy."""
+    unknown = unregistered_functions(loss)
+    if unknown:
+        raise ValueError(
+            "recorder with measure_flush=True: the updater measures flushing on a float32 copy "
+            f"of the graph (updater.amp.rewrite), which cannot copy {', '.join(unknown)} (not "
+            "one of nnabla's registered functions); record with measure_flush=False"
+        )
+
+
+class Recording:
+    """The hook of the option ``recorder`` (module doc).
+
+    Args:
+        options (UpdaterOptions): reads ``recorder`` (its instructions, :class:`ProbeOptions`).
+        rounds (Rounds): the step's rounds, run again by the probes.
+        work (GradientWork): the gradients and the check.
+        forward_state (ForwardState): copies of the state the forward pass writes.
+        seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
+    """
+
+    def __init__(self, options: UpdaterOptions, rounds, work, forward_state, seed_type):
+        self.probes = ProbeOptions.of(options.recorder)
+        self.rounds = rounds
+        self.work = work
+        self.forward_state = forward_state
+        self.seed_type = seed_type
+        self._policy = None  # the policy of the step recorded (for probe bounds and seeds)
+        self._reference = None  # float32 copy of the graph, for flush measurement
+        self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
+        self._forward_peak = ForwardPeak()
+        if self.probes.flush:
+            _check_copyable(rounds.loss)
+
+    def wants(self, step: int) -> bool:
+        """Whether ``update()`` call ``step`` is recorded."""
+        return self.probes.recorder.wants(step)
+
+    def replays(self, step: int) -> bool:
+        """Whether step ``step``'s rounds run again (probes): its inputs are kept."""
+        return self.probes.reruns and self.wants(step)
+
+    def attempt_hook(self, step: int):
+        """Before each attempt of ``step``: the forward pass's ``function_post_hook`` (the
+        forward peak, reset: the recorded attempt is the last), or None."""
+        if not (self.probes.forward_headroom and self.wants(step)):
+            return None
+        self._forward_peak.reset()
+        return self._forward_peak
+
+    def after(self, step: int, policy, attempt: Attempted) -> None:
+        """After the attempts of recorded step ``step`` under ``policy``: probe its overflow
+        threshold and flushing when the recorder asks (and the batch was not bad), then hand
+        the step to the recorder."""
+        self._policy = policy
+        probes, rec = self.probes, self.probes.recorder
+        seed, good_batch = attempt.seed, attempt.good_batch
+        over = seed if not attempt.finite and good_batch else attempt.overflow_scale
+        grads, scale, flush, finite_scale = attempt.arrays, seed, None, None
+        flush_due = rec.wants_flush(step)
+        if (probes.overflow or flush_due) and good_batch:
+            found = self._probe(attempt, over, flush_due)
+            rec.count_probe_passes(found.passes)
+            grads, flush = None, found.flush  # host views taken before may be stale
+            if probes.overflow:
+                over, finite_scale = found.threshold, found.finite_scale
+            if found.finite_grads is not None:
+                grads, scale = found.finite_grads, found.finite_seed
+        peak = self._forward_peak
+        rec.record(
+            step,
+            grads or self.host_grads(),
+            scale,
+            loss_finite=good_batch,
+            overflow_scale=over,
+            names=list(self.params()),
+            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+            finite_scale=finite_scale,
+            forward_peak=(peak.peak, peak.where) if probes.forward_headroom else None,
+        )
+
+    def _probe(self, attempt: Attempted, over: float | None, flush: bool):
+        """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
+        next step's search starts where this one's threshold was."""
+        known = math.inf if over is None else over
+        bounds = probe_bounds(self._policy, self.seed_type)
+        guess = self._probe_guess if self.probes.from_previous else None
+        overflow = self.probes.overflow
+        found = probe_step(
+            self, attempt.seed, attempt.finite, known, overflow, flush, bounds, guess
+        )
+        if overflow:  # a censored step's guess: the scale it was finite at
+            t = found.threshold
+            self._probe_guess = t if t < math.inf else (found.finite_scale or None)
+        return found
+
+    # ------------------------------------- what the probes rerun (updater.driver.recording.probes)
+
+    @property
+    def rounds_per_attempt(self) -> int:
+        """Forward/backward rounds per attempt."""
+        return self.rounds.options.accum_grad
+
+    def params(self) -> Dict[str, nn.Variable]:
+        """The solver's parameters."""
+        return self.work.params()
+
+    def with_gradients(self) -> List[nn.Variable]:
+        """The Variables whose gradients a step leaves: the solver's parameters and the inputs
+        with ``need_grad``."""
+        inputs = [v for v in self.rounds.inputs() if v.need_grad]
+        return [*self.params().values(), *inputs]
+
+    def host_grads(self) -> List[np.ndarray]:
+        """Host views of the gradients."""
+        return self.work.host_grads()
+
+    def save_forward_state(self, slot: str):
+        """A copy of the state the forward pass writes."""
+        return self.forward_state.save(slot)
+
+    def reference_grads(self) -> List[np.ndarray]:
+        """The step's gradients from a float32 copy of the graph (built on first use; same
+        parameters and inputs), at seed 1, as float64 host copies."""
+        if self._reference is None:
+            from ... import amp
+
+            loss = self.rounds.loss
+            everything = amp.AmpLists(float=amp.function_names())
+            self._reference = amp.rewrite(loss, everything, getattr(loss.parent, "context", None))
+        self.rounds.run(1.0, replay=True, keep=True, count=False, loss=self._reference)
+        return [np.array(g, np.float64) for g in self.host_grads()]
+
+    def probe(self, scale: float) -> bool:
+        """One overflow probe: the step's rounds again at ``scale`` (not counted) and the
+        check; whether this worker's own gradients are finite (no collective: a recorder on one
+        worker leaves the others' steps as they are)."""
+        seed = backward_seed(scale, self.seed_type, self._policy)
+        self.rounds.run(seed, replay=True, keep=True, count=False)
+        extras = self.rounds.extras(self.forward_state.checked_with_gradients())
+        return self.work.inspect(self._policy.needs_grad_absmax, extras=extras).finite
