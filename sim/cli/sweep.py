@@ -7,9 +7,10 @@ import io
 import itertools
 
 from sim.cli.names import resolve
+from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_memory, check_output_file, trace_for
 from sim.cli.progress import StageProgress
-from sim.cli.settings import build_policy, parse_grid, parse_settings
+from sim.cli.settings import build_policy, parse_grid, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
 from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
@@ -17,10 +18,61 @@ from sim.report.tables import describe_policy, format_value, na_notes, summary_t
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.named import family_name, trace_file
 from updater.common.writing import write_text
+from updater.policy.presets import names
 
 
-def run(parser, args) -> int:
+def add_parser(subparsers) -> None:
+    """Register ``sweep`` on ``dls``'s subparsers."""
+    p = subparsers.add_parser(
+        "sweep",
+        help="run a grid of settings of one policy across trace families",
+        description="Run every combination of the --grid settings of one policy on each "
+        "family; print a table and optionally write CSV. Each setting is either swept "
+        "(one --grid with all its values) or fixed (one --set): repeating a setting, or "
+        "giving it to both, is an error. " + MEMORY_NOTE,
+        epilog="examples:\n  dls sweep --policy dynamic --grid growth_interval=500,1000,2000 "
+        "--grid hysteresis=1,2 --families stationary,nan --csv sweep.csv\n"
+        "  dls sweep --grid growth_interval=500,2000 --families '' --trace run.npz\n"
+        "  dls sweep --policy dynamic --grid init_scale=2**10,2**15 --set hysteresis=2\n\n",
+        epilog_tail=policy_list,
+        formatter_class=FORMATTER,
+    )
+    p.add_argument("--policy", default="dynamic", help=policy_help("dynamic"))
+    p.add_argument(
+        "--grid",
+        action="append",
+        metavar="KEY=V1,V2,...",
+        help="all values of one setting to sweep (repeatable for other settings; the grid is "
+        "their product)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fix one setting (not one in --grid) for every grid point (repeatable)",
+    )
+    p.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help=f"comma list of families (default {','.join(FAMILIES)}; '' for none)",
+    )
+    p.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also a recorded trace (.npz) or a shipped real model's name; repeatable",
+    )
+    add_run_options(p, steps_default=5000, runs_default=16)
+    p.add_argument(
+        "--csv", metavar="FILE.csv", help="also write every row as CSV (the folder must exist)"
+    )
+    finish(p, run, policies=names())
+
+
+def run(args) -> int:
     """The ``sweep`` subcommand: check, sweep, print (and write CSV)."""
+    parser = args.subparser
     grid = parse_grid(parser, args.policy, args.grid)
     if not grid:
         parser.error("sweep needs at least one --grid KEY=V1,V2,...")
@@ -55,9 +107,15 @@ def run(parser, args) -> int:
     with StageProgress("sweep", quiet=args.verbosity < 0) as progress:
         progress.start(len(names))
         rows = run_sweep(
-            policies, combos, traces, runs=args.runs, seed=args.seed, jitter=args.jitter,
-            progress=progress, label=args.policy,
-        )  # fmt: skip
+            policies,
+            combos,
+            traces,
+            runs=args.runs,
+            seed=args.seed,
+            jitter=args.jitter,
+            progress=progress,
+            label=args.policy,
+        )
     columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
     values = "; ".join(
         f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()

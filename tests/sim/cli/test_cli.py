@@ -257,7 +257,7 @@ def no_work(monkeypatch):
     def work(*args, **kwargs):
         raise AssertionError("the work started before the arguments were checked")
 
-    monkeypatch.setattr("sim.cli.main.simulate_pooled", work)
+    monkeypatch.setattr("sim.cli.simulate.simulate_pooled", work)
     monkeypatch.setattr("sim.cli.preflight.make_trace", work)
     monkeypatch.setattr("sim.replay.sweep.simulate_pooled", work)
     monkeypatch.setattr("sim.report.build.build_report", work)
