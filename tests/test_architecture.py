@@ -173,6 +173,16 @@ def test_only_the_nnabla_studies_name_nnabla_in_sim():
             assert not any(n.split(".")[0] == "nnabla" for n in names), name
 
 
+def test_sim_reaches_the_nnabla_side_only_through_its_public_names():
+    """sim (the nnabla studies included) imports the driver, the runtime and amp by their
+    public names (``from updater import ...``, ``updater.amp``), never their modules
+    (updater.driver.probes, ...)."""
+    inside = tuple(f"{side}." for side in NNABLA_SIDE)
+    for name, path in module_files(("sim",)).items():
+        names = imported_names(name, path)
+        assert not any(n.startswith(inside) for n in names), name
+
+
 def test_no_import_cycles_between_modules():
     """The module import graph (lazy imports included) has no cycle."""
     assert find_cycle(import_graph(module_files())) is None

@@ -11,7 +11,8 @@ exactly zero (flushed, anywhere on their way through the graph), as a
 
 The shadow pass reads the parameters in float32; the float16 graph reads them rounded to
 float16, so the two see the same weights up to that rounding. Running statistics that the shadow's
-forward pass moves (BatchNormalization) are put back after it.
+forward pass moves (BatchNormalization) are put back after it. Only the updater's public API and
+nnabla's are used: the run reads the step's record, not the driver's internals.
 """
 
 from __future__ import annotations
@@ -24,12 +25,32 @@ import numpy as np
 
 from sim.nnabla_studies.models import half_model
 from sim.replay.measured import MeasuredRun
-from updater.driver.probes import flushed_shares
+from updater.common.float16 import flushed_shares
 from updater.policy.presets import as_policy
 
 
 def _host_copies(params) -> list:
     return [np.array(p.grad.get_data("r"), dtype=np.float64).ravel() for p in params]
+
+
+def _untrained(solver) -> list:
+    """The parameters of the current scope that ``solver`` does not train: the state a forward
+    pass moves (BatchNormalization's running mean and variance in these models)."""
+    import nnabla as nn
+
+    trained = {hash(v) for v in solver.get_parameters().values()}
+    return [v for v in nn.get_parameters(grad_only=False).values() if hash(v) not in trained]
+
+
+def _saved(variables) -> list:
+    """Each variable with its dtype and a host copy of its data in that dtype (bit for bit)."""
+    return [(v, v.data.dtype, np.array(v.data.cast(v.data.dtype), copy=True)) for v in variables]
+
+
+def _restore(saved) -> None:
+    """Write back what :func:`_saved` copied, each array in the dtype it had."""
+    for v, dtype, data in saved:
+        v.data.cast(dtype)[...] = data
 
 
 def measure_run(
@@ -53,8 +74,6 @@ def measure_run(
     import nnabla as nn
 
     from updater import DynamicLossScalingUpdater, get_context
-    from updater.driver.flat import FlatGraphs, loss_context
-    from updater.driver.function_roles import state_inputs
 
     policy = as_policy(policy)
     scale = np.empty(steps)
@@ -75,7 +94,7 @@ def measure_run(
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
         params = list(solver.get_parameters().values())
-        written, copier = state_inputs(shadow), FlatGraphs(loss_context(shadow))
+        written = _untrained(solver)
         # the batch is fed once per step, before the shadow pass; the updater's forward reads it
         updater = DynamicLossScalingUpdater(
             solver, model["loss"], None, policy=policy, recorder=recorder
@@ -83,11 +102,11 @@ def measure_run(
         start = time.perf_counter()
         for i in range(steps):
             feed()
-            moved = copier.save(written)
+            moved = _saved(written)
             solver.zero_grad()
             shadow.forward(clear_no_need_grad=True)
             shadow.backward(clear_buffer=True)
-            moved.restore()
+            _restore(moved)
             true = _host_copies(params)
             absmax[i] = max(float(np.abs(g).max()) for g in true)
             finite = updater.backward()
@@ -109,6 +128,19 @@ def measure_run(
         recorder.close()
         folder.cleanup()
     return MeasuredRun(
-        name, label, policy, scale, applied, loss_finite, absmax, flushed, flushed_small, loss,
-        accuracy, seconds, f"{model['data']}; {model['arch']}", **probed, order=order,
-    )  # fmt: skip
+        name,
+        label,
+        policy,
+        scale,
+        applied,
+        loss_finite,
+        absmax,
+        flushed,
+        flushed_small,
+        loss,
+        accuracy,
+        seconds,
+        f"{model['data']}; {model['arch']}",
+        **probed,
+        order=order,
+    )
