@@ -251,17 +251,32 @@ def plot_scale_trajectories(
         look = looks[row["variant"]]
         log2 = np.log2(np.asarray(row["_scales"], dtype=np.float64))
         steps = np.arange(1, len(log2) + 1)
-        ax.step(steps, log2, where="post", color=look.color, ls=look.ls, lw=1.6,
-                label=row["variant"])  # fmt: skip
+        ax.step(
+            steps, log2, where="post", color=look.color, ls=look.ls, lw=1.6, label=row["variant"]
+        )
         if row["_skipped_at"]:
             at = np.asarray(row["_skipped_at"])
             what = "batch dropped, new one fed" if "nnabla" in row["variant"] else "step skipped"
-            ax.plot(at + 1, log2[at], OVERFLOW.marker, color=look.color, ms=7, mfc="none",
-                    label=f"overflow, {row['variant']} ({what})")  # fmt: skip
+            ax.plot(
+                at + 1,
+                log2[at],
+                OVERFLOW.marker,
+                color=look.color,
+                ms=7,
+                mfc="none",
+                label=f"overflow, {row['variant']} ({what})",
+            )
     top = math.log2(FP16_MAX)  # 15.9993: on this axis it sits on 16, so the label says so
     ax.axhline(top, color="0.4", linewidth=1, linestyle=":")
-    ax.text(0.01, top - 0.08, f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
-            transform=ax.get_yaxis_transform(), color="0.3", fontsize=8, va="top")  # fmt: skip
+    ax.text(
+        0.01,
+        top - 0.08,
+        f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
+        transform=ax.get_yaxis_transform(),
+        color="0.3",
+        fontsize=8,
+        va="top",
+    )
     ax.yaxis.set_major_locator(MultipleLocator(1))
     ax.yaxis.set_major_formatter(log2_ticks())
     ax.set_xlabel("training step (update() call, 1 = first)")

@@ -183,8 +183,9 @@ def _train(task, out_dir: str, seed: int, recorder_options: Dict | None) -> Dict
     """One task of :func:`record_all`: a recording (``label`` None) or a checked run; its row."""
     name, steps, order, label = task
     if label is None:
-        return record_model(name, out_dir, steps, seed=seed, recorder_options=recorder_options,
-                            order=order)  # fmt: skip
+        return record_model(
+            name, out_dir, steps, seed=seed, recorder_options=recorder_options, order=order
+        )
     run = measure_run(name, CHECKED_POLICIES[label], label, steps, seed, probe=True, order=order)
     path = run.save(run_path(out_dir, name, label, order))
     return {**run.summary(), "path": str(path)}
@@ -268,9 +269,15 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     out = SHIPPED_DIR if args.out is None else Path(args.out)
-    done = record_all(out, steps=args.steps, quick=args.quick, seed=args.seed,
-                      models=args.models, policy_runs=not args.traces_only,
-                      jobs=args.jobs)  # fmt: skip
+    done = record_all(
+        out,
+        steps=args.steps,
+        quick=args.quick,
+        seed=args.seed,
+        models=args.models,
+        policy_runs=not args.traces_only,
+        jobs=args.jobs,
+    )
     table = format_table(done["traces"])
     runs = format_table(done["runs"], RUN_COLUMNS) if done["runs"] else ""
     print(table)

@@ -218,8 +218,15 @@ def plot_underflow_vs_scale(
             j = stacked[near] = stacked.get(near, -1) + 1
             if j == 0:  # one line per limit: coinciding limits stack their markers on it
                 ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
-            ax.plot([limit], [1.0 - 0.045 * j], marker=look.marker, color=look.color, ms=7,
-                    transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+            ax.plot(
+                [limit],
+                [1.0 - 0.045 * j],
+                marker=look.marker,
+                color=look.color,
+                ms=7,
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+            )
     legend_note(
         ax,
         "vertical line, marker on top: the largest\ngradient overflows from there on "
@@ -233,7 +240,12 @@ def plot_underflow_vs_scale(
     ax.set_ylabel("nonzero values flushed to 0 (%)")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small",
-              title="a line goes pale where its largest gradient overflows",
-              title_fontsize="small")  # fmt: skip
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=2,
+        fontsize="small",
+        title="a line goes pale where its largest gradient overflows",
+        title_fontsize="small",
+    )
     return fig

@@ -74,12 +74,33 @@ def real_section(data: ReportData) -> str:
     )
     runs_table = markdown_table(
         measured,
-        ["model", "policy", "order", "steps", "skipped", "overflow_prone", "final_scale",
-         "accuracy", "flushed", "small", "stick"],
-        ["model", "policy", "batch order", "steps", "skipped", "steps overflowing at 2^15 (probed)",
-         "final scale", "test accuracy", "flushed (applied steps)",
-         "of which below 2^-24 after scaling", "safe scale from"],
-    )  # fmt: skip
+        [
+            "model",
+            "policy",
+            "order",
+            "steps",
+            "skipped",
+            "overflow_prone",
+            "final_scale",
+            "accuracy",
+            "flushed",
+            "small",
+            "stick",
+        ],
+        [
+            "model",
+            "policy",
+            "batch order",
+            "steps",
+            "skipped",
+            "steps overflowing at 2^15 (probed)",
+            "final scale",
+            "test accuracy",
+            "flushed (applied steps)",
+            "of which below 2^-24 after scaling",
+            "safe scale from",
+        ],
+    )
     goals = prediction_goals(preds)
     goal_table = markdown_table(
         [{**g, "met": "met" if g["met"] else "missed"} for g in goals],
@@ -100,8 +121,9 @@ def real_section(data: ReportData) -> str:
         f"{r['model']} under {r['policy']} {pct(r['flushed'] - r['flushed_small'])}"
         for r in checked
     )
-    blind = ", ".join(f"{r['model']} (batch order {r['order']}) {pct(r['flushed'])}"
-                      for r in recorded)  # fmt: skip
+    blind = ", ".join(
+        f"{r['model']} (batch order {r['order']}) {pct(r['flushed'])}" for r in recorded
+    )
     prone = "; ".join(
         f"{m}: recordings {in_words([r['overflow_prone'] for r in recorded if r['model'] == m])}, "
         + ", ".join(f"{r['policy']} {r['overflow_prone']}" for r in checked if r["model"] == m)

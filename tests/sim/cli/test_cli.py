@@ -39,11 +39,8 @@ def _words(out: str):
 
 def test_simulate_prints_metrics_and_writes_a_plot(tmp_path, capsys):
     plot = tmp_path / "traj.png"
-    code = main([
-        "simulate", "--policy", "dynamic", "--set", "growth_interval=50", "--set",
-        "init_scale=2**12", "--trace", "spikes", "--steps", "300", "--runs", "3",
-        "--plot", str(plot),
-    ])  # fmt: skip
+    argv = "simulate --policy dynamic --set growth_interval=50 --set init_scale=2**12"
+    code = main([*argv.split(), *"--trace spikes --steps 300 --runs 3 --plot".split(), str(plot)])
     out = capsys.readouterr().out
     assert code == 0
     assert "growth_interval=50" in out and "init_scale=2^12" in out
@@ -87,11 +84,9 @@ def test_simulate_pools_the_shipped_recordings_of_a_model_by_name(tmp_path, caps
 
 def test_sweep_prints_and_writes_csv(tmp_path, capsys):
     out_csv = tmp_path / "sweep.csv"
-    code = main([
-        "sweep", "--policy", "dynamic", "--grid", "growth_interval=20,200", "--grid",
-        "hysteresis=1,2", "--families", "stationary,nan", "--steps", "300", "--runs", "2",
-        "--csv", str(out_csv),
-    ])  # fmt: skip
+    argv = "sweep --policy dynamic --grid growth_interval=20,200 --grid hysteresis=1,2"
+    sizes = "--families stationary,nan --steps 300 --runs 2 --csv"
+    code = main([*argv.split(), *sizes.split(), str(out_csv)])
     assert code == 0
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == 2 * 2 * 2
@@ -350,12 +345,16 @@ BAD_CONTENT = {
     "wrapped counts": (set_array("counts", np.full((50, 121), 2**64 - 1, np.uint64)), ">= 0"),
     "NaN absmax": (set_array("absmax", np.full(50, np.nan)), "absmax must hold finite"),
     "negative flush scales": (
-        lambda p: rewrite(p, lambda a: a.update(flush_scales=np.full((50, 1), -2.0**63),
-                                                flush_shares=np.full((50, 1), 0.5))),
+        lambda p: rewrite(
+            p,
+            lambda a: a.update(
+                flush_scales=np.full((50, 1), -(2.0**63)), flush_shares=np.full((50, 1), 0.5)
+            ),
+        ),
         "flush_scales must hold finite scales > 0",
     ),
     "an ANSI name": (set_array("name", np.array("\x1b[2Jx")), "name must be printable text"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("command", ["simulate", "tune", "sweep"])
@@ -405,10 +404,13 @@ def test_simulate_refuses_a_run_that_does_not_fit_in_memory(capsys, no_work):
     "argv, runs, policies",
     [
         (["simulate", "--runs", "16"], 16, 1),
-        (["sweep", "--grid", "growth_interval=10,20,40,80", "--runs", "8",
-          "--families", "stationary,nan"], 8, 4),
+        (
+            "sweep --grid growth_interval=10,20,40,80 --runs 8 --families stationary,nan".split(),
+            8,
+            4,
+        ),
     ],
-)  # fmt: skip
+)
 def test_memory_estimate_covers_the_measured_peak(argv, runs, policies, capsys):
     steps = 10000
     tracemalloc.start()
