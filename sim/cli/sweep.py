@@ -86,19 +86,7 @@ def run(args) -> int:
         )
     combos = grid_points(grid)
     policies = [build_policy(parser, args.policy, {**fixed, **c}) for c in combos]
-    given = [f.strip() for f in args.families.split(",") if f.strip()]
-    families = [resolve(parser, "--families", f, list(FAMILIES), "family") for f in given]
-    if not (families or args.trace):
-        parser.error(f"--families must name at least one of {', '.join(FAMILIES)} without --trace")
-    try:  # checked before any work; recordings of one model (one name) pool
-        recorded = pool_by_name([trace_for(parser, s, args.steps, args.seed) for s in args.trace])
-    except ValueError as e:
-        parser.error(f"--trace: {e}")
-    if args.runs < max([len(getattr(t, "traces", [t])) for t in recorded], default=1):
-        parser.error("--runs must be at least the number of recordings of one model")
-    inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
-    if args.csv is not None:
-        check_output_file(parser, "--csv", args.csv, args.force, inputs)
+    families, recorded, inputs = _traces(args)
     steps = max([args.steps] * bool(families) + [t.training_steps for t in recorded])
     check_memory(parser, steps, args.runs, len(policies))
     synthetic = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
@@ -117,15 +105,8 @@ def run(args) -> int:
             label=args.policy,
         )
     columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
-    values = "; ".join(
-        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
-    )
     print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
-    synthetic_steps = f", synthetic steps: {args.steps}" if families else ""
-    print(
-        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}{synthetic_steps}, "
-        f"runs: {args.runs}, jitter: {args.jitter}"
-    )
+    print(_grid_line(args, grid, len(combos), names, bool(families)))
     print(summary_table(rows, columns))
     for note in na_notes(rows):
         print(note)
@@ -133,6 +114,38 @@ def run(args) -> int:
         write_csv(args.csv, rows, columns, args.force, inputs)
         print(f"wrote {args.csv}")
     return 0
+
+
+def _traces(args) -> tuple:
+    """The families, the recorded traces (pooled by name) and the input files of ``--families``
+    and ``--trace``, checked before any work (with the ``--csv`` output)."""
+    parser = args.subparser
+    given = [f.strip() for f in args.families.split(",") if f.strip()]
+    families = [resolve(parser, "--families", f, list(FAMILIES), "family") for f in given]
+    if not (families or args.trace):
+        parser.error(f"--families must name at least one of {', '.join(FAMILIES)} without --trace")
+    try:  # recordings of one model (one name) pool
+        recorded = pool_by_name([trace_for(parser, s, args.steps, args.seed) for s in args.trace])
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+    if args.runs < max([len(getattr(t, "traces", [t])) for t in recorded], default=1):
+        parser.error("--runs must be at least the number of recordings of one model")
+    inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
+    if args.csv is not None:
+        check_output_file(parser, "--csv", args.csv, args.force, inputs)
+    return families, recorded, inputs
+
+
+def _grid_line(args, grid, settings: int, names, synthetic: bool) -> str:
+    """The line under the policy: the grid's values, the traces, runs and jitter."""
+    values = "; ".join(
+        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
+    )
+    steps = f", synthetic steps: {args.steps}" if synthetic else ""
+    return (
+        f"grid: {values} ({settings} settings), traces: {','.join(names)}{steps}, "
+        f"runs: {args.runs}, jitter: {args.jitter}"
+    )
 
 
 def write_csv(path, rows, columns, force: bool = False, inputs=()) -> None:

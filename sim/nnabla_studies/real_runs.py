@@ -53,6 +53,29 @@ def _restore(saved) -> None:
         v.data.cast(dtype)[...] = data
 
 
+def _measured_step(model, shadow, updater) -> tuple:
+    """One step: feed the batch, the shadow's true gradients (its running statistics put back),
+    then the updater's step. Returns the scale used, whether the update was applied, whether
+    the loss was finite, the true largest |gradient|, the flushed shares (0 when the gradients
+    were not finite) and the loss."""
+    solver = model["solver"]
+    params = list(solver.get_parameters().values())
+    model["feed"]()
+    moved = _saved(_untrained(solver))
+    solver.zero_grad()
+    shadow.forward(clear_no_need_grad=True)
+    shadow.backward(clear_buffer=True)
+    _restore(moved)
+    true = _host_copies(params)
+    finite = updater.backward()
+    half = _host_copies(params) if finite else None
+    record = updater.step()
+    shares = (0.0, 0.0) if half is None else flushed_shares(true, half, record.scale)
+    top = max(float(np.abs(g).max()) for g in true)
+    loss_finite = record.loss_finite is not False
+    return (record.scale, record.update_applied, loss_finite, top, *shares, float(model["loss"].d))
+
+
 def measure_run(
     name: str,
     policy,
@@ -76,13 +99,6 @@ def measure_run(
     from updater import DynamicLossScalingUpdater, get_context
 
     policy = as_policy(policy)
-    scale = np.empty(steps)
-    applied = np.empty(steps, dtype=bool)
-    loss_finite = np.empty(steps, dtype=bool)
-    absmax = np.empty(steps)
-    flushed = np.zeros(steps)
-    flushed_small = np.zeros(steps)
-    loss = np.empty(steps)
     folder = None
     if probe and recorder is None:
         from updater import GradientRecorder
@@ -90,36 +106,20 @@ def measure_run(
         folder = tempfile.TemporaryDirectory()
         recorder = GradientRecorder(Path(folder.name) / "probes.npz", probe_overflow=True)
     with half_model(name, seed, order) as model:
-        solver, feed = model["solver"], model["feed"]
+        solver = model["solver"]
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
-        params = list(solver.get_parameters().values())
-        written = _untrained(solver)
         # the batch is fed once per step, before the shadow pass; the updater's forward reads it
         updater = DynamicLossScalingUpdater(
             solver, model["loss"], None, policy=policy, recorder=recorder
         )
         start = time.perf_counter()
-        for i in range(steps):
-            feed()
-            moved = _saved(written)
-            solver.zero_grad()
-            shadow.forward(clear_no_need_grad=True)
-            shadow.backward(clear_buffer=True)
-            _restore(moved)
-            true = _host_copies(params)
-            absmax[i] = max(float(np.abs(g).max()) for g in true)
-            finite = updater.backward()
-            half = _host_copies(params) if finite else None
-            record = updater.step()
-            scale[i] = record.scale
-            applied[i] = record.update_applied
-            if half is not None:
-                flushed[i], flushed_small[i] = flushed_shares(true, half, record.scale)
-            loss_finite[i] = record.loss_finite is not False
-            loss[i] = float(model["loss"].d)
+        steps_measured = [_measured_step(model, shadow, updater) for _ in range(steps)]
         seconds = time.perf_counter() - start
         accuracy = model["evaluate"]()
+    columns = [np.array(c, dtype=float) for c in zip(*steps_measured)] or [np.empty(0)] * 7
+    scale, applied, loss_finite, absmax, flushed, flushed_small, loss = columns
+    applied, loss_finite = applied.astype(bool), loss_finite.astype(bool)
     probed = {}
     if recorder is not None and recorder.probe_overflow and recorder.every == 1:
         trace = recorder.trace()
