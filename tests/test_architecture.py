@@ -227,6 +227,61 @@ def test_no_module_over_400_lines():
     assert not {name: n for name, n in lengths.items() if n > 400}
 
 
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8
+NOT_SPLIT = "Not split: "
+"""How a docstring gives the one-line reason a function stays over the limits."""
+
+
+def oversized_functions(path) -> list:
+    """The functions of ``path`` over :data:`MAX_FUNCTION_LINES` lines (its docstring not
+    counted) or over :data:`MAX_PARAMETERS` parameters (``self`` not counted) whose docstring
+    gives no :data:`NOT_SPLIT` reason."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        count = len(names) + bool(a.vararg) + bool(a.kwarg) - (names[:1] in (["self"], ["cls"]))
+        doc = ast.get_docstring(node, clean=False)
+        lines = node.end_lineno - node.lineno + 1
+        if doc is not None:
+            lines -= node.body[0].end_lineno - node.body[0].lineno + 1
+        too_big = lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS
+        if too_big and NOT_SPLIT not in (doc or ""):
+            found.append(f"{node.name} ({lines} lines, {count} parameters)")
+    return found
+
+
+@pytest.mark.parametrize("package", ["sim"])
+def test_long_functions_are_split_or_say_why(package):
+    """A function over 60 lines or 8 parameters is split by job or says why not in one line."""
+    bad = {
+        name: f
+        for name, path in module_files((package,)).items()
+        if (f := oversized_functions(path))
+    }
+    assert not bad
+
+
+def test_the_size_check_catches_a_long_function_and_passes_a_reasoned_one(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))  # with def: 60
+    path = tmp_path / "m.py"
+    path.write_text(f'def f(a, b, c, d, e, f, g, h):\n    """Doc."""\n{body}')
+    assert oversized_functions(path) == []  # at both limits
+    path.write_text(f'def f(a):\n    """Doc."""\n{body}    x = 0\n')
+    assert oversized_functions(path) == [f"f ({MAX_FUNCTION_LINES + 1} lines, 1 parameters)"]
+    path.write_text("def f(a, b, c, d, e, f, g, h, i):\n    pass\n")
+    assert oversized_functions(path) == ["f (2 lines, 9 parameters)"]
+    path.write_text(
+        f'def f(a):\n    """Doc.\n\n    {NOT_SPLIT}one loop.\n    """\n{body}    x = 0\n'
+    )
+    assert oversized_functions(path) == []
+    path.write_text("class C:\n    def f(self, a, b, c, d, e, f, g, h):\n        pass\n")
+    assert oversized_functions(path) == []  # self is not counted
+
+
 def test_the_public_api_is_annotated_and_marked_typed():
     """Issue 30: type checkers read the package (``py.typed``) and its public signatures."""
     import inspect

@@ -157,6 +157,8 @@ def record_all(
     Returns:
         dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
         model, policy, batch order, steps, skipped, final scale, accuracy, seconds, path).
+
+    Not split: its parameters are the command line's options, each passed through.
     """
     tasks = []
     for name in models:

@@ -64,6 +64,8 @@ def plot_histogram(
             step n of N>" (steps counted from 1).
         figsize (tuple, default (8, 6)): inches, for a new figure (strip and histogram as two
             rows; on a given ``ax`` the strip is an inset above it).
+
+    Not split: one figure drawn in order (bars, windows, limits, labels), each step a few calls.
     """
     if step is None:
         counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
@@ -192,6 +194,8 @@ def plot_underflow_vs_scale(
         ax (Axes, optional): draw here; default a new figure.
         title (str): the axes title.
         figsize (tuple, default (8, 5.5)): inches, for a new figure.
+
+    Not split: one figure drawn in order (one line per source, the limits, labels).
     """
     if not sources:
         raise ValueError("sources must hold at least one trace or array, got none")

@@ -58,6 +58,8 @@ def plot_policy_comparison(
         ax (Axes, optional), title (str, optional), figsize: as in :func:`plot_trajectory`.
         yscale (str, optional): "linear" or "log"; default :data:`METRIC_YSCALE`.
         legend (bool, default True): draw a legend of the policies on this axes.
+
+    Not split: one figure drawn in order (a panel per metric, the shared legend).
     """
     if metric not in METRIC_LABELS:
         raise ValueError(f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}")
