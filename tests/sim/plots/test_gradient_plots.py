@@ -59,7 +59,7 @@ def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
         assert a[name] == b[name] == to_hex(style.scale_look(k).color)
     assert len(set(a.values())) == 3 and len(set(b.values())) == 3
     ax = ssd.axes[1]
-    assert extent(ssd, ax.get_legend()).y1 < ax.get_windowextent().y0
+    assert extent(ssd, ax.get_legend()).y1 < ax.get_window_extent().y0
 
 
 # ---------------------------------------------------------------- underflow against scale
@@ -74,7 +74,7 @@ def test_underflow_vs_scale_png(tmp_path):
     labels = legend_labels(ax.get_legend())
     assert labels[0] == "stationary (0 from $2^{13}$ on)"  # says why the line ends
     assert labels[-1].startswith("vertical line, marker on top: the largest")
-    assert extent(fig, ax.get_legend()).y1 < ax.get_windowextent().y0
+    assert extent(fig, ax.get_legend()).y1 < ax.get_window_extent().y0
     curves = [ln for ln in ax.get_lines() if ln.get_label().split(" (")[0] in sources]
     assert len({(ln.get_linestyle(), ln.get_marker()) for ln in curves}) == 2
     assert all(ln.get_markerfacecolor() == "none" for ln in curves)

@@ -121,7 +121,7 @@ def test_trajectory_png(tmp_path, nan_results):
 def test_trajectory_legend_is_outside_and_markers_are_not_clipped(stationary):
     fig = plot_traj.plot_trajectory(stationary[1])  # pytorch: overflows at steps 1 and 2
     ax = fig.axes[0]
-    assert extent(fig, ax.get_legend()).x0 > ax.get_windowextent().x1
+    assert extent(fig, ax.get_legend()).x0 > ax.get_window_extent().x1
     (marker,) = [ln for ln in ax.get_lines() if ln.get_marker() == style.OVERFLOW.marker]
     assert marker.get_xdata()[0] == 1 and not marker.get_clip_on()  # steps count from 1
     assert ax.get_xlim()[0] < 1
