@@ -17,6 +17,7 @@ from benchmarks import (
     bench_comm,
     bench_depth,
     bench_fp16,
+    bench_many_runs,
     bench_probes,
     bench_sim,
     bench_updater,
@@ -78,6 +79,11 @@ def main(argv=None) -> None:
             bench_fp16.markdown,
         ),
         ("Simulator policy-steps per second", bench_sim.run, bench_sim.markdown),
+        (
+            "Simulator with many runs",
+            lambda: bench_many_runs.run((2000, 20_000) if args.quick else (200_000, 10_000_000)),
+            bench_many_runs.markdown,
+        ),
         (
             "Probe passes per recorded step",
             lambda: bench_probes.run(args.quick),

@@ -181,9 +181,17 @@ def _cells(rows, columns, headers, align):
     return body, align
 
 
-def terminal_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None) -> str:
+TERMINAL_WIDTH = 100
+"""Widest line of a terminal table; a wider one is split into blocks of columns."""
+
+
+def terminal_table(
+    rows: Sequence[Dict[str, Any]], columns: Sequence[str], headers=None, width=TERMINAL_WIDTH
+) -> str:
     """:func:`markdown_table`'s cells and alignment as plain aligned text for a terminal
-    (tabulate's ``simple`` format: no markdown pipes).
+    (tabulate's ``simple`` format: no markdown pipes), at most ``width`` characters wide: heads
+    wrap to their column's cells, and a table still too wide is cut into blocks of columns, its
+    leading text columns (the row's names) repeated in each.
 
     >>> print(terminal_table([{"skipped": 16.0, "final_scale": 16.0}], ["skipped", "final_scale"]))
       skipped    final_scale
@@ -194,14 +202,35 @@ def terminal_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str], heade
 
     headers = list(headers or columns)
     body, align = _cells(rows, columns, headers, None)
-    return tabulate(
-        body,
-        headers=headers,
-        tablefmt="simple",
-        colalign=["right" if a == "r" else "left" for a in align],
-        disable_numparse=True,
-        maxheadercolwidths=HEAD_WIDTH,
-    )
+    wraps = [_head_wrap(h, [r[i] for r in body]) for i, h in enumerate(headers)]
+
+    def lay_out(block):
+        return tabulate(
+            [[r[i] for i in block] for r in body],
+            headers=[headers[i] for i in block],
+            tablefmt="simple",
+            colalign=["right" if align[i] == "r" else "left" for i in block],
+            disable_numparse=True,
+            maxheadercolwidths=[wraps[i] for i in block],
+        )
+
+    lead = [0] + [i for i in range(1, len(align)) if "r" not in align[1 : i + 1]]
+    blocks = [lead]  # column indices per block, the leading text columns in each
+    for i in range(len(lead), len(headers)):
+        wider = blocks[-1] + [i]
+        if len(blocks[-1]) > len(lead) and max(map(len, lay_out(wider).splitlines())) > width:
+            wider = lead + [i]
+            blocks.append(wider)
+        blocks[-1] = wider
+    return "\n\n".join(lay_out(block) for block in blocks)
+
+
+def _head_wrap(head: str, cells: Sequence[str]) -> int:
+    """Width a head wraps to: its column's widest cell, at least its longest word, at most
+    :data:`HEAD_WIDTH` unless the cells are wider."""
+    cell = max((len(c) for c in cells), default=0)
+    word = max((len(w) for w in head.split()), default=1)
+    return min(max(cell, word), max(HEAD_WIDTH, cell))
 
 
 def markdown_grid(headers: Sequence[str], rows: Iterable[Sequence[Any]], align=None) -> str:

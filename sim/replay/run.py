@@ -53,6 +53,7 @@ from sim.replay.result import RunResult, overflow_limits, policy_label, run_resu
 from sim.traces.named import named_trace
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
+from updater.policy.base import set_setting
 from updater.policy.presets import as_policy
 from updater.trace import Trace
 
@@ -232,7 +233,8 @@ def stack_policies(policies: Sequence, runs: int = 1):
     The policy contract (:mod:`updater.policy`) makes ``init``/``update`` elementwise in the
     settings as well as in the state, so the stacked object advances every setting at once. It
     is built through the class's constructor, which validates array settings element by
-    element; all policies must be of one class.
+    element, from one element per policy (then repeated ``runs`` times: the checks run once per
+    policy, not once per run); all policies must be of one class.
 
     Args:
         policies (sequence of policies of one class): at least one.
@@ -250,7 +252,10 @@ def stack_policies(policies: Sequence, runs: int = 1):
             )
     _check_runs_seed_jitter(runs, 0, 0.0)
     columns = {f.name: [getattr(p, f.name) for p in policies] for f in dataclasses.fields(cls)}
-    return cls(**{name: np.repeat(np.asarray(v), runs) for name, v in columns.items()})
+    stacked = cls(**{name: np.asarray(v) for name, v in columns.items()})  # checked per policy
+    for name in columns:  # then each policy's settings repeated for its runs, checked already
+        set_setting(stacked, name, np.repeat(getattr(stacked, name), runs))
+    return stacked
 
 
 def simulate_many(

@@ -55,7 +55,9 @@ def tune(
 
     Returns:
         dict: ``chosen`` and ``default`` (the per-setting rows, :func:`per_setting`, of the
-        chosen settings and of the policy's defaults), ``rows`` (every setting), ``line`` (the
+        chosen settings and of the policy's defaults), ``rows`` (every setting), ``by_trace``
+        (``trace``, ``which`` ("chosen" or "default"), ``signal_lost`` and ``skipped`` on each
+        trace, trace by trace: what the pooled rows average), ``line`` (the
         updater's constructor with the chosen policy, to paste), ``notes`` (lines on what
         limits the choice: ties, traces too short to test the growth interval).
 
@@ -86,7 +88,26 @@ def tune(
     settings = ", ".join(f"{k}={setting_text(chosen[k])}" for k in grid)
     line = f"DynamicLossScalingUpdater(solver, loss, feed, policy={make.__name__}({settings}))"
     notes = _notes(traces, grid, len(tied(eligible)), len(eligible))
-    return {"chosen": chosen, "default": default, "rows": folded, "line": line, "notes": notes}
+    by_trace = [  # trace by trace, as the rows run
+        {
+            "trace": r["trace"],
+            "which": which,
+            "signal_lost": r["signal_lost"],
+            "skipped": r["skipped"],
+        }
+        for name in dict.fromkeys(r["trace"] for r in rows)
+        for which, setting in (("chosen", chosen), ("default", default))
+        for r in rows
+        if r["trace"] == name and all(r[k] == setting[k] for k in grid)
+    ]
+    return {
+        "chosen": chosen,
+        "default": default,
+        "rows": folded,
+        "by_trace": by_trace,
+        "line": line,
+        "notes": notes,
+    }
 
 
 def _notes(traces: Mapping[str, Trace], grid, ties: int, settings: int) -> list:

@@ -28,7 +28,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     out = _run_quick("benchmarks.run_all", tmp_path / "bench.md")
     text = out.read_text()
     titles = ("Updater cost", "Updater cost at depth", "float16 sweep", "Simulator", "Distributed")
-    titles += ("Probe passes per recorded step",)
+    titles += ("Probe passes per recorded step", "Simulator with many runs")
     for title in titles:
         assert f"## {title}" in text
     assert "retry / skip =" in text and "parameter arrays" in text
@@ -45,6 +45,8 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     # issue 32: both overflow searches on every shipped model, with the same thresholds
     assert "| digits_conv_bn | 8 | from the previous threshold |" in text
     assert "| walk from the scale (old) |" in text and "| yes |" in text
+    # issue 42: many runs end to end beside the vectorised core
+    assert "| 20,000 |" in text and "simulate / core" in text
 
 
 @pytest.mark.nnabla

@@ -118,6 +118,8 @@ class FlatGraphs:
         in their own dtypes: the float16 and float32 ones in one float32 concatenation into
         ``slot``'s own array (exact for float16), which the next save into the same ``slot``
         overwrites; any other dtype (int64, float64, ...) in a copy of its own."""
+        if not variables:
+            return SavedData([], None, [], self.context, {})
         arrays = [v.data for v in variables]
         dtypes = [array_dtype(a) for a in arrays]
         flat = [a for a, d in zip(arrays, dtypes) if d in _IN_FLOAT32]
@@ -198,10 +200,22 @@ class DeviceStats(FlatGraphs):
     and half-integers below 2**23 that indices and float16 limits are).
     """
 
+    def __init__(self, context):
+        super().__init__(context)
+        self._radii: dict = {}  # kind -> the radius of each bounded group, in output order
+
     def read(
-        self, grads, absmax_over, need_absmax, need_sumsq, loss, factor=1.0, inputs=(),
-        statistics=(), ranged=(),
-    ) -> DeviceReading:  # fmt: skip
+        self,
+        grads,
+        absmax_over,
+        need_absmax,
+        need_sumsq,
+        loss,
+        factor=1.0,
+        inputs=(),
+        statistics=(),
+        ranged=(),
+    ) -> DeviceReading:
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
         empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
         ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged`` (``(NdArray, center,
@@ -209,7 +223,7 @@ class DeviceStats(FlatGraphs):
         import nnabla.functions as F
 
         own_top = need_absmax and not absmax_over
-        bounds = sorted({(center, radius) for _, center, radius in ranged})
+        kind = ("stats", own_top, need_sumsq, loss is not None, tuple(r[1:] for r in ranged))
 
         def build(views):
             grad_views, over_views, loss_views, input_views, statistic_views, ranged_views = views
@@ -233,18 +247,17 @@ class DeviceStats(FlatGraphs):
             for checked in (input_views, statistic_views):
                 if checked:
                     parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
-            for center, radius in bounds:  # the largest |x - center| of each group
-                bound = (center, radius)
-                group = [v for v, r in zip(ranged_views, ranged_nonempty) if r[1:] == bound]
-                if group:
-                    x = group[0] if len(group) == 1 else _flat(group)
-                    parts.append(F.max(F.abs(F.add_scalar(x, -center) if center else x)))
+            bounds = [r[1:] for r in ranged if r[0].size]  # aligned with ranged_views
+            radii = self._radii[kind] = []
+            for center, radius in sorted(set(bounds)):  # the largest |x - center| of each group
+                group = [v for v, b in zip(ranged_views, bounds) if b == (center, radius)]
+                x = group[0] if len(group) == 1 else _flat(group)
+                parts.append(F.max(F.abs(F.add_scalar(x, -center) if center else x)))
+                radii.append(radius)
             if not parts:  # nothing to check: a graph still needs an output
                 parts.append(F.mul_scalar(factor_var, 0.0))
             return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
 
-        ranged_nonempty = [r for r in ranged if r[0].size]
-        kind = ("stats", own_top, need_sumsq, loss is not None, tuple(r[1:] for r in ranged))
         groups = (
             grads,
             absmax_over,
@@ -268,8 +281,7 @@ class DeviceStats(FlatGraphs):
         loss_bad = graph.present[2] and next(values) != 0.0
         inputs_bad = graph.present[3] and next(values) != 0.0
         statistics_bad = graph.present[4] and next(values) != 0.0
-        for center, radius in bounds:
-            if any(r[1:] == (center, radius) for r in ranged_nonempty):
-                inputs_bad = not next(values) < radius or inputs_bad
+        for radius in self._radii[kind]:  # the bounded groups, as built
+            inputs_bad = not next(values) < radius or inputs_bad
         absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
         return DeviceReading(finite, absmax, sumsq, loss_bad, inputs_bad, statistics_bad)

@@ -59,6 +59,7 @@ class Rounds:
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
         self._checked: List[nn.Variable] | None = None  # and those checked, with their ranges
         self._ranges: List[Range] = []
+        self._bounded: list = []  # (index, center, radius) of the bounded checked inputs
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
@@ -96,6 +97,9 @@ class Rounds:
             skip = {hash(v) for v in self.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
             self._ranges = input_ranges(self.loss, self._checked)
+            self._bounded = [
+                (i, r.center, r.radius) for i, r in enumerate(self._ranges) if r.bounded
+            ]
         return self._checked
 
     def device_checked(self):
@@ -105,7 +109,7 @@ class Rounds:
         if self.batch_on_host:
             return [], []
         inputs = self.checked_inputs()
-        ranged = [(v.data, r.center, r.radius) for v, r in zip(inputs, self._ranges) if r.bounded]
+        ranged = [(inputs[i].data, center, radius) for i, center, radius in self._bounded]
         return [v.data for v in inputs], ranged
 
     def _bad_indices(self, first: bool = False) -> List[int]:

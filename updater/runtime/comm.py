@@ -40,8 +40,9 @@ in their next collective forever. Constructing an :class:`MPICommunicator` there
 whole job with a non-zero exit status) and an exit watch (:mod:`updater.runtime.exit_watch`):
 a rank that ends (``sys.exit(0)``, fewer steps, the end of its script) tells the others, and a
 rank waiting for it in ``all_reduce`` or ``barrier`` (run non-blocking, polling for that word)
-aborts the job at once, naming it; a rank that ends also aborts the job when the others have
-not ended within ``exit_grace`` seconds (they may wait for it in a collective of their own).
+aborts the job ``exit_grace`` seconds later, naming it. A rank that is in none of these
+collectives is never aborted: it may work on after the others ended (rank 0 evaluating and
+saving) as long as it needs, and the ended ranks wait for it.
 """
 
 from __future__ import annotations
@@ -93,9 +94,10 @@ class MPICommunicator:
         check_arguments (bool, default True): check on every ``all_reduce`` call, with one
             extra two-word reduction, that all ranks passed the same shapes, dtypes and flags,
             and raise ``ValueError`` on every rank when not. False skips it.
-        exit_grace (float, default 60.0): seconds a rank that ends waits for the others to
-            end before it aborts the job (see the module doc); > 0. Raise it when ranks
-            legitimately end further apart (rank 0 evaluating after training).
+        exit_grace (float, default 60.0): seconds a rank waiting in ``all_reduce`` or
+            ``barrier`` keeps waiting after another rank ended, before it aborts the job (the
+            ended rank may have ended right after its part of that collective; see the module
+            doc); > 0. It does not limit how long a rank works outside these collectives.
 
     Attributes:
         rank (int): this process's rank in ``comm``, in [0, size).

@@ -1,12 +1,15 @@
 """What keeps an MPI job from hanging when one rank ends early (``sys.exit(0)``, fewer steps,
 the end of its script while the others still train).
 
+The watch acts only on a rank that waits in one of
+:class:`updater.runtime.comm.MPICommunicator`'s collectives (``all_reduce``, ``barrier``).
 A rank that ends tells every other rank so (a small message on a duplicate of the
-communicator), then waits for every rank to end too. A rank waiting in one of
-:class:`updater.runtime.comm.MPICommunicator`'s collectives polls for that message and, when it
-comes, aborts the whole job at once, naming the rank that ended: it would wait for it forever.
-A rank that ends waits up to ``grace`` seconds for the others (they may be busy elsewhere, e.g.
-in a collective of their own), then aborts the job too.
+communicator), then waits for every rank to end too, as long as they take (a rank that works
+on, e.g. rank 0 evaluating and saving after training, is never aborted). A rank waiting in a
+collective polls for that message and, when the collective is still not done ``grace`` seconds
+after it came, aborts the whole job, naming the rank that ended: it would wait for it forever.
+A rank waiting in a collective outside the communicator (a plain mpi4py ``Barrier``) is not
+watched: it waits as in plain MPI.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ ABORT_PAUSE_S = 0.3
 """MPI_Abort tears down mpiexec's output forwarding at once; a short pause lets the message just
 written reach the terminal first (seen cut off without it)."""
 _ENDED = 7  # the message tag of "this rank ended"
-SETTLE_S = 2.0
-"""Seconds a collective may still take to complete after another rank said it ended."""
 
 
 def abort_job(comm, message: str) -> None:
@@ -38,7 +39,8 @@ class ExitWatch:
 
     Args:
         comm (mpi4py.MPI.Intracomm): the ranks that train together (duplicated here).
-        grace (float): seconds a rank that ends waits for the others before aborting.
+        grace (float): seconds a collective may still take to complete after another rank
+            said it ended (that rank may have ended right after its part of it).
     """
 
     def __init__(self, comm, grace: float):
@@ -53,32 +55,25 @@ class ExitWatch:
     def wait(self, request, what: str) -> None:
         """Wait for the non-blocking collective ``request`` (this rank's part of ``what``);
         abort the job when another rank ended without joining it (told so, and the collective
-        still not done :data:`SETTLE_S` later: a rank that ended after its part of the last
+        still not done ``grace`` seconds later: a rank that ended after its part of the last
         collective stays in its exit barrier meanwhile, so that one completes)."""
         settled = None
         while not request.Test():
             if settled is None and self._comm.Iprobe(self._MPI.ANY_SOURCE, _ENDED, self._status):
-                settled = time.monotonic() + SETTLE_S
+                settled = time.monotonic() + self.grace
             if settled is not None and time.monotonic() > settled:
                 abort_job(
                     self._comm,
                     f"MPICommunicator: rank {self._status.Get_source()} ended while rank "
-                    f"{self.rank} waits for it in {what} (it would wait forever): aborting "
-                    "the job",
+                    f"{self.rank} waits for it in {what} (it would wait forever; still not done "
+                    f"{self.grace:g} s after it ended): aborting the job",
                 )
 
     def _at_exit(self) -> None:
         rank = np.array([self.rank], np.int32)
         told = [self._comm.Isend(rank, r, _ENDED) for r in range(self.size) if r != self.rank]
-        everyone = self._comm.Ibarrier()
-        deadline = time.monotonic() + self.grace
+        everyone = self._comm.Ibarrier()  # the others may work on as long as they need
         while not everyone.Test():
-            if time.monotonic() > deadline:
-                abort_job(
-                    self._comm,
-                    f"MPICommunicator: rank {self.rank} ended while other ranks did not end "
-                    f"within {self.grace:g} s (they would wait for it forever): aborting the job",
-                )
             time.sleep(0.01)
         other = np.empty(1, np.int32)
         while self._comm.Iprobe(self._MPI.ANY_SOURCE, _ENDED):  # the others' notes: read them

@@ -1,0 +1,81 @@
+"""Benchmark: many runs of one policy at once, end to end against the vectorised core alone.
+
+``dls simulate --steps 10 --runs N`` calls :func:`sim.replay.run.simulate`; its core is
+:func:`sim.replay.run._advance`, every run's state one element of an array. The two are timed
+side by side (interleaved rounds, best kept) for each ``N``: what the end-to-end call adds to
+the core is the trace set-up, the policies' stacking and the metrics, and it should grow with
+``N`` no faster than the core does.
+
+Run ``python -m benchmarks.bench_many_runs``; it prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Dict
+
+from sim.replay.run import _advance, _overflow_limits, jitter_factors, simulate
+from sim.tables import markdown_grid
+from sim.traces.families import make_trace
+from updater.policy.presets import PRESETS
+
+
+def run(runs=(200_000, 10_000_000), steps: int = 10, repeats: int = 2) -> Dict:
+    """Seconds of ``simulate`` and of the core for each number of ``runs`` (best of
+    ``repeats`` interleaved rounds) on the stationary trace of ``steps`` steps."""
+    trace = make_trace("stationary", steps=steps, seed=0)
+    policy = PRESETS["dynamic"]
+    best: Dict[tuple, float] = {}
+    for _ in range(repeats):
+        for n in runs:
+            start = time.perf_counter()
+            simulate(policy, trace, runs=n, seed=0, jitter=0.25, progress=False)
+            _keep(best, (n, "simulate"), start)
+            factor = jitter_factors(steps, n, seed=0, jitter=0.25)
+            absmax, limits = trace.absmax[:, None] * factor, _overflow_limits(trace, factor)
+            start = time.perf_counter()
+            _advance(policy, trace, absmax, limits, n, False, "dynamic")
+            _keep(best, (n, "core"), start)
+            del factor, absmax, limits
+    return {"steps": steps, "repeats": repeats, "seconds": best, "runs": list(runs)}
+
+
+def _keep(best: Dict[tuple, float], key: tuple, start: float) -> None:
+    seconds = time.perf_counter() - start
+    best[key] = min(best.get(key, seconds), seconds)
+
+
+def markdown(result: Dict) -> str:
+    """The result as a markdown section."""
+    rows = []
+    for n in result["runs"]:
+        full, core = result["seconds"][(n, "simulate")], result["seconds"][(n, "core")]
+        rate = n * result["steps"] / full
+        rows.append([f"{n:,}", f"{full:.2f}", f"{core:.2f}", f"{full / core:.1f}x", f"{rate:.3g}"])
+    heads = [
+        "runs",
+        "simulate() (s)",
+        "core loop alone (s)",
+        "simulate / core",
+        "policy-steps/s end to end",
+    ]
+    return (
+        f"`dynamic` on the stationary trace, {result['steps']} steps, best of "
+        f"{result['repeats']} interleaved rounds: `simulate()` end to end (as `dls simulate "
+        "--runs N` calls it: trace set-up, the policy stacked for N runs, metrics) beside its "
+        "vectorised core alone.\n\n" + markdown_grid(heads, rows)
+    )
+
+
+def main(argv=None) -> None:
+    """Print the benchmark as markdown."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    print(markdown(run(steps=args.steps, repeats=args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
