@@ -250,9 +250,17 @@ def run(ranks=(1, 2, 4), models=tuple(MODELS), blocks=6, progress=None) -> dict:
 def markdown(result: dict) -> str:
     """Render :func:`run`'s result as a markdown table with a short legend."""
     load = result["load_average"]
-    heads = ["model (params)", "ranks", "local step", "step with comm", "comm / local",
-             "wait for slowest rank (share)", "grad all-reduce (share)", "agreement (share)",
-             "flag call: checked / unchecked / bare MPI"]  # fmt: skip
+    heads = [
+        "model (params)",
+        "ranks",
+        "local step",
+        "step with comm",
+        "comm / local",
+        "wait for slowest rank (share)",
+        "grad all-reduce (share)",
+        "agreement (share)",
+        "flag call: checked / unchecked / bare MPI",
+    ]
     rows = [
         [
             f"{r['model']} ({r['params']})",

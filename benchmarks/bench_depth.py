@@ -77,8 +77,9 @@ def _conv_bn(blocks, rng):
     init = nn.initializer.NormalInitializer((2 / 144) ** 0.5, np.random.RandomState(0))
     with nn.parameter_scope(f"convbn{next(_SCOPES)}"):
         for i in range(blocks):
-            h = PF.convolution(h, 16, (3, 3), pad=(1, 1), with_bias=False, w_init=init,
-                               name=f"conv{i}")  # fmt: skip
+            h = PF.convolution(
+                h, 16, (3, 3), pad=(1, 1), with_bias=False, w_init=init, name=f"conv{i}"
+            )
             h = F.relu(PF.batch_normalization(h, name=f"bn{i}"))
         y = PF.affine(h, 10, w_init=init, name="out")
         params = nn.get_parameters(grad_only=True)
@@ -176,8 +177,13 @@ def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
         for _ in range(1000):
             check()
         checks[name] = (1e3 * (time.perf_counter() - t0), sum(a.size for a in arrays))
-    return {"arrays": len(u.param_names), "seconds": seconds, "auto": ours["auto"].finite_check,
-            "checks": checks, "blocks": blocks}  # fmt: skip
+    return {
+        "arrays": len(u.param_names),
+        "seconds": seconds,
+        "auto": ours["auto"].finite_check,
+        "checks": checks,
+        "blocks": blocks,
+    }
 
 
 def overheads(seconds):
@@ -212,8 +218,13 @@ def markdown(res):
             + [f"{cost[n]:+.0f}" for n in VARIANTS[1:]]
             + [r["auto"], f"{r['functions']:g} / {r['reads']:g}"]
         )
-    heads = ["parameter arrays", "bare step", *variants, '"auto" chose',
-             "device path: nnabla functions / host reads per update"]  # fmt: skip
+    heads = [
+        "parameter arrays",
+        "bare step",
+        *variants,
+        '"auto" chose',
+        "device path: nnabla functions / host reads per update",
+    ]
     lines = [
         "Cost per update over a bare `zero_grad/forward/backward/update` loop, in microseconds "
         "(64-wide MLP, batch 16, Momentum, cpu:float; medians of interleaved iterations):",

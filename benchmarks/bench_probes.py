@@ -109,13 +109,27 @@ def replayed_passes() -> list:
             for seed, limit, bad in zip(run.scale, limits, trace.nonfinite):
                 if bad:
                     continue
-                found = probe_step(_Scripted(limit), float(seed), seed < limit, np.inf, True,
-                                   False, (1.0, 2.0**15), guess if previous else None)  # fmt: skip
+                found = probe_step(
+                    _Scripted(limit),
+                    float(seed),
+                    seed < limit,
+                    np.inf,
+                    True,
+                    False,
+                    (1.0, 2.0**15),
+                    guess if previous else None,
+                )
                 passes += found.passes
                 t = found.threshold
                 guess = t if t < np.inf else (found.finite_scale or None)
-            rows.append({"model": model, "steps": trace.steps, "search": label,
-                         "passes": passes / trace.steps})  # fmt: skip
+            rows.append(
+                {
+                    "model": model,
+                    "steps": trace.steps,
+                    "search": label,
+                    "passes": passes / trace.steps,
+                }
+            )
     return rows
 
 
@@ -136,8 +150,9 @@ def headroom_cost(steps: int = 10, repeats: int = 3) -> list:
             with half_model(model, 0) as m:
                 best, updaters, recorders = {}, {}, []
                 for measured in (False, True):
-                    rec = GradientRecorder(Path(tmp) / f"{model}{measured}.npz",
-                                           forward_headroom=measured)  # fmt: skip
+                    rec = GradientRecorder(
+                        Path(tmp) / f"{model}{measured}.npz", forward_headroom=measured
+                    )
                     recorders.append(rec)
                     updaters[measured] = DynamicLossScalingUpdater(
                         m["solver"], m["loss"], m["feed"], recorder=rec
@@ -214,7 +229,7 @@ def markdown(result: Dict) -> str:
                 "extra ms per recorded step",
                 "ratio",
             ],
-        ),  # fmt: skip
+        ),
     ]
     return "\n".join(lines)
 

@@ -48,8 +48,15 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
     config = ReportConfig()
     rows, recordings = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        record_all(tmp, steps=QUICK_STEPS if quick else None, models=MODELS, policy_runs=quick,
-                   recordings=orders, jobs=jobs, recorder_options=CHEAP)  # fmt: skip
+        record_all(
+            tmp,
+            steps=QUICK_STEPS if quick else None,
+            models=MODELS,
+            policy_runs=quick,
+            recordings=orders,
+            jobs=jobs,
+            recorder_options=CHEAP,
+        )
         runs_dir = tmp if quick else SHIPPED_DIR
         for model in MODELS:
             traces = [Trace.load(trace_path(tmp, model, k)) for k in orders]
@@ -74,8 +81,9 @@ def needed(rows: List[Dict]) -> List[Dict]:
     holding it for every larger k (None: not within the recordings made), and the widths."""
     out = []
     for key in dict.fromkeys((r["model"], r["policy"], r["order"]) for r in rows):
-        sub = sorted((r for r in rows if (r["model"], r["policy"], r["order"]) == key),
-                     key=lambda r: r["k"])  # fmt: skip
+        sub = sorted(
+            (r for r in rows if (r["model"], r["policy"], r["order"]) == key), key=lambda r: r["k"]
+        )
         held = [r["k"] for i, r in enumerate(sub) if all(s["inside"] for s in sub[i:])]
         out.append(
             {
@@ -95,8 +103,10 @@ def markdown(result: Dict[str, List[Dict]]) -> str:
     """The result as markdown tables."""
     from sim.tables import markdown_table
 
-    recs = [{**r, "same": {True: "yes", False: "no", None: "n/a"}[r["same"]]}
-            for r in result["recordings"]]  # fmt: skip
+    recs = [
+        {**r, "same": {True: "yes", False: "no", None: "n/a"}[r["same"]]}
+        for r in result["recordings"]
+    ]
     summary = []
     for s in needed(result["rows"]):
         spreads = ", ".join(f"{lo:g}-{hi:g}" for lo, hi in s["spreads"])
@@ -132,7 +142,7 @@ def markdown(result: Dict[str, List[Dict]]) -> str:
                     "width, 1 -> all recordings",
                     "recordings needed (held from then on)",
                 ],
-            ),  # fmt: skip
+            ),
         ]
     )
 
@@ -143,8 +153,12 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps per recording")
-    parser.add_argument("--extra", type=positive_int, default=EXTRA,
-                        help=f"recordings beyond the shipped ones (default {EXTRA})")  # fmt: skip
+    parser.add_argument(
+        "--extra",
+        type=positive_int,
+        default=EXTRA,
+        help=f"recordings beyond the shipped ones (default {EXTRA})",
+    )
     parser.add_argument("--jobs", type=positive_int, default=1, help="recordings made at once")
     parser.add_argument("--out", default=None, help="also write the markdown to this file")
     parser.add_argument(

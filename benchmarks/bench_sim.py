@@ -132,15 +132,28 @@ def markdown(result: Dict) -> str:
     for name, r in result["policies"].items():
         met = "rate " + ("yes" if r["goal_rate_met"] else "NO")
         met += ", ratio " + ("yes" if r["goal_ratio_met"] else "NO")
-        rows.append([
-            name, f"{r['loop_rate']:.3g}", f"{r['simulate_rate']:.3g}", f"{r['scalar_rate']:.3g}",
-            f"{r['speedup_loop']:.0f}x", f"{r['loop_us_per_step']:.1f}",
-            f"{r['loop_vs_copy']:.1f}x", met,
-        ])  # fmt: skip
-    heads = ["policy", "vectorized loop (policy-steps/s)",
-             "simulate() with metrics (policy-steps/s)", "scalar loop (policy-steps/s)",
-             "speed-up (loop / scalar)", "loop us/step", "loop / copy-per-step",
-             "goals met"]  # fmt: skip
+        rows.append(
+            [
+                name,
+                f"{r['loop_rate']:.3g}",
+                f"{r['simulate_rate']:.3g}",
+                f"{r['scalar_rate']:.3g}",
+                f"{r['speedup_loop']:.0f}x",
+                f"{r['loop_us_per_step']:.1f}",
+                f"{r['loop_vs_copy']:.1f}x",
+                met,
+            ]
+        )
+    heads = [
+        "policy",
+        "vectorized loop (policy-steps/s)",
+        "simulate() with metrics (policy-steps/s)",
+        "scalar loop (policy-steps/s)",
+        "speed-up (loop / scalar)",
+        "loop us/step",
+        "loop / copy-per-step",
+        "goals met",
+    ]
     lines.append(markdown_grid(heads, rows))
     lines += [
         "",

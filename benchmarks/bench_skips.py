@@ -119,9 +119,14 @@ def retry_cost(iters, accum=4, width=2048, batch=16, seed=0):
 
         overflow = "retry" if mode == "retry" else "skip"
         updaters[mode] = DynamicLossScalingUpdater(
-            solver, loss, feed, accum_grad=accum, on_overflow=overflow, scale=8.0,
+            solver,
+            loss,
+            feed,
+            accum_grad=accum,
+            on_overflow=overflow,
+            scale=8.0,
             restore_on_skip=mode != "keep",
-        )  # fmt: skip
+        )
     times = {mode: [] for mode in updaters}
     for i in range(iters + 2):
         for mode in ("skip", "retry", "keep")[i % 3 :] + ("skip", "retry", "keep")[: i % 3]:

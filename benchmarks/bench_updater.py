@@ -127,15 +127,30 @@ def markdown(res):
         s = r["seconds"]
         lo_n, hi_n = r["range_nnabla"]
         lo_o, hi_o = r["range_ours"]
-        cost.append([
-            r["context"], r["model"], r["batch"], f"{r['blocks']} x {r['iters']}",
-            f"{s['bare']:.5f}", f"{s['nnabla']:.5f}", f"{s['ours']:.5f}",
-            f"{r['ratio_nnabla']:.3f} ({lo_n:.3f}-{hi_n:.3f})",
-            f"{r['ratio_ours']:.3f} ({lo_o:.3f}-{hi_o:.3f})",
-        ])  # fmt: skip
-    heads = ["context", "model", "batch", "blocks x iterations", "bare s/it", "nnabla s/it",
-             "ours s/it", "nnabla / bare (lowest-highest block)",
-             "ours / bare (lowest-highest block)"]  # fmt: skip
+        cost.append(
+            [
+                r["context"],
+                r["model"],
+                r["batch"],
+                f"{r['blocks']} x {r['iters']}",
+                f"{s['bare']:.5f}",
+                f"{s['nnabla']:.5f}",
+                f"{s['ours']:.5f}",
+                f"{r['ratio_nnabla']:.3f} ({lo_n:.3f}-{hi_n:.3f})",
+                f"{r['ratio_ours']:.3f} ({lo_o:.3f}-{hi_o:.3f})",
+            ]
+        )
+    heads = [
+        "context",
+        "model",
+        "batch",
+        "blocks x iterations",
+        "bare s/it",
+        "nnabla s/it",
+        "ours s/it",
+        "nnabla / bare (lowest-highest block)",
+        "ours / bare (lowest-highest block)",
+    ]
     lines = [markdown_grid(heads, cost), "", goals_text(res), ""]
     lines += [
         "Host reads per `update()` (`updater.driver.arrays.host_reads`: every read of an nnabla "
@@ -193,14 +208,29 @@ def markdown(res):
         f"({'met' if own[slowest] < GOAL_PYTHON_US else 'not met'}).",
         "",
         markdown_grid(
-            ["updater", "passes per overflow event", "batches per overflow event",
-             "persistent NaN: calls", "persistent NaN: passes", "persistent NaN: batches",
-             "persistent NaN: raised an error"],
-            [[name, r["overflow"]["passes"], r["overflow"]["batches"], r["nan"]["calls"],
-              r["nan"]["passes"], r["nan"]["batches"], r["nan"]["raised"]]
-             for name, r in res["overflow"].items()],
+            [
+                "updater",
+                "passes per overflow event",
+                "batches per overflow event",
+                "persistent NaN: calls",
+                "persistent NaN: passes",
+                "persistent NaN: batches",
+                "persistent NaN: raised an error",
+            ],
+            [
+                [
+                    name,
+                    r["overflow"]["passes"],
+                    r["overflow"]["batches"],
+                    r["nan"]["calls"],
+                    r["nan"]["passes"],
+                    r["nan"]["batches"],
+                    r["nan"]["raised"],
+                ]
+                for name, r in res["overflow"].items()
+            ],
         ),
-    ]  # fmt: skip
+    ]
     r = res["retry"]
     sec = r["seconds"]
     read = res["read"]

@@ -249,8 +249,8 @@ def train(
         dict: ``steps``, ``seconds`` (the training loop), ``loss_d`` / ``loss_g`` (final
         losses), ``loss_finite`` (every loss finite at every step), ``losses`` ((steps, 2)
         array: D's, G's loss), ``d`` / ``g`` (per updater: ``skips``, ``skipped_at`` (the
-        steps it skipped), ``overflows``,
-        ``updates_applied``, ``scales`` (the scale each step used), ``final_scale``,
+        steps it skipped), ``overflows``, ``updates_applied``, ``scales`` (the scale each
+        step used), ``final_scale``,
         ``grad_absmax_median``: median unscaled largest |gradient| over applied steps for
         policies that measure it, such as ``"headroom"``, else None), ``data`` / ``initial``
         / ``final`` (:func:`sample_stats` of the data, of the generated images before and
@@ -371,10 +371,12 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=32, help="images per step (default 32)")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (1e-2)")
     parser.add_argument(
-        "--policy", default="dynamic", choices=list(PRESETS),
+        "--policy",
+        default="dynamic",
+        choices=list(PRESETS),
         help="loss-scaling preset; each updater keeps its own scale (default dynamic: "
         "DynamicScale(), start 2**15; headroom also prints each loss's |grad| max)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--context", default="cpu:half", help="nnabla context: cpu:half (default), cpu:float"
     )
@@ -388,10 +390,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    result = train(
-        args.steps, args.seed, batch=args.batch, lr=args.lr, policy=args.policy,
-        context=args.context, progress=sys.stderr.isatty(),
-    )  # fmt: skip
+    options = {k: getattr(args, k) for k in ("batch", "lr", "policy", "context")}
+    result = train(args.steps, args.seed, progress=sys.stderr.isatty(), **options)
     print(format_summary(result))
     return 0
 

@@ -9,6 +9,7 @@ checkpoint helpers load lazily on first use, so ``import updater.policy`` never 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 
+from .common.moved import alias_moved
 from .policy import (
     DynamicScale,
     HeadroomScale,
@@ -17,6 +18,30 @@ from .policy import (
     StaticScale,
     policy_from_dict,
 )
+
+MOVED = {
+    "updater.amp_lists": "updater.amp.lists",
+    "updater.checkpoint": "updater.runtime.checkpoint",
+    "updater.checks": "updater.common.validation",
+    "updater.comm": "updater.runtime.comm",
+    "updater.common.files": "updater.common.npz",
+    "updater.context": "updater.runtime.context",
+    "updater.driver.finite_checks": "updater.driver.checks",
+    "updater.driver.forward_peak": "updater.driver.recording.forward_peak",
+    "updater.driver.probes": "updater.driver.recording.probes",
+    "updater.files": "updater.common.npz",
+    "updater.float16": "updater.common.float16",
+    "updater.policy_state": "updater.policy.state",
+    "updater.presets": "updater.policy.presets",
+    "updater.recorder": "updater.trace.recorder",
+    "updater.records": "updater.driver.records",
+    "updater.solver_group": "updater.driver.solver_group",
+    "updater.trace_parts": "updater.trace.parts",
+    "updater.updater": "updater.driver.updater",
+}
+"""Module paths of earlier versions -> where the module is now: the old path still imports,
+warning ``DeprecationWarning`` once (:mod:`updater.common.moved`)."""
+alias_moved(MOVED)
 
 try:
     __version__ = version("nnabla-dls")

@@ -7,9 +7,10 @@ import io
 import itertools
 
 from sim.cli.names import resolve
+from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_memory, check_output_file, trace_for
 from sim.cli.progress import StageProgress
-from sim.cli.settings import build_policy, parse_grid, parse_settings
+from sim.cli.settings import build_policy, parse_grid, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
 from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
@@ -17,10 +18,61 @@ from sim.report.tables import describe_policy, format_value, na_notes, summary_t
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.named import family_name, trace_file
 from updater.common.writing import write_text
+from updater.policy.presets import names
 
 
-def run(parser, args) -> int:
+def add_parser(subparsers) -> None:
+    """Register ``sweep`` on ``dls``'s subparsers."""
+    p = subparsers.add_parser(
+        "sweep",
+        help="run a grid of settings of one policy across trace families",
+        description="Run every combination of the --grid settings of one policy on each "
+        "family; print a table and optionally write CSV. Each setting is either swept "
+        "(one --grid with all its values) or fixed (one --set): repeating a setting, or "
+        "giving it to both, is an error. " + MEMORY_NOTE,
+        epilog="examples:\n  dls sweep --policy dynamic --grid growth_interval=500,1000,2000 "
+        "--grid hysteresis=1,2 --families stationary,nan --csv sweep.csv\n"
+        "  dls sweep --grid growth_interval=500,2000 --families '' --trace run.npz\n"
+        "  dls sweep --policy dynamic --grid init_scale=2**10,2**15 --set hysteresis=2\n\n",
+        epilog_tail=policy_list,
+        formatter_class=FORMATTER,
+    )
+    p.add_argument("--policy", default="dynamic", help=policy_help("dynamic"))
+    p.add_argument(
+        "--grid",
+        action="append",
+        metavar="KEY=V1,V2,...",
+        help="all values of one setting to sweep (repeatable for other settings; the grid is "
+        "their product)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fix one setting (not one in --grid) for every grid point (repeatable)",
+    )
+    p.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help=f"comma list of families (default {','.join(FAMILIES)}; '' for none)",
+    )
+    p.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also a recorded trace (.npz) or a shipped real model's name; repeatable",
+    )
+    add_run_options(p, steps_default=5000, runs_default=16)
+    p.add_argument(
+        "--csv", metavar="FILE.csv", help="also write every row as CSV (the folder must exist)"
+    )
+    finish(p, run, policies=names())
+
+
+def run(args) -> int:
     """The ``sweep`` subcommand: check, sweep, print (and write CSV)."""
+    parser = args.subparser
     grid = parse_grid(parser, args.policy, args.grid)
     if not grid:
         parser.error("sweep needs at least one --grid KEY=V1,V2,...")
@@ -34,19 +86,7 @@ def run(parser, args) -> int:
         )
     combos = grid_points(grid)
     policies = [build_policy(parser, args.policy, {**fixed, **c}) for c in combos]
-    given = [f.strip() for f in args.families.split(",") if f.strip()]
-    families = [resolve(parser, "--families", f, list(FAMILIES), "family") for f in given]
-    if not (families or args.trace):
-        parser.error(f"--families must name at least one of {', '.join(FAMILIES)} without --trace")
-    try:  # checked before any work; recordings of one model (one name) pool
-        recorded = pool_by_name([trace_for(parser, s, args.steps, args.seed) for s in args.trace])
-    except ValueError as e:
-        parser.error(f"--trace: {e}")
-    if args.runs < max([len(getattr(t, "traces", [t])) for t in recorded], default=1):
-        parser.error("--runs must be at least the number of recordings of one model")
-    inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
-    if args.csv is not None:
-        check_output_file(parser, "--csv", args.csv, args.force, inputs)
+    families, recorded, inputs = _traces(args)
     steps = max([args.steps] * bool(families) + [t.training_steps for t in recorded])
     check_memory(parser, steps, args.runs, len(policies))
     synthetic = (make_trace(f, steps=args.steps, seed=args.seed) for f in families)
@@ -55,19 +95,18 @@ def run(parser, args) -> int:
     with StageProgress("sweep", quiet=args.verbosity < 0) as progress:
         progress.start(len(names))
         rows = run_sweep(
-            policies, combos, traces, runs=args.runs, seed=args.seed, jitter=args.jitter,
-            progress=progress, label=args.policy,
-        )  # fmt: skip
+            policies,
+            combos,
+            traces,
+            runs=args.runs,
+            seed=args.seed,
+            jitter=args.jitter,
+            progress=progress,
+            label=args.policy,
+        )
     columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
-    values = "; ".join(
-        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
-    )
     print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
-    synthetic_steps = f", synthetic steps: {args.steps}" if families else ""
-    print(
-        f"grid: {values} ({len(combos)} settings), traces: {','.join(names)}{synthetic_steps}, "
-        f"runs: {args.runs}, jitter: {args.jitter}"
-    )
+    print(_grid_line(args, grid, len(combos), names, bool(families)))
     print(summary_table(rows, columns))
     for note in na_notes(rows):
         print(note)
@@ -75,6 +114,38 @@ def run(parser, args) -> int:
         write_csv(args.csv, rows, columns, args.force, inputs)
         print(f"wrote {args.csv}")
     return 0
+
+
+def _traces(args) -> tuple:
+    """The families, the recorded traces (pooled by name) and the input files of ``--families``
+    and ``--trace``, checked before any work (with the ``--csv`` output)."""
+    parser = args.subparser
+    given = [f.strip() for f in args.families.split(",") if f.strip()]
+    families = [resolve(parser, "--families", f, list(FAMILIES), "family") for f in given]
+    if not (families or args.trace):
+        parser.error(f"--families must name at least one of {', '.join(FAMILIES)} without --trace")
+    try:  # recordings of one model (one name) pool
+        recorded = pool_by_name([trace_for(parser, s, args.steps, args.seed) for s in args.trace])
+    except ValueError as e:
+        parser.error(f"--trace: {e}")
+    if args.runs < max([len(getattr(t, "traces", [t])) for t in recorded], default=1):
+        parser.error("--runs must be at least the number of recordings of one model")
+    inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
+    if args.csv is not None:
+        check_output_file(parser, "--csv", args.csv, args.force, inputs)
+    return families, recorded, inputs
+
+
+def _grid_line(args, grid, settings: int, names, synthetic: bool) -> str:
+    """The line under the policy: the grid's values, the traces, runs and jitter."""
+    values = "; ".join(
+        f"{k}={','.join(format_value(v, name=k) for v in vs)}" for k, vs in grid.items()
+    )
+    steps = f", synthetic steps: {args.steps}" if synthetic else ""
+    return (
+        f"grid: {values} ({settings} settings), traces: {','.join(names)}{steps}, "
+        f"runs: {args.runs}, jitter: {args.jitter}"
+    )
 
 
 def write_csv(path, rows, columns, force: bool = False, inputs=()) -> None:

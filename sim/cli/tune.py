@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
+from sim.cli.options import FORMATTER, add_run_options, finish
 from sim.cli.preflight import check_memory, trace_for
 from sim.cli.progress import StageProgress
 from sim.replay.pool import NAME_RULE, pool_by_name
@@ -13,9 +14,9 @@ from sim.report.tables import summary_table
 from sim.traces.named import family_name
 
 
-def add_parser(sub, common, fmt) -> None:
-    """Register ``tune`` on the subparsers ``sub`` (``common`` adds --runs, --seed, --jitter)."""
-    p = sub.add_parser(
+def add_parser(subparsers) -> None:
+    """Register ``tune`` on ``dls``'s subparsers."""
+    p = subparsers.add_parser(
         "tune",
         help="tune a policy's settings on your own recorded traces",
         description="Run the report's grid of one policy's settings on your recorded traces "
@@ -27,7 +28,7 @@ def add_parser(sub, common, fmt) -> None:
         epilog="examples:\n  dls tune --trace run.npz\n"
         "  dls tune --trace a.npz --trace b.npz --policy headroom --runs 32\n"
         "  dls tune --trace digits_conv_bn",
-        formatter_class=fmt,
+        formatter_class=FORMATTER,
     )
     p.add_argument(
         "--trace",
@@ -38,12 +39,13 @@ def add_parser(sub, common, fmt) -> None:
         "(--steps long); repeatable",
     )
     p.add_argument("--policy", default="dynamic", help=f"the policy to tune: {', '.join(TUNED)}")
-    common(p, runs_default=16)
-    p.set_defaults(handler=run, subparser=p, policies=list(TUNED))
+    add_run_options(p, runs_default=16)
+    finish(p, run, force=False, policies=list(TUNED))
 
 
-def run(parser, args) -> int:
+def run(args) -> int:
     """The ``tune`` subcommand: check, tune, print."""
+    parser = args.subparser
     if any(family_name(spec) for spec in args.trace):
         check_memory(parser, args.steps, args.runs, len(TUNED[args.policy][1]) * 8)
     loaded = [trace_for(parser, spec, args.steps, args.seed) for spec in args.trace]

@@ -46,8 +46,9 @@ def _net(x, test: bool, seed: int):
 
     h = x
     for i, (maps, fan_in) in enumerate(((16, 9), (32, 144)), 1):
-        h = PF.convolution(h, maps, (3, 3), pad=(1, 1), with_bias=False, w_init=init(fan_in),
-                           name=f"conv{i}")  # fmt: skip
+        h = PF.convolution(
+            h, maps, (3, 3), pad=(1, 1), with_bias=False, w_init=init(fan_in), name=f"conv{i}"
+        )
         h = PF.batch_normalization(h, batch_stat=not test, name=f"bn{i}")
         h = F.max_pooling(F.relu(h), (2, 2))
     return PF.affine(h, 10, w_init=init(64), name="fc")
@@ -84,8 +85,9 @@ def train(variant: str, scale: float, steps: int, batch: int, seed: int, test_si
         idx = order.randint(0, len(x_train), batch)
         x.d, t.d = x_train[idx], y_train[idx, None]
 
-    updater = DynamicLossScalingUpdater(solver, loss, feed, enabled=variant != "float32",
-                                        max_consecutive_nonfinite=steps + 1)  # fmt: skip
+    updater = DynamicLossScalingUpdater(
+        solver, loss, feed, enabled=variant != "float32", max_consecutive_nonfinite=steps + 1
+    )
     losses = []
     start = time.perf_counter()
     for _ in tqdm(range(steps), desc=f"{variant} x{scale:g}", disable=None, leave=False):

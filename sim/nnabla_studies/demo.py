@@ -32,17 +32,12 @@ from typing import Dict, List, Union
 
 import numpy as np
 
+from sim.nnabla_studies.demo_graphs import flushed_share, variant_graphs
 from sim.tables import markdown_table, terminal_table, with_percents
 from updater.common.float16 import FP16_MAX
 from updater.common.validation import check_int, check_positive
 
 LOSS_WEIGHT = 2.0**-19
-HIDDEN = 64
-BATCH = 32
-LEARNING_RATE = 0.05
-MOMENTUM = 0.9
-LEGACY_ARGS = {"scale": 2.0**10, "scaling_factor": 2.0, "N": 50}
-PROBE_SIZE = BATCH  # same batch size as training, so gradients have training magnitudes
 PLOT_NAME = "train_scale_trajectory.png"
 
 VARIANTS = (
@@ -78,95 +73,18 @@ def load_data(seed: int = 0):
     return x[train], y[train], x[test], y[test]
 
 
-class _Batches:
-    """Data feeder: shuffled epochs over the training set, counting its calls."""
-
-    def __init__(self, x_var, t_var, x, y, seed):
-        self.x_var, self.t_var, self.x, self.y = x_var, t_var, x, y
-        self.rng = np.random.RandomState(seed)
-        self.queue = np.empty(0, dtype=np.int64)
-        self.calls = 0
-
-    def __call__(self):
-        batch = self.x_var.shape[0]
-        if self.queue.size < batch:
-            self.queue = np.concatenate([self.queue, self.rng.permutation(len(self.x))])
-        idx, self.queue = self.queue[:batch], self.queue[batch:]
-        self.x_var.d = self.x[idx]
-        self.t_var.d = self.y[idx][..., None]
-        self.calls += 1
-
-
-def _mlp(x, seed):
-    import nnabla.functions as F
-    import nnabla.initializer as I
-    import nnabla.parametric_functions as PF
-
-    rng = np.random.RandomState(seed)
-    w1 = I.NormalInitializer(math.sqrt(2.0 / x.shape[1]), rng=rng)
-    w2 = I.NormalInitializer(math.sqrt(1.0 / HIDDEN), rng=rng)
-    h = F.relu(PF.affine(x, HIDDEN, w_init=w1, name="fc1"))
-    return PF.affine(h, 10, w_init=w2, name="fc2")
-
-
 def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight, contexts) -> Dict:
+    """Train one variant (:data:`VARIANTS`) for ``steps`` steps; its row of the table, with its
+    scale trajectory and skipped steps."""
     import nnabla as nn
-    import nnabla.functions as F
-    import nnabla.solvers as S
-    from nnabla.experimental.mixed_precision_training import (
-        DynamicLossScalingUpdater as NnablaUpdater,
-    )
     from tqdm import tqdm
 
-    from updater import DynamicLossScalingUpdater
-
-    x_train, y_train, x_test, y_test = data
-    ctx = contexts["cpu:float" if key == "float32" else "cpu:half"]
-    float_ctx = contexts["cpu:float"]
-    scope = f"dls_demo/{key}"
-    with nn.parameter_scope(scope):
-        nn.clear_parameters()
-        with nn.context_scope(ctx):
-            x = nn.Variable((BATCH, 64))
-            t = nn.Variable((BATCH, 1))
-            loss = F.mean(F.softmax_cross_entropy(_mlp(x, seed), t)) * loss_weight
-            x_eval = nn.Variable((len(x_test), 64))
-            y_eval = _mlp(x_eval, seed)
-            x_probe = nn.Variable((PROBE_SIZE, 64))
-            t_probe = nn.Variable((PROBE_SIZE, 1))
-            probe_loss = F.mean(F.softmax_cross_entropy(_mlp(x_probe, seed), t_probe))
-            probe_loss = probe_loss * loss_weight
-            solver = S.Momentum(LEARNING_RATE / loss_weight, MOMENTUM)
-            solver.set_parameters(nn.get_parameters())
-        with nn.context_scope(float_ctx):
-            ref_loss = F.mean(F.softmax_cross_entropy(_mlp(x_probe, seed), t_probe)) * loss_weight
-    x_probe.d = x_train[:PROBE_SIZE]
-    t_probe.d = y_train[:PROBE_SIZE, None]
-    params = list(solver.get_parameters().values())
-    feed = _Batches(x, t, x_train, y_train, (seed + 1) % 2**32)
-
-    updater = None
-    if key == "fp16_nnabla":
-        updater = NnablaUpdater(solver, loss, feed, **LEGACY_ARGS)
-    elif key == "fp16_ours":
-        updater = DynamicLossScalingUpdater(solver, loss, feed, **LEGACY_ARGS)
+    g = variant_graphs(key, data, seed, loss_weight, contexts)
+    x_test, y_test = data[2], data[3]
+    solver, loss, feed, updater, scope = g.solver, g.loss, g.feed, g.updater, g.scope
 
     def current_scale():
         return 1.0 if updater is None else float(updater.scale)
-
-    def probe():
-        solver.zero_grad()
-        ref_loss.forward(clear_no_need_grad=True)
-        ref_loss.backward(1.0, clear_buffer=True)
-        g_ref = np.concatenate([p.g.astype(np.float64).ravel() for p in params])
-        if key == "float32":
-            return 0.0  # the variant is the reference
-        solver.zero_grad()
-        probe_loss.forward(clear_no_need_grad=True)
-        probe_loss.backward(current_scale(), clear_buffer=True)
-        g = np.concatenate([p.g.astype(np.float64).ravel() for p in params])
-        nonzero = g_ref != 0
-        return float(np.count_nonzero(nonzero & (g == 0)) / max(1, np.count_nonzero(nonzero)))
 
     scales, skipped_at, flushed = [], [], []
     seconds = 0.0
@@ -177,7 +95,7 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight, c
         step_loop = tqdm(range(steps), desc=f"{label:26s}", disable=not progress, leave=True)
     for step in step_loop:
         if step % probe_every == 0:
-            flushed.append(probe())
+            flushed.append(flushed_share(g, key, current_scale()))
         calls_before = feed.calls
         start = time.perf_counter()
         if updater is None:
@@ -195,9 +113,9 @@ def _train_variant(key, data, steps, seed, progress, probe_every, loss_weight, c
             skipped_at.append(step)
         scales.append(current_scale())
 
-    x_eval.d = x_test
-    y_eval.forward(clear_buffer=True)
-    accuracy = float(np.mean(y_eval.d.argmax(axis=1) == y_test))
+    g.x_eval.d = x_test
+    g.y_eval.forward(clear_buffer=True)
+    accuracy = float(np.mean(g.y_eval.d.argmax(axis=1) == y_test))
     if key == "fp16_ours":
         skipped = updater.skips
     elif key == "fp16_nnabla":
@@ -251,17 +169,32 @@ def plot_scale_trajectories(
         look = looks[row["variant"]]
         log2 = np.log2(np.asarray(row["_scales"], dtype=np.float64))
         steps = np.arange(1, len(log2) + 1)
-        ax.step(steps, log2, where="post", color=look.color, ls=look.ls, lw=1.6,
-                label=row["variant"])  # fmt: skip
+        ax.step(
+            steps, log2, where="post", color=look.color, ls=look.ls, lw=1.6, label=row["variant"]
+        )
         if row["_skipped_at"]:
             at = np.asarray(row["_skipped_at"])
             what = "batch dropped, new one fed" if "nnabla" in row["variant"] else "step skipped"
-            ax.plot(at + 1, log2[at], OVERFLOW.marker, color=look.color, ms=7, mfc="none",
-                    label=f"overflow, {row['variant']} ({what})")  # fmt: skip
+            ax.plot(
+                at + 1,
+                log2[at],
+                OVERFLOW.marker,
+                color=look.color,
+                ms=7,
+                mfc="none",
+                label=f"overflow, {row['variant']} ({what})",
+            )
     top = math.log2(FP16_MAX)  # 15.9993: on this axis it sits on 16, so the label says so
     ax.axhline(top, color="0.4", linewidth=1, linestyle=":")
-    ax.text(0.01, top - 0.08, f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
-            transform=ax.get_yaxis_transform(), color="0.3", fontsize=8, va="top")  # fmt: skip
+    ax.text(
+        0.01,
+        top - 0.08,
+        f"float16 max 65504 = $2^{{{top:.4f}}}$ ($2^{{16}}$ is inf)",
+        transform=ax.get_yaxis_transform(),
+        color="0.3",
+        fontsize=8,
+        va="top",
+    )
     ax.yaxis.set_major_locator(MultipleLocator(1))
     ax.yaxis.set_major_formatter(log2_ticks())
     ax.set_xlabel("training step (update() call, 1 = first)")

@@ -22,7 +22,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from sim.nnabla_studies.demo import BATCH, _Batches
+from sim.nnabla_studies.demo_graphs import BATCH, Batches
 from sim.traces.real import MODELS
 
 SEQ_LEN = 10
@@ -79,7 +79,7 @@ def _classifier(
         "loss": loss,
         "training_loss": training_loss,
         "solver": solver,
-        "feed": _Batches(x, t, x_train, y_train, seed + 1),
+        "feed": Batches(x, t, x_train, y_train, seed + 1),
         "evaluate": evaluate,
         "data": data,
         "arch": arch,
@@ -89,11 +89,12 @@ def _classifier(
 def _digits_mlp(seed: int) -> Dict:
     import nnabla.solvers as S
 
-    from sim.nnabla_studies.demo import HIDDEN, LEARNING_RATE, MOMENTUM, _mlp, load_data
+    from sim.nnabla_studies.demo import load_data
+    from sim.nnabla_studies.demo_graphs import HIDDEN, LEARNING_RATE, MOMENTUM, mlp
 
     x_train, y_train, x_test, y_test = load_data(seed)
     return _classifier(
-        lambda x, training: _mlp(x, seed),
+        lambda x, training: mlp(x, seed),
         (x_train, y_train),
         (x_test, y_test),
         lambda: S.Momentum(LEARNING_RATE, MOMENTUM),

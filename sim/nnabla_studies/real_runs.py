@@ -11,7 +11,8 @@ exactly zero (flushed, anywhere on their way through the graph), as a
 
 The shadow pass reads the parameters in float32; the float16 graph reads them rounded to
 float16, so the two see the same weights up to that rounding. Running statistics that the shadow's
-forward pass moves (BatchNormalization) are put back after it.
+forward pass moves (BatchNormalization) are put back after it. Only the updater's public API and
+nnabla's are used: the run reads the step's record, not the driver's internals.
 """
 
 from __future__ import annotations
@@ -24,12 +25,55 @@ import numpy as np
 
 from sim.nnabla_studies.models import half_model
 from sim.replay.measured import MeasuredRun
-from updater.driver.recording.probes import flushed_shares
+from updater.common.float16 import flushed_shares
 from updater.policy.presets import as_policy
 
 
 def _host_copies(params) -> list:
     return [np.array(p.grad.get_data("r"), dtype=np.float64).ravel() for p in params]
+
+
+def _untrained(solver) -> list:
+    """The parameters of the current scope that ``solver`` does not train: the state a forward
+    pass moves (BatchNormalization's running mean and variance in these models)."""
+    import nnabla as nn
+
+    trained = {hash(v) for v in solver.get_parameters().values()}
+    return [v for v in nn.get_parameters(grad_only=False).values() if hash(v) not in trained]
+
+
+def _saved(variables) -> list:
+    """Each variable with its dtype and a host copy of its data in that dtype (bit for bit)."""
+    return [(v, v.data.dtype, np.array(v.data.cast(v.data.dtype), copy=True)) for v in variables]
+
+
+def _restore(saved) -> None:
+    """Write back what :func:`_saved` copied, each array in the dtype it had."""
+    for v, dtype, data in saved:
+        v.data.cast(dtype)[...] = data
+
+
+def _measured_step(model, shadow, updater) -> tuple:
+    """One step: feed the batch, the shadow's true gradients (its running statistics put back),
+    then the updater's step. Returns the scale used, whether the update was applied, whether
+    the loss was finite, the true largest |gradient|, the flushed shares (0 when the gradients
+    were not finite) and the loss."""
+    solver = model["solver"]
+    params = list(solver.get_parameters().values())
+    model["feed"]()
+    moved = _saved(_untrained(solver))
+    solver.zero_grad()
+    shadow.forward(clear_no_need_grad=True)
+    shadow.backward(clear_buffer=True)
+    _restore(moved)
+    true = _host_copies(params)
+    finite = updater.backward()
+    half = _host_copies(params) if finite else None
+    record = updater.step()
+    shares = (0.0, 0.0) if half is None else flushed_shares(true, half, record.scale)
+    top = max(float(np.abs(g).max()) for g in true)
+    loss_finite = record.loss_finite is not False
+    return (record.scale, record.update_applied, loss_finite, top, *shares, float(model["loss"].d))
 
 
 def measure_run(
@@ -53,17 +97,8 @@ def measure_run(
     import nnabla as nn
 
     from updater import DynamicLossScalingUpdater, get_context
-    from updater.driver.flat import FlatGraphs, loss_context
-    from updater.driver.function_roles import state_inputs
 
     policy = as_policy(policy)
-    scale = np.empty(steps)
-    applied = np.empty(steps, dtype=bool)
-    loss_finite = np.empty(steps, dtype=bool)
-    absmax = np.empty(steps)
-    flushed = np.zeros(steps)
-    flushed_small = np.zeros(steps)
-    loss = np.empty(steps)
     folder = None
     if probe and recorder is None:
         from updater import GradientRecorder
@@ -71,36 +106,20 @@ def measure_run(
         folder = tempfile.TemporaryDirectory()
         recorder = GradientRecorder(Path(folder.name) / "probes.npz", probe_overflow=True)
     with half_model(name, seed, order) as model:
-        solver, feed = model["solver"], model["feed"]
+        solver = model["solver"]
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
-        params = list(solver.get_parameters().values())
-        written, copier = state_inputs(shadow), FlatGraphs(loss_context(shadow))
         # the batch is fed once per step, before the shadow pass; the updater's forward reads it
         updater = DynamicLossScalingUpdater(
             solver, model["loss"], None, policy=policy, recorder=recorder
         )
         start = time.perf_counter()
-        for i in range(steps):
-            feed()
-            moved = copier.save(written)
-            solver.zero_grad()
-            shadow.forward(clear_no_need_grad=True)
-            shadow.backward(clear_buffer=True)
-            moved.restore()
-            true = _host_copies(params)
-            absmax[i] = max(float(np.abs(g).max()) for g in true)
-            finite = updater.backward()
-            half = _host_copies(params) if finite else None
-            record = updater.step()
-            scale[i] = record.scale
-            applied[i] = record.update_applied
-            if half is not None:
-                flushed[i], flushed_small[i] = flushed_shares(true, half, record.scale)
-            loss_finite[i] = record.loss_finite is not False
-            loss[i] = float(model["loss"].d)
+        steps_measured = [_measured_step(model, shadow, updater) for _ in range(steps)]
         seconds = time.perf_counter() - start
         accuracy = model["evaluate"]()
+    columns = [np.array(c, dtype=float) for c in zip(*steps_measured)] or [np.empty(0)] * 7
+    scale, applied, loss_finite, absmax, flushed, flushed_small, loss = columns
+    applied, loss_finite = applied.astype(bool), loss_finite.astype(bool)
     probed = {}
     if recorder is not None and recorder.probe_overflow and recorder.every == 1:
         trace = recorder.trace()
@@ -109,6 +128,19 @@ def measure_run(
         recorder.close()
         folder.cleanup()
     return MeasuredRun(
-        name, label, policy, scale, applied, loss_finite, absmax, flushed, flushed_small, loss,
-        accuracy, seconds, f"{model['data']}; {model['arch']}", **probed, order=order,
-    )  # fmt: skip
+        name,
+        label,
+        policy,
+        scale,
+        applied,
+        loss_finite,
+        absmax,
+        flushed,
+        flushed_small,
+        loss,
+        accuracy,
+        seconds,
+        f"{model['data']}; {model['arch']}",
+        **probed,
+        order=order,
+    )

@@ -157,6 +157,8 @@ def record_all(
     Returns:
         dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
         model, policy, batch order, steps, skipped, final scale, accuracy, seconds, path).
+
+    Not split: its parameters are the command line's options, each passed through.
     """
     tasks = []
     for name in models:
@@ -183,8 +185,9 @@ def _train(task, out_dir: str, seed: int, recorder_options: Dict | None) -> Dict
     """One task of :func:`record_all`: a recording (``label`` None) or a checked run; its row."""
     name, steps, order, label = task
     if label is None:
-        return record_model(name, out_dir, steps, seed=seed, recorder_options=recorder_options,
-                            order=order)  # fmt: skip
+        return record_model(
+            name, out_dir, steps, seed=seed, recorder_options=recorder_options, order=order
+        )
     run = measure_run(name, CHECKED_POLICIES[label], label, steps, seed, probe=True, order=order)
     path = run.save(run_path(out_dir, name, label, order))
     return {**run.summary(), "path": str(path)}
@@ -223,7 +226,8 @@ def format_table(rows: List[Dict], columns: Dict[str, str] = TRACE_COLUMNS) -> s
     return markdown_table(rows, list(columns), list(columns.values()))
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m sim.nnabla_studies.real_traces``."""
     checked = ", ".join(CHECKED_POLICIES)
     parser = argparse.ArgumentParser(
         prog="python -m sim.nnabla_studies.real_traces",
@@ -266,50 +270,67 @@ def main(argv=None) -> int:
         help="recordings and runs trained at once, in processes of their own (default 1; the "
         "files do not depend on it)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _readme(args, out: Path, done: dict, table: str, runs: str) -> str:
+    """The README.md of the traces folder: how they were recorded, the tables, each file."""
+    lines = [f"{Path(r['path']).name}: {r['about']}" for r in done["traces"]]
+    command = "python -m sim.nnabla_studies.real_traces" + (
+        "" if args.out is None else f" --out {args.out}"
+    )
+    command += f" --jobs {args.jobs}" * (args.jobs != 1)
+    text = (
+        "# Gradient traces of real nnabla models\n\n"
+        f"Recorded by `{command}` with "
+        f"{provenance(out)} (cpu:half, DynamicScale(), seed {args.seed}, "
+        f"{args.jobs} at once). Each model is recorded {len(RECORDINGS)} times, in batch "
+        f"orders {in_words(RECORDINGS)}: the same weights and data, other batches "
+        "(`<model>.npz`, then `<model>.order<k>.npz`). Every step is recorded, with "
+        "per-parameter histograms, overflow thresholds probed, flushing measured on every "
+        f"{FLUSH_EVERY}th recorded step (the replay interpolates between them) and the "
+        "forward pass's float16 headroom, and measured against a float32 shadow of the "
+        "model (`<model>[.order<k>].recorded.run.npz`). Replay one with "
+        "`dls simulate --trace <file>` (the shipped ones also by name: "
+        "`dls simulate --trace digits_mlp`), or several recordings of one model as one "
+        "pool: `dls simulate --trace A --trace B`.\n\n"
+        + table
+        + "\n\n"
+        + "\n".join(f"- {line}" for line in lines)
+        + "\n"
+    )
+    if runs:
+        text += (
+            "\nThe same models trained again for real under the checked policies in batch "
+            f"order {in_words(CHECK_ORDERS)}, which no recording used, measured against a "
+            "float32 shadow at every step, overflow thresholds probed "
+            "(`<model>.order<k>.<policy>.run.npz`, read by `dls report` to check the "
+            "simulator's predictions):\n\n" + runs + "\n"
+        )
+    return text
+
+
+def main(argv=None) -> int:
+    """Record the traces and the checked runs, print their tables and (unless ``--quick``)
+    write the folder's README.md."""
+    args = _parser().parse_args(argv)
     out = SHIPPED_DIR if args.out is None else Path(args.out)
-    done = record_all(out, steps=args.steps, quick=args.quick, seed=args.seed,
-                      models=args.models, policy_runs=not args.traces_only,
-                      jobs=args.jobs)  # fmt: skip
+    done = record_all(
+        out,
+        steps=args.steps,
+        quick=args.quick,
+        seed=args.seed,
+        models=args.models,
+        policy_runs=not args.traces_only,
+        jobs=args.jobs,
+    )
     table = format_table(done["traces"])
     runs = format_table(done["runs"], RUN_COLUMNS) if done["runs"] else ""
     print(table)
     print(runs)
-    lines = [f"{Path(r['path']).name}: {r['about']}" for r in done["traces"]]
     print("\n".join(f"{r['path']}: {r['about']}" for r in done["traces"]))
     if not args.quick:
-        command = "python -m sim.nnabla_studies.real_traces" + (
-            "" if args.out is None else f" --out {args.out}"
-        )
-        command += f" --jobs {args.jobs}" * (args.jobs != 1)
-        text = (
-            "# Gradient traces of real nnabla models\n\n"
-            f"Recorded by `{command}` with "
-            f"{provenance(out)} (cpu:half, DynamicScale(), seed {args.seed}, "
-            f"{args.jobs} at once). Each model is recorded {len(RECORDINGS)} times, in batch "
-            f"orders {in_words(RECORDINGS)}: the same weights and data, other batches "
-            "(`<model>.npz`, then `<model>.order<k>.npz`). Every step is recorded, with "
-            "per-parameter histograms, overflow thresholds probed, flushing measured on every "
-            f"{FLUSH_EVERY}th recorded step (the replay interpolates between them) and the "
-            "forward pass's float16 headroom, and measured against a float32 shadow of the "
-            "model (`<model>[.order<k>].recorded.run.npz`). Replay one with "
-            "`dls simulate --trace <file>` (the shipped ones also by name: "
-            "`dls simulate --trace digits_mlp`), or several recordings of one model as one "
-            "pool: `dls simulate --trace A --trace B`.\n\n"
-            + table
-            + "\n\n"
-            + "\n".join(f"- {line}" for line in lines)
-            + "\n"
-        )
-        if runs:
-            text += (
-                "\nThe same models trained again for real under the checked policies in batch "
-                f"order {in_words(CHECK_ORDERS)}, which no recording used, measured against a "
-                "float32 shadow at every step, overflow thresholds probed "
-                "(`<model>.order<k>.<policy>.run.npz`, read by `dls report` to check the "
-                "simulator's predictions):\n\n" + runs + "\n"
-            )
-        write_text(out / "README.md", text)
+        write_text(out / "README.md", _readme(args, out, done, table, runs))
     return 0
 
 

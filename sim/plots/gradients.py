@@ -64,6 +64,8 @@ def plot_histogram(
             step n of N>" (steps counted from 1).
         figsize (tuple, default (8, 6)): inches, for a new figure (strip and histogram as two
             rows; on a given ``ax`` the strip is an inset above it).
+
+    Not split: one figure drawn in order (bars, windows, limits, labels), each step a few calls.
     """
     if step is None:
         counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
@@ -192,6 +194,8 @@ def plot_underflow_vs_scale(
         ax (Axes, optional): draw here; default a new figure.
         title (str): the axes title.
         figsize (tuple, default (8, 5.5)): inches, for a new figure.
+
+    Not split: one figure drawn in order (one line per source, the limits, labels).
     """
     if not sources:
         raise ValueError("sources must hold at least one trace or array, got none")
@@ -218,8 +222,15 @@ def plot_underflow_vs_scale(
             j = stacked[near] = stacked.get(near, -1) + 1
             if j == 0:  # one line per limit: coinciding limits stack their markers on it
                 ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
-            ax.plot([limit], [1.0 - 0.045 * j], marker=look.marker, color=look.color, ms=7,
-                    transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+            ax.plot(
+                [limit],
+                [1.0 - 0.045 * j],
+                marker=look.marker,
+                color=look.color,
+                ms=7,
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+            )
     legend_note(
         ax,
         "vertical line, marker on top: the largest\ngradient overflows from there on "
@@ -233,7 +244,12 @@ def plot_underflow_vs_scale(
     ax.set_ylabel("nonzero values flushed to 0 (%)")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small",
-              title="a line goes pale where its largest gradient overflows",
-              title_fontsize="small")  # fmt: skip
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=2,
+        fontsize="small",
+        title="a line goes pale where its largest gradient overflows",
+        title_fontsize="small",
+    )
     return fig

@@ -100,8 +100,14 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
         low = np.where(band > 0, band, np.nan)
         # fmin/fmax skip NaN and give NaN (no band) where every array is 0, without a warning
         lowest, highest = np.fmin.reduce(low, axis=0), np.fmax.reduce(low, axis=0)
-        ax.fill_between(k, lowest, highest, color="0.8", lw=0,
-                        label=f"the other {len(rest)} arrays (min to max)")  # fmt: skip
+        ax.fill_between(
+            k,
+            lowest,
+            highest,
+            color="0.8",
+            lw=0,
+            label=f"the other {len(rest)} arrays (min to max)",
+        )
     kw = dict(color="black", lw=3.0)
     _curve(ax, k, pooled_flushed_share(whole, scales), needs[None], tolerance, "whole model", kw)
     ax.axhline(tolerance, color="0.3", ls=(0, (1, 2)), lw=1.2, label=f"tolerance {tolerance:g}")

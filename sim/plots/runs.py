@@ -58,6 +58,8 @@ def plot_policy_comparison(
         ax (Axes, optional), title (str, optional), figsize: as in :func:`plot_trajectory`.
         yscale (str, optional): "linear" or "log"; default :data:`METRIC_YSCALE`.
         legend (bool, default True): draw a legend of the policies on this axes.
+
+    Not split: one figure drawn in order (a panel per metric, the shared legend).
     """
     if metric not in METRIC_LABELS:
         raise ValueError(f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}")
@@ -148,8 +150,11 @@ def coincide_notes(rows_or_points, metrics: Sequence[str]) -> List[str]:
     families = list(dict.fromkeys(f for f, _ in tables[0]))
 
     def key(label):
-        return tuple(np.nan_to_num(t.get((f, label), (np.nan,) * 3)).tobytes() for t in tables
-                     for f in families)  # fmt: skip
+        return tuple(
+            np.nan_to_num(t.get((f, label), (np.nan,) * 3)).tobytes()
+            for t in tables
+            for f in families
+        )
 
     groups: Dict[tuple, List[str]] = {}
     for label in labels:
@@ -179,7 +184,8 @@ def plot_comparison_panels(
         plot_policy_comparison(results, metric, ax=ax, legend=False)
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
     spread = any(isinstance(r, RunResult) for r in results)
-    title = "; ".join([f"policy ({SPREAD_NOTE})" if spread else "policy",
-                       *coincide_notes(results, metrics)])  # fmt: skip
+    title = "; ".join(
+        [f"policy ({SPREAD_NOTE})" if spread else "policy", *coincide_notes(results, metrics)]
+    )
     fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), title=title)
     return fig

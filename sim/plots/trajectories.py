@@ -109,14 +109,29 @@ def _draw(ax, results: Sequence[RunResult], run: int, window: int) -> List[str]:
     ovf = np.flatnonzero(first.overflow[:, run])
     bad = np.flatnonzero(first.skipped[:, run] & ~first.overflow[:, run])
     if ovf.size > RUG_ABOVE:
-        ax.vlines(steps[ovf], 0.93, 1.0, transform=ax.get_xaxis_transform(),
-                  color=OVERFLOW.color, lw=0.6, zorder=4)  # fmt: skip
+        ax.vlines(
+            steps[ovf],
+            0.93,
+            1.0,
+            transform=ax.get_xaxis_transform(),
+            color=OVERFLOW.color,
+            lw=0.6,
+            zorder=4,
+        )
     elif ovf.size:
-        ax.plot(steps[ovf], s[ovf], OVERFLOW.marker, color=OVERFLOW.color, ms=5,
-                clip_on=False, zorder=5)  # fmt: skip
+        ax.plot(
+            steps[ovf], s[ovf], OVERFLOW.marker, color=OVERFLOW.color, ms=5, clip_on=False, zorder=5
+        )
     if bad.size:
-        ax.plot(steps[bad], s[bad], BAD_BATCH.marker, color=BAD_BATCH.color, ms=6,
-                clip_on=False, zorder=5)  # fmt: skip
+        ax.plot(
+            steps[bad],
+            s[bad],
+            BAD_BATCH.marker,
+            color=BAD_BATCH.color,
+            ms=6,
+            clip_on=False,
+            zorder=5,
+        )
     notes = [f"{ovf.size} overflows" + (" (rug at the top)" if ovf.size > RUG_ABOVE else "")]
     if len(results) > 1:
         notes.append(f"lines drawn {OFFSET:g} binade apart")
@@ -157,11 +172,27 @@ def _legend_handles(results: Sequence[RunResult], jumpy: bool) -> list:
     if jumpy:
         handles.append(Line2D([], [], color="0.3", lw=0.4, label="every step (thin)"))
     handles.append(Patch(color=BAND_COLOR, label="safe band [safe/2, safe]"))
-    handles.append(Line2D([], [], ls="none", marker=OVERFLOW.marker, color=OVERFLOW.color,
-                          label="overflow (skipped step)"))  # fmt: skip
+    handles.append(
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker=OVERFLOW.marker,
+            color=OVERFLOW.color,
+            label="overflow (skipped step)",
+        )
+    )
     if any(np.any(r.skipped & ~r.overflow) for r in results):
-        handles.append(Line2D([], [], ls="none", marker=BAD_BATCH.marker, color=BAD_BATCH.color,
-                              label="bad batch (skipped)"))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                ls="none",
+                marker=BAD_BATCH.marker,
+                color=BAD_BATCH.color,
+                label="bad batch (skipped)",
+            )
+        )
     return handles
 
 
@@ -195,8 +226,16 @@ def plot_trajectory(
     notes = _draw(ax, [result], runs[0], window)
     for i, r in enumerate(runs[1:], 1):
         look = policy_look("", i)
-        ax.step(np.arange(1, result.steps + 1), np.log2(result.scale[:, r]), where="post",
-                color=look.color, ls=look.ls, lw=1.2, zorder=3, label=f"run {r + 1}")  # fmt: skip
+        ax.step(
+            np.arange(1, result.steps + 1),
+            np.log2(result.scale[:, r]),
+            where="post",
+            color=look.color,
+            ls=look.ls,
+            lw=1.2,
+            zorder=3,
+            label=f"run {r + 1}",
+        )
     _style_axes(ax, _span([result], runs[0]), result.steps)
     which = ", ".join(str(r + 1) for r in runs)
     head = f"{result.label} on {result.trace_name}, run {which} of {result.runs}"
@@ -206,8 +245,12 @@ def plot_trajectory(
     handles = _legend_handles([result], _jumpy(result.scale[:, runs[0]]))
     handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
     smoothed = _jumpy(result.scale[:, runs[0]])
-    legend_right(ax, handles=handles, title=smoothing_note(result.steps, 34) if smoothed else None,
-                 title_fontsize="small")  # fmt: skip
+    legend_right(
+        ax,
+        handles=handles,
+        title=smoothing_note(result.steps, 34) if smoothed else None,
+        title_fontsize="small",
+    )
     return fig
 
 

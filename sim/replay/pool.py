@@ -77,8 +77,9 @@ def pool_by_name(traces: Sequence[Trace]) -> list:
     return [g[0] if len(g) == 1 else TracePool(g) for g in groups.values()]
 
 
-def simulate_pooled(policies, trace, runs: int = 1, seed: int = 0, jitter: float = 0.25,
-                    labels=None, progress=None) -> List[RunResult]:  # fmt: skip
+def simulate_pooled(
+    policies, trace, runs: int = 1, seed: int = 0, jitter: float = 0.25, labels=None, progress=None
+) -> List[RunResult]:
     """:func:`sim.replay.run.simulate_many` over a trace or a :class:`TracePool`.
 
     Over a pool of ``n`` recordings, recording ``i`` replays runs ``i, i + n, ...`` with jitter

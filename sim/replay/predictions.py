@@ -188,8 +188,10 @@ def prediction_goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             met = levels == {LEVEL} and sum(ok) >= math.ceil(LEVEL * len(sub) - 1e-9)
             if None in levels:
                 result += " (from one recording: no spread at a level, goal not checkable)"
-            how = [f"measured {r['measured']:g}, spread {r['low']:g}-{r['high']:g} "
-                   f"(outside by {g:g})" for r, g in zip(sub, gaps)]  # fmt: skip
+            how = [
+                f"measured {r['measured']:g}, spread {r['low']:g}-{r['high']:g} (outside by {g:g})"
+                for r, g in zip(sub, gaps)
+            ]
         elif metric == "below_half_safe":
             mean = float(np.mean([abs(r["error"]) for r in sub]))
             ok = [abs(r["error"]) <= 0.05 for r in sub]
@@ -200,8 +202,10 @@ def prediction_goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             ok = [abs(r["error"]) <= max(0.25 * r["measured"], 1e-4) for r in sub]
             result = f"within in {sum(ok)} of {len(sub)}"
             met = sum(ok) >= 0.75 * len(sub)
-            how = [f"predicted {100 * r['predicted']:.3g}%, measured {100 * r['measured']:.3g}%"
-                   for r in sub]  # fmt: skip
+            how = [
+                f"predicted {100 * r['predicted']:.3g}%, measured {100 * r['measured']:.3g}%"
+                for r in sub
+            ]
         misses = [
             {"model": r["model"], "policy": r["policy"], "order": r["order"], "by": h}
             for r, good, h in zip(sub, ok, how)

@@ -59,6 +59,8 @@ def run_sweep(
     Returns:
         list of dicts, trace by trace and in grid order within a trace: the grid point's
         settings followed by :meth:`sim.replay.result.RunResult.summary`.
+
+    Not split: its parameters are :func:`simulate_pooled`'s, passed through for every grid point.
     """
     if len(policies) != len(points):
         raise ValueError(

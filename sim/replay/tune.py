@@ -71,10 +71,15 @@ def tune(
     make, grid = TUNED[policy]
     points = grid_points(grid)
     rows = run_sweep(
-        [make(**p) for p in points], points, traces.values(), runs=runs, seed=seed,
-        jitter=jitter, progress=progress,
+        [make(**p) for p in points],
+        points,
+        traces.values(),
+        runs=runs,
+        seed=seed,
+        jitter=jitter,
+        progress=progress,
         stage=f"{make.__name__} sweep on {{trace}} ({{settings}} settings)",
-    )  # fmt: skip
+    )
     folded = per_setting(rows, list(grid))
     defaults = {k: getattr(make(), k) for k in grid}
     eligible = [r for r in folded if policy != "headroom" or r["margin"] <= HEADROOM_MAX_MARGIN]

@@ -67,6 +67,8 @@ def build_report(
         dict with ``files`` (paths written), ``data`` (the :class:`ReportData` the text was
         rendered from) and, from it, ``compare`` (summary rows), ``dynamic_sweep``,
         ``headroom_sweep``, ``ssd`` (exact SSD numbers) and ``chosen`` (picked settings).
+
+    Not split: the report's stages in order, each one call.
     """
     if not isinstance(config, ReportConfig):
         raise TypeError(f"config must be a ReportConfig, got {type(config).__name__}")

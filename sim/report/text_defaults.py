@@ -32,6 +32,11 @@ def sweep_table(rows: Sequence[Dict[str, Any]], keys: Sequence[str], families) -
 
 
 def defaults_section(data: ReportData) -> str:
+    """The section on choosing the defaults: the rule, each policy's sweep table with its
+    current default and the setting the rule chose, why, and the evidence's limits.
+
+    Not split: the section's prose read top to bottom; each table and paragraph is a helper's.
+    """
     config, families = data.config, data.family_names
     dyn, head = DynamicScale(), HeadroomScale()
     dyn_now = find_row(

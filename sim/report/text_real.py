@@ -65,62 +65,37 @@ def recordings_table(compared: Sequence[Dict[str, Any]]) -> str:
 
 
 def real_section(data: ReportData) -> str:
+    """The section on the real models ("" without them): how they were recorded and checked,
+    the measured runs, the forward pass's headroom, the predictions against the runs with their
+    goals, how many recordings, and where the remaining error comes from."""
     if not data.real:
         return ""
-    preds, config = data.predictions, data.config
-    measured = with_percents(
-        [{**r, "small": r["flushed_small"], "stick": STICKS[r["stick"]]} for r in data.measured],
-        ["accuracy", "flushed", "small"],
-    )
-    runs_table = markdown_table(
-        measured,
-        ["model", "policy", "order", "steps", "skipped", "overflow_prone", "final_scale",
-         "accuracy", "flushed", "small", "stick"],
-        ["model", "policy", "batch order", "steps", "skipped", "steps overflowing at 2^15 (probed)",
-         "final scale", "test accuracy", "flushed (applied steps)",
-         "of which below 2^-24 after scaling", "safe scale from"],
-    )  # fmt: skip
-    goals = prediction_goals(preds)
-    goal_table = markdown_table(
-        [{**g, "met": "met" if g["met"] else "missed"} for g in goals],
-        ["goal", "result", "met"],
-        ["goal", "result", "goal met"],
-    )
-    misses = "\n".join(
-        f"- {METRICS[g['metric']].label}: {m['model']} under {m['policy']} (batch order "
-        f"{m['order']}): {m['by']}"
-        for g in goals
-        for m in g["misses"]
-    )
-    recorded = [r for r in data.measured if r["policy"] == RECORDED]
-    checked = [r for r in data.measured if r["policy"] != RECORDED]
-    overflows = sum(r["overflows"] for r in checked)
-    inside = sum(r["overflows_inside"] for r in checked)
-    arithmetic = ", ".join(
-        f"{r['model']} under {r['policy']} {pct(r['flushed'] - r['flushed_small'])}"
-        for r in checked
-    )
-    blind = ", ".join(f"{r['model']} (batch order {r['order']}) {pct(r['flushed'])}"
-                      for r in recorded)  # fmt: skip
-    prone = "; ".join(
-        f"{m}: recordings {in_words([r['overflow_prone'] for r in recorded if r['model'] == m])}, "
-        + ", ".join(f"{r['policy']} {r['overflow_prone']}" for r in checked if r["model"] == m)
-        for m in data.real
-        if any(r["overflow_prone"] for r in data.measured if r["model"] == m)
-    )
-    models = ", ".join(f"`{m}`" for m in data.real)
-    count = NUMBERS.get(len(data.real), str(len(data.real))).capitalize()
+    skipped = recordings_compared(data.predictions)
     forward = "\n".join(f"- batch order {k}: {line}" for (_, k), line in data.forward.items())
-    skipped = recordings_compared(preds)
-    apart = f"{skipped[0]['apart']:.3g}" if skipped else "n/a"
-    level = f"{LEVEL:.0%}"
-    pooled_inside = next(
-        (f"{r['inside']} of {r['runs']}" for r in skipped if "jittered runs pooled" in r["spread"]),
-        "n/a",
+    return "\n\n".join(
+        [
+            "## Real models: predictions checked against real runs",
+            _method_text(data.real),
+            _runs_table(data.measured),
+            FORWARD_TEXT,
+            forward,
+            _spread_text(data.config.jitter),
+            prediction_table(data.predictions),
+            "The goals the predictions are held to (`sim.replay.predictions.prediction_goals`):",
+            *_goals_text(data.predictions),
+            _recordings_text(skipped),
+            recordings_table(skipped),
+            "Where the remaining error comes from:",
+            _error_text(data.measured, data.real),
+        ]
     )
-    return f"""\
-## Real models: predictions checked against real runs
 
+
+def _method_text(real: Sequence[str]) -> str:
+    """How the real models were recorded, and how the checked runs were measured."""
+    models = ", ".join(f"`{m}`" for m in real)
+    count = NUMBERS.get(len(real), str(len(real))).capitalize()
+    return f"""\
 {count} real nnabla models ({models}; what each is: the families table above) were trained in \
 `cpu:half` with the updater under the default `DynamicScale()`, each **{_count(RECORDINGS)} \
 times, in batch orders {in_words(RECORDINGS)}** (the same weights and data, other batches: two \
@@ -151,10 +126,34 @@ what the run knows of overflows, its stick (column "safe scale from"): every run
 own thresholds as the recording does (`measure_run(..., probe=True)`); a run without would know \
 only the steps it saw overflow, and its safe scale would be too high wherever an overflow is \
 born inside the backward kernels at a scale the run did not use \
-(`sim.nnabla_studies.real_runs`, `sim.replay.measured.MeasuredRun.metrics`).
+(`sim.nnabla_studies.real_runs`, `sim.replay.measured.MeasuredRun.metrics`)."""
 
-{runs_table}
 
+def _runs_table(measured: Sequence[Dict[str, Any]]) -> str:
+    """The measured real runs, one row each (:func:`sim.report.experiments.measured_rows`)."""
+    rows = with_percents(
+        [{**r, "small": r["flushed_small"], "stick": STICKS[r["stick"]]} for r in measured],
+        ["accuracy", "flushed", "small"],
+    )
+    return markdown_table(rows, list(RUN_COLUMNS), list(RUN_COLUMNS.values()))
+
+
+RUN_COLUMNS = {
+    "model": "model",
+    "policy": "policy",
+    "order": "batch order",
+    "steps": "steps",
+    "skipped": "skipped",
+    "overflow_prone": "steps overflowing at 2^15 (probed)",
+    "final_scale": "final scale",
+    "accuracy": "test accuracy",
+    "flushed": "flushed (applied steps)",
+    "small": "of which below 2^-24 after scaling",
+    "stick": "safe scale from",
+}
+"""The measured runs table's columns (row keys) and their heads."""
+
+FORWARD_TEXT = """\
 The float16 forward pass's headroom in each recording (`GradientRecorder(forward_headroom=True)`: \
 the largest |value| a function produced or, for the kernels that accumulate, the largest sum \
 they reach, relative to 65504; `updater.driver.recording.forward_peak`): no loss scale causes or \
@@ -163,45 +162,87 @@ of a channel in float16 (its source, `forward_impl_batch`), so it overflows once
 65504 while the batch variance stays small; the recorder replays that loop in float16 (a test \
 finds the overflow point on `cpu:half`: the measure reaches 1 at the very batch whose running \
 variance goes inf). A recording made before this measure holds BatchNormalization's batch \
-variance, a factor N below its sum of x^2, and its line says so.
+variance, a factor N below its sum of x^2, and its line says so."""
+"""What the forward pass's headroom lines measure (one line per recording follows)."""
 
-{forward}
 
+def _spread_text(jitter: float) -> str:
+    """What the predictions are: the recordings' mean and the predictive spread."""
+    level = f"{LEVEL:.0%}"
+    return f"""\
 From the recordings the simulator predicts what the other policies will do: the mean of the \
 recordings' exact replays (jitter 0), and in parentheses the predictive spread, a **{level} \
 spread**: the Student-t prediction interval of the recordings' exact replays for a run no \
 recording saw (`sim.replay.spread`: mean +- t(n-1) x their standard deviation x sqrt(1 + 1/n); \
 for values drawn from one normal distribution it holds the next draw {level} of the time, \
 whatever the number of recordings n >= 2), at least as wide as the 5th-95th percentile of \
-{RANGE_RUNS} runs drawn across the recordings with the report's jitter ({config.jitter}; \
+{RANGE_RUNS} runs drawn across the recordings with the report's jitter ({jitter}; \
 `dls simulate --trace A --trace B`, `sim.replay.pool`), clipped to the metric's range. The \
 recordings' disagreement is the measure of what varies from run to run (the batch order, and \
 the trajectory a policy's own skips cause), which the jitter within one recording does not \
 model: with two recordings the interval is 6.3 x 1.22 times their standard deviation either side \
 of the mean, wide, and that width is the honest price of two recordings. From one recording no \
 level is claimed (`prediction_rows` gives `level` None and the goal is not checked). Shares are \
-per step (flushed: averaged over applied steps).
+per step (flushed: averaged over applied steps)."""
 
-{prediction_table(preds)}
 
-The goals the predictions are held to (`sim.replay.predictions.prediction_goals`):
+def _goals_text(preds: Sequence[Dict[str, Any]]) -> list:
+    """The goals table, then the runs that miss their goal (or that none does)."""
+    goals = prediction_goals(preds)
+    goal_table = markdown_table(
+        [{**g, "met": "met" if g["met"] else "missed"} for g in goals],
+        ["goal", "result", "met"],
+        ["goal", "result", "goal met"],
+    )
+    misses = "\n".join(
+        f"- {METRICS[g['metric']].label}: {m['model']} under {m['policy']} (batch order "
+        f"{m['order']}): {m['by']}"
+        for g in goals
+        for m in g["misses"]
+    )
+    return [goal_table, "Runs that miss:\n\n" + misses if misses else "No run misses its goal."]
 
-{goal_table}
 
-{"Runs that miss:" + chr(10) + chr(10) + misses if misses else "No run misses its goal."}
-
+def _recordings_text(skipped: Sequence[Dict[str, Any]]) -> str:
+    """How many recordings: the paragraph before :func:`recordings_table`."""
+    level = f"{LEVEL:.0%}"
+    apart = f"{skipped[0]['apart']:.3g}" if skipped else "n/a"
+    pooled_inside = next(
+        (f"{r['inside']} of {r['runs']}" for r in skipped if "jittered runs pooled" in r["spread"]),
+        "n/a",
+    )
+    return f"""\
 **How many recordings.** The same skipped-steps check with each recording alone, with the \
 jittered runs pooled across the recordings (the spread printed before this report's {level} \
 spread: it claims no level, and held {pooled_inside} of the runs), and with the predictive \
 spread; then the width the {level} spread would have with more recordings that disagree as much \
 as these do (projected from their standard deviation, not measured against runs; \
 `sim.replay.predictions.recordings_compared`). The recordings' exact replays lie {apart} \
-skipped steps apart on average (the largest minus the smallest, per model and policy):
+skipped steps apart on average (the largest minus the smallest, per model and policy):"""
 
-{recordings_table(skipped)}
 
-Where the remaining error comes from:
-
+def _error_text(measured: Sequence[Dict[str, Any]], real: Sequence[str]) -> str:
+    """Where the remaining error comes from: different trajectories, flushing between the
+    measured scales (with the measured runs' numbers)."""
+    level = f"{LEVEL:.0%}"
+    recorded = [r for r in measured if r["policy"] == RECORDED]
+    checked = [r for r in measured if r["policy"] != RECORDED]
+    overflows = sum(r["overflows"] for r in checked)
+    inside = sum(r["overflows_inside"] for r in checked)
+    arithmetic = ", ".join(
+        f"{r['model']} under {r['policy']} {pct(r['flushed'] - r['flushed_small'])}"
+        for r in checked
+    )
+    blind = ", ".join(
+        f"{r['model']} (batch order {r['order']}) {pct(r['flushed'])}" for r in recorded
+    )
+    prone = "; ".join(
+        f"{m}: recordings {in_words([r['overflow_prone'] for r in recorded if r['model'] == m])}, "
+        + ", ".join(f"{r['policy']} {r['overflow_prone']}" for r in checked if r["model"] == m)
+        for m in real
+        if any(r["overflow_prone"] for r in measured if r["model"] == m)
+    )
+    return f"""\
 - **Different trajectories.** The real run sees batches no recording saw, and a policy that \
 skips or flushes differently applies different updates, so its weights, and its gradients, \
 drift from the recorded runs': overflows happen at other steps. The jittered runs cover this \

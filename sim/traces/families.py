@@ -162,6 +162,8 @@ def drifting_trace(
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
         seed (int, default 0): seed, >= 0.
         name (str, default "drifting"): the trace's label.
+
+    Not split: each parameter is one documented setting of the family.
     """
     check_number("log2_mean_start", log2_mean_start, -70.0, 30.0)
     check_number("log2_mean_end", log2_mean_end, -70.0, 30.0)
@@ -205,6 +207,8 @@ def spiky_trace(
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
         seed (int, default 0): seed, >= 0.
         name (str, default "spikes"): the trace's label.
+
+    Not split: each parameter is one documented setting of the family.
     """
     check_number("spike_prob", spike_prob, 0.0, 1.0)
     check_int("spike_log2_factor", spike_log2_factor, 1)
@@ -259,6 +263,8 @@ def nan_trace(
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
         seed (int, default 0): seed, >= 0.
         name (str, default "nan"): the trace's label.
+
+    Not split: each parameter is one documented setting of the family.
     """
     check_number("nan_prob", nan_prob, 0.0, 1.0)
     base = lognormal_trace(

@@ -101,8 +101,17 @@ def test_recordings_needed_is_the_k_from_which_the_spread_holds_the_run():
 
     def row(k, low, high, measured=5):
         inside = low <= measured <= high
-        return dict(model="m", policy="p", order=2, k=k, low=low, high=high, width=high - low,
-                    measured=measured, inside=inside)  # fmt: skip
+        return dict(
+            model="m",
+            policy="p",
+            order=2,
+            k=k,
+            low=low,
+            high=high,
+            width=high - low,
+            measured=measured,
+            inside=inside,
+        )
 
     (one,) = needed([row(1, 0, 6), row(2, 6, 7), row(3, 4, 8)])  # held at 1, lost at 2
     assert one["needed"] == 3 and one["widths"] == [6, 1, 4]

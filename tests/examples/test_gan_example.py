@@ -190,8 +190,11 @@ def test_bad_command_line_exits_with_usage(capsys):
 def test_script_runs_from_the_command_line():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--steps", "10", "--seed", "1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 6, done.stdout

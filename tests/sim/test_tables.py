@@ -96,15 +96,29 @@ def test_the_committed_report_names_its_configuration_in_json():
 def test_the_studies_tables_render_with_accuracy_as_percent():
     from sim.nnabla_studies import amp_evidence, demo
 
-    row = {"variant": "float16 | ours", "test_accuracy": 0.969, "skipped_steps": 0,
-           "batches": 600, "seconds": 12.04, "flushed_share": 0.035,
-           "final_scale": 32768.0}  # fmt: skip
+    row = {
+        "variant": "float16 | ours",
+        "test_accuracy": 0.969,
+        "skipped_steps": 0,
+        "batches": 600,
+        "seconds": 12.04,
+        "flushed_share": 0.035,
+        "final_scale": 32768.0,
+    }
     text = demo.format_table([row])
     assert assert_tables_render(text) == 1
     assert parsed_tables(text)[0][1] == ["float16 | ours", "96.9%", "0", "600", "3.50%", "2^15"]
     assert "12.0" in demo.format_table([row], terminal=True)  # wall time: terminal only
-    row = {"inputs": "0-1", "variant": "rewrite", "accuracy": 0.933, "final_loss": 0.25,
-           "skipped": 2, "stats_finite": True, "half_share": 0.9, "seconds": 3.0}  # fmt: skip
+    row = {
+        "inputs": "0-1",
+        "variant": "rewrite",
+        "accuracy": 0.933,
+        "final_loss": 0.25,
+        "skipped": 2,
+        "stats_finite": True,
+        "half_share": 0.9,
+        "seconds": 3.0,
+    }
     text = amp_evidence.format_table([row])
     assert assert_tables_render(text) == 1 and "| 93.3% |" in text
 

@@ -64,8 +64,9 @@ def test_sweep_suggests_a_family_and_a_grid_key_value():
 
 
 def test_names_are_case_insensitive():
-    done = dls("SIMULATE", "--policy", "Dynamic", "--trace", "Spikes", "--steps", "50",
-               "--runs", "1", "-q")  # fmt: skip
+    done = dls(
+        "SIMULATE", "--policy", "Dynamic", "--trace", "Spikes", "--steps", "50", "--runs", "1", "-q"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("policy: dynamic = DynamicScale(")
     assert "trace: spikes (50 steps)" in done.stdout
@@ -114,8 +115,11 @@ def test_a_stage_time_never_prints_60_seconds():
 
 def test_one_name_and_one_unit_per_metric_in_terminal_and_csv(tmp_path):
     out_csv = tmp_path / "s.csv"
-    done = dls("sweep", "--grid", "hysteresis=1,2", "--families", "spikes", "--steps", "300",
-               "--runs", "2", "--csv", str(out_csv), "-q")  # fmt: skip
+    done = dls(
+        *"sweep --grid hysteresis=1,2 --families spikes --steps 300 --runs 2 --csv".split(),
+        str(out_csv),
+        "-q",
+    )
     assert done.returncode == 0, done.stderr
     for raw in ("mean_flushed", "steps_to_safe", "below_half_safe", "signal_lost"):
         assert raw not in done.stdout  # the report's names, never the raw keys
@@ -150,8 +154,9 @@ def test_a_package_inside_a_users_repository_names_no_commit(tmp_path):
     subprocess.run([*git, "-C", str(repo), "commit", "-qm", "mine"], check=True)
     code = "from sim.report.provenance import provenance; print(provenance())"
     env = {**os.environ, "PYTHONPATH": str(site)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, cwd=repo)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=repo
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"nnabla-dls {_version()}"
 
@@ -167,8 +172,12 @@ def test_train_logs_each_context_once_and_above_the_bars(tmp_path):
     # on a terminal, nnabla's log lines were written into the bar's line, and the context was
     # logged twice per stage (-v: the context lines show at INFO or DEBUG)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([*DLS, "train", "--steps", "3", "--out", str(tmp_path), "-v"],
-                            stdout=subprocess.PIPE, stderr=follower, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.Popen(
+        [*DLS, "train", "--steps", "3", "--out", str(tmp_path), "-v"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=tmp_path,
+    )
     os.close(follower)
     chunks = []
     while True:

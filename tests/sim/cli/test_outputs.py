@@ -88,9 +88,11 @@ def test_plot_and_csv_never_write_through_a_link(tmp_path, dangling):
     for option, name in (("--plot", "traj.png"), ("--csv", "rows.csv")):
         link = tmp_path / name
         link.symlink_to(target)
-        command = SIMULATE if option == "--plot" else ["sweep", "--grid", "hysteresis=1,2",
-                                                        "--families", "spikes", "--steps", "50",
-                                                        "--runs", "1"]  # fmt: skip
+        command = (
+            SIMULATE
+            if option == "--plot"
+            else "sweep --grid hysteresis=1,2 --families spikes --steps 50 --runs 1".split()
+        )
         proc = dls(*command, option, link)
         assert proc.returncode == 2 and "symbolic link" in proc.stderr, proc.stderr
         assert link.is_symlink()
@@ -102,8 +104,20 @@ def test_csv_never_overwrites_the_input_trace_even_with_force(tmp_path):
 
     trace = make_trace("spikes", steps=50, seed=0).save(tmp_path / "run.npz")
     before = trace.read_bytes()
-    proc = dls("sweep", "--grid", "hysteresis=1,2", "--families", "", "--trace", trace,
-               "--runs", "1", "--csv", trace, "--force")  # fmt: skip
+    proc = dls(
+        "sweep",
+        "--grid",
+        "hysteresis=1,2",
+        "--families",
+        "",
+        "--trace",
+        trace,
+        "--runs",
+        "1",
+        "--csv",
+        trace,
+        "--force",
+    )
     assert proc.returncode == 2 and "an input of this command" in proc.stderr, proc.stderr
     assert trace.read_bytes() == before
 

@@ -7,11 +7,9 @@ import os
 import subprocess
 import sys
 
-import matplotlib.image as mpimg
 import numpy as np
 import pytest
 from matplotlib.collections import LineCollection
-from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from sim.plots import common as plot_common
@@ -20,28 +18,11 @@ from sim.plots import runs as plot_runs
 from sim.plots import style
 from sim.plots import trajectories as plot_traj
 from sim.replay.run import simulate, simulate_many
-from sim.traces.families import SSD_ZERO_SHARE, make_trace, sample_values, ssd_binade_shares
-from updater.common.float16 import FP16_OVERFLOW
+from sim.traces.families import make_trace
+from tests.sim.plots.drawn import check_png, extent, legend_labels
 from updater.policy.presets import PRESETS, make_policy
 
 NAMES = ["nnabla-legacy", "pytorch", "dynamic", "headroom"]
-
-
-def _check_png(path, width, height):
-    assert path.exists() and path.stat().st_size > 5000
-    image = mpimg.imread(path)
-    assert image.shape[:2] == (height, width)
-    # not blank: many distinct colours
-    assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 20
-
-
-def _legend_labels(legend):
-    return [t.get_text() for t in legend.get_texts()]
-
-
-def _extent(fig, artist):
-    fig.canvas.draw()  # FigureCanvasBase renders through Agg here
-    return artist.get_window_extent()
 
 
 def _line(ax, label_part):
@@ -131,16 +112,16 @@ def test_trajectory_png(tmp_path, nan_results):
     ax = fig.axes[0]
     assert ax.get_xlabel() == "training step (1 = first)" and ax.get_ylabel() == "loss scale"
     assert all(t.get_text().startswith("$2^{") for t in ax.get_yticklabels())
-    labels = _legend_labels(ax.get_legend())
+    labels = legend_labels(ax.get_legend())
     assert any("safe band" in s for s in labels) and any("bad batch" in s for s in labels)
     assert "run 1, 2 of 3" in ax.get_title()
-    _check_png(plot_common.save_figure(fig, tmp_path / "traj.png"), 800, 450)
+    check_png(plot_common.save_figure(fig, tmp_path / "traj.png"), 800, 450)
 
 
 def test_trajectory_legend_is_outside_and_markers_are_not_clipped(stationary):
     fig = plot_traj.plot_trajectory(stationary[1])  # pytorch: overflows at steps 1 and 2
     ax = fig.axes[0]
-    assert _extent(fig, ax.get_legend()).x0 > ax.get_window_extent().x1
+    assert extent(fig, ax.get_legend()).x0 > ax.get_window_extent().x1
     (marker,) = [ln for ln in ax.get_lines() if ln.get_marker() == style.OVERFLOW.marker]
     assert marker.get_xdata()[0] == 1 and not marker.get_clip_on()  # steps count from 1
     assert ax.get_xlim()[0] < 1
@@ -198,7 +179,7 @@ def test_panels_share_one_range_one_legend_and_merge_identical_runs(tmp_path, ss
     assert np.ptp(a.get_ydata()) == 0 and abs(a.get_ydata()[0] - b.get_ydata()[0]) == pytest.approx(
         0.15
     )
-    _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1000, 730)
+    check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1000, 730)
 
 
 def test_dense_overflows_are_a_rug():
@@ -208,89 +189,6 @@ def test_dense_overflows_are_a_rug():
     assert not [ln for ln in ax.get_lines() if ln.get_marker() == style.OVERFLOW.marker]
     (rug,) = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert len(rug.get_segments()) == 200 and "200 overflows (rug at the top)" in ax.get_title()
-
-
-# ---------------------------------------------------------------- histograms
-
-
-def test_histogram_png_with_windows(tmp_path):
-    trace = make_trace("ssd", steps=50)
-    fig = plot_gradients.plot_histogram(trace, scales=(1.0, 8.0, 2.0**15))
-    strip, ax = fig.axes
-    labels = _legend_labels(ax.get_legend())
-    assert labels[:3] == [
-        "scale $2^{0}$: [$2^{-24}$, 65504$\\cdot$$2^{0}$]",
-        "scale $2^{3}$: [$2^{-27}$, 65504$\\cdot$$2^{-3}$]",
-        "scale $2^{15}$: [$2^{-39}$, 65504$\\cdot$$2^{-15}$]",
-    ]
-    assert any("exact zeros: 66.8%" in s for s in labels)
-    assert ax.get_yscale() == "log"
-    limits = [ln for ln in ax.get_lines() if len(set(ln.get_xdata())) == 1]
-    assert [ln.get_xdata()[0] for ln in limits] == [-24, -27, -39]
-    assert len({ln.get_linestyle() for ln in limits}) == 3  # told apart by line style too
-    _check_png(plot_common.save_figure(fig, tmp_path / "hist.png"), 800, 600)
-    fig = plot_gradients.plot_histogram(trace, step=3, figsize=(6.0, 4.0))
-    assert fig.axes[0].get_title() == "ssd: gradient magnitudes, step 4 of 50"  # 1-based
-    assert not ax.texts and not [c for c in ax.get_children() if type(c).__name__ == "Annotation"]
-    assert [t.get_text() for t in strip.get_yticklabels()] == ["$2^{0}$", "$2^{3}$", "$2^{15}$"]
-    _check_png(plot_common.save_figure(fig, tmp_path / "hist_step.png"), 600, 400)
-
-
-def test_histogram_colours_are_fixed_per_scale_and_the_legend_is_below():
-    def colours(fig):
-        ax = fig.axes[1]
-        return {
-            ln.get_label().split(":")[0]: to_hex(ln.get_color())
-            for ln in ax.get_lines()
-            if ln.get_label().startswith("scale")
-        }
-
-    ssd = plot_gradients.plot_histogram(make_trace("ssd", steps=20), scales=(1.0, 8.0, 2.0**15))
-    drift = plot_gradients.plot_histogram(
-        make_trace("drifting", steps=20), scales=(8.0, 2.0**8, 2.0**15)
-    )
-    a, b = colours(ssd), colours(drift)
-    for k in (3, 15):
-        name = f"scale $2^{{{k}}}$"
-        assert a[name] == b[name] == to_hex(style.scale_look(k).color)
-    assert len(set(a.values())) == 3 and len(set(b.values())) == 3
-    ax = ssd.axes[1]
-    assert _extent(ssd, ax.get_legend()).y1 < ax.get_window_extent().y0
-
-
-# ---------------------------------------------------------------- underflow against scale
-
-
-def test_underflow_vs_scale_png(tmp_path):
-    values = sample_values(ssd_binade_shares(), 2**14, SSD_ZERO_SHARE)
-    sources = {"stationary": make_trace("stationary", steps=100), "ssd values": values}
-    fig = plot_gradients.plot_underflow_vs_scale(sources, exponents=range(0, 20))
-    ax = fig.axes[0]
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    labels = _legend_labels(ax.get_legend())
-    assert labels[0] == "stationary (0 from $2^{13}$ on)"  # says why the line ends
-    assert labels[-1].startswith("vertical line, marker on top: the largest")
-    assert _extent(fig, ax.get_legend()).y1 < ax.get_window_extent().y0
-    curves = [ln for ln in ax.get_lines() if ln.get_label().split(" (")[0] in sources]
-    assert len({(ln.get_linestyle(), ln.get_marker()) for ln in curves}) == 2
-    assert all(ln.get_markerfacecolor() == "none" for ln in curves)
-    # the overflow limit of the stationary trace: a vertical line, pale curve from there
-    limit = plot_gradients.first_overflow_scale(sources["stationary"])
-    assert limit == FP16_OVERFLOW / sources["stationary"].absmax.max()
-    vertical = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [limit, limit]]
-    assert len(vertical) == 1 and to_hex(vertical[0].get_color()) == to_hex(curves[0].get_color())
-    assert vertical[0].get_linestyle() == curves[0].get_linestyle()
-    (top,) = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [limit]]
-    assert top.get_marker() == curves[0].get_marker()  # the source's marker tops its line
-    solid = curves[0].get_xdata()
-    assert np.nanmax(solid) < limit
-    pale = [ln for ln in ax.get_lines() if ln.get_alpha() == 0.3][0]
-    assert np.nanmax(pale.get_xdata()) > limit
-    _check_png(plot_common.save_figure(fig, tmp_path / "under.png"), 800, 550)
-    # the curve for values is float16's exact flushed share
-    curve = plot_gradients.underflow_curve(values, [0, 3])
-    assert 0.9 < curve[0] < 1.0 and curve[1] < curve[0]
-    assert plot_gradients.first_overflow_scale(values) == FP16_OVERFLOW / np.abs(values).max()
 
 
 # ---------------------------------------------------------------- policy comparison
@@ -312,7 +210,7 @@ def test_policy_comparison_png(tmp_path, nan_results):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["nan", "stationary"]
     assert len(ax.containers) == 3  # one dot series per policy (missing ones are NaN)
     assert ax.get_yscale() == "linear" and ax.get_title().endswith(", lower is better")
-    _check_png(plot_common.save_figure(fig, tmp_path / "cmp.png"), 900, 450)
+    check_png(plot_common.save_figure(fig, tmp_path / "cmp.png"), 900, 450)
 
 
 def test_policy_comparison_shows_the_spread_over_runs(nan_results):
@@ -354,7 +252,7 @@ def test_comparison_panels_share_one_legend_above(tmp_path, ssd, nan_results):
     assert len(markers) == 4  # every policy its own marker, not colour alone
     assert [ax.get_yscale() for ax in fig.axes] == ["log", "linear", "log", "linear"]
     assert all("lower is better" in ax.get_title() for ax in fig.axes)
-    _check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1400, 850)
+    check_png(plot_common.save_figure(fig, tmp_path / "panels.png"), 1400, 850)
 
 
 # ---------------------------------------------------------------- shared conventions
@@ -367,7 +265,7 @@ def test_functions_draw_on_a_given_axes(tmp_path):
     result = simulate(PRESETS["pytorch"], trace, runs=1)
     assert plot_traj.plot_trajectory(result, ax=left) is fig
     assert plot_gradients.plot_histogram(trace, ax=right) is fig
-    _check_png(plot_common.save_figure(fig, tmp_path / "both.png"), 1000, 400)
+    check_png(plot_common.save_figure(fig, tmp_path / "both.png"), 1000, 400)
 
 
 def test_demo_plot_draws_the_float16_max_at_65504(tmp_path):
@@ -384,7 +282,7 @@ def test_demo_plot_draws_the_float16_max_at_65504(tmp_path):
     assert list(limit.get_ydata()) == [math.log2(65504.0)] * 2
     (note,) = [t for t in ax.texts if "65504" in t.get_text()]
     assert "float16 max 65504 = $2^{15.9993}$" in note.get_text()
-    _check_png(tmp_path / "train.png", 800, 450)
+    check_png(tmp_path / "train.png", 800, 450)
 
 
 def test_bad_arguments(nan_results):

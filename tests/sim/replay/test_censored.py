@@ -19,9 +19,15 @@ def _trace(absmax, overflow_scale, finite_scale, probed=True) -> Trace:
     counts = np.zeros((steps, NBINS), np.int64)
     counts[:, 0] = 1
     return Trace(
-        counts, np.zeros(steps), absmax, np.zeros(steps, bool), "t", overflow_scale,
-        overflow_probed=probed, finite_scale=finite_scale,
-    )  # fmt: skip
+        counts,
+        np.zeros(steps),
+        absmax,
+        np.zeros(steps, bool),
+        "t",
+        overflow_scale,
+        overflow_probed=probed,
+        finite_scale=finite_scale,
+    )
 
 
 def test_a_censored_step_never_overflows_at_or_below_its_scale_with_any_jitter():

@@ -23,9 +23,14 @@ def _trace(peaks, name="bn_model") -> Trace:
     where = tuple(f"Affine#{t}" for t in range(steps))
     where = where[:-1] + ("BatchNormalization#2 (batch variance)",)
     return Trace(
-        counts, np.zeros(steps), np.full(steps, 1e-3), np.zeros(steps, bool), name,
-        forward_peak=peaks, forward_where=where,
-    )  # fmt: skip
+        counts,
+        np.zeros(steps),
+        np.full(steps, 1e-3),
+        np.zeros(steps, bool),
+        name,
+        forward_peak=peaks,
+        forward_where=where,
+    )
 
 
 def test_the_warning_names_the_function_the_step_and_the_fix():

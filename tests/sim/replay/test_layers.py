@@ -138,8 +138,9 @@ def test_a_probed_trace_keeps_its_steps_with_finite_thresholds():
 
     t = Trace.from_steps([[1.0, 2.0]] * 3)
     over = [np.inf, 2.0**14, np.inf]
-    probed = Trace(t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=over,
-                   overflow_probed=True)  # fmt: skip
+    probed = Trace(
+        t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=over, overflow_probed=True
+    )
     seen = Trace(t.counts, t.zeros, t.absmax, t.nonfinite, overflow_scale=over)
     assert clean_steps(probed).tolist() == [0, 1, 2]
     assert clean_steps(seen).tolist() == [0, 2]

@@ -26,9 +26,15 @@ def _recording(overflowing_steps, name="model", steps=40) -> Trace:
     over[:overflowing_steps] = 2.0**10
     finite = np.where(np.isinf(over), 2.0**15, 2.0**9)
     return Trace(
-        counts, np.zeros(steps), np.full(steps, 1e-3), np.zeros(steps, bool), name, over,
-        overflow_probed=True, finite_scale=finite,
-    )  # fmt: skip
+        counts,
+        np.zeros(steps),
+        np.full(steps, 1e-3),
+        np.zeros(steps, bool),
+        name,
+        over,
+        overflow_probed=True,
+        finite_scale=finite,
+    )
 
 
 def test_the_runs_are_drawn_across_the_recordings():
@@ -62,8 +68,17 @@ def test_dls_simulate_sweep_and_tune_pool_recordings_of_one_model(tmp_path):
     a = _recording(5).save(tmp_path / "a.npz")
     b = _recording(20).save(tmp_path / "b.npz")
     other = _recording(3, name="other").save(tmp_path / "o.npz")
-    done = _dls("simulate", "--policy", "static", "--set", "scale=2**10", "--trace", str(a),
-                "--trace", str(b), "--runs", "4", "--jitter", "0", cwd=tmp_path)  # fmt: skip
+    done = _dls(
+        *"simulate --policy static --set scale=2**10 --trace".split(),
+        str(a),
+        "--trace",
+        str(b),
+        "--runs",
+        "4",
+        "--jitter",
+        "0",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "trace: model (2 recordings) (40 steps)" in done.stdout
     row = r"\nstatic +model \(2 recordings\) +4 +12\.5 "  # runs, overflows (5 + 20) / 2
@@ -73,8 +88,20 @@ def test_dls_simulate_sweep_and_tune_pool_recordings_of_one_model(tmp_path):
     tuned = _dls("tune", "--trace", str(a), "--trace", str(b), "--runs", "2", cwd=tmp_path)
     assert tuned.returncode == 0, tuned.stderr
     assert "x 1 trace(s) (model (2 recordings))" in tuned.stdout
-    swept = _dls("sweep", "--grid", "growth_interval=50,100", "--families", "", "--trace",
-                 str(a), "--trace", str(b), "--runs", "2", cwd=tmp_path)  # fmt: skip
+    swept = _dls(
+        "sweep",
+        "--grid",
+        "growth_interval=50,100",
+        "--families",
+        "",
+        "--trace",
+        str(a),
+        "--trace",
+        str(b),
+        "--runs",
+        "2",
+        cwd=tmp_path,
+    )
     assert swept.returncode == 0, swept.stderr
     assert "model (2 recordings)" in swept.stdout
 

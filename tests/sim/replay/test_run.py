@@ -38,7 +38,7 @@ POLICIES = [
         min_scale=2.0**-3,
         max_scale=2.0**14,
         hysteresis=3,
-    ),  # fmt: skip
+    ),
     HeadroomScale(init_scale=2.0, margin=1.5, backoff_factor=0.5, max_scale=2.0**14),
 ]
 
@@ -137,8 +137,14 @@ def test_metrics_of_a_small_hand_case():
 def test_run_metrics_never_within_two_is_nan():
     scale = np.full((3, 1), 1.0)
     safe = np.full((3, 1), 64.0)
-    m = run_metrics(scale, np.zeros((3, 1), bool), np.zeros((3, 1), bool), safe,
-                    np.zeros((3, 1)), np.zeros(3, bool))  # fmt: skip
+    m = run_metrics(
+        scale,
+        np.zeros((3, 1), bool),
+        np.zeros((3, 1), bool),
+        safe,
+        np.zeros((3, 1)),
+        np.zeros(3, bool),
+    )
     assert math.isnan(m["steps_to_safe"][0]) and m["below_half_safe"][0] == 1.0
 
 

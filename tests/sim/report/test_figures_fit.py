@@ -31,8 +31,12 @@ def texts_outside(fig, path):
         box = text.get_tightbbox(renderer)
         if box is None or box.width == 0:
             continue
-        if (box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1
-                or box.y1 > canvas.y1 + 1):  # fmt: skip
+        if (
+            box.x0 < canvas.x0 - 1
+            or box.y0 < canvas.y0 - 1
+            or box.x1 > canvas.x1 + 1
+            or box.y1 > canvas.y1 + 1
+        ):
             out.append(text.get_text())
     whole = fig.get_tightbbox(renderer)  # inches; every drawn artist, tick labels included
     if (

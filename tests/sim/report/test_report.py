@@ -314,8 +314,11 @@ def test_report_shows_the_real_models_predictions_and_layers(quick_report):
         assert f"**{model}**" in text  # its per-layer table
     config = dataclasses.replace(QUICK, real_traces=str(SHIPPED))
     rows = prediction_rows(load_real_pools(config), SHIPPED, QUICK.jitter, QUICK.seed)
-    legacy = {r["metric"]: r for r in rows if r["model"] == "digits_mlp" and r["policy"] ==
-              "nnabla-legacy"}  # fmt: skip
+    legacy = {
+        r["metric"]: r
+        for r in rows
+        if r["model"] == "digits_mlp" and r["policy"] == "nnabla-legacy"
+    }
     row = re.compile(r"\| digits_mlp \| nnabla-legacy \| 2 \| [0-9.]+ \(")  # the predictions
     line = next(x for x in text.splitlines() if row.match(x))
     measured_flushed = _percent_cells(line)[-1]

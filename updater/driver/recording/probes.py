@@ -42,7 +42,7 @@ from typing import List, NamedTuple, Protocol
 
 import numpy as np
 
-from ...common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER
+from ...common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, flushed_shares
 from ..arrays import copy_array
 
 FLUSH_OFFSETS = (-12, -8, -4, 0)
@@ -89,23 +89,6 @@ class ProbeResult(NamedTuple):
     finite_grads: List[np.ndarray] | None
     flush: np.ndarray | None = None
     finite_scale: float = 0.0
-
-
-def flushed_shares(true: List[np.ndarray], half: List[np.ndarray], scale: float) -> tuple:
-    """Shares of the nonzero ``true`` gradient values that are zero in ``half`` (the float16
-    backward at ``scale``, unscaled or not): all of them, and those whose true value times
-    ``scale`` is below float16's smallest subnormal 2**-24 (the part a binade model counts).
-
-    >>> flushed_shares([np.array([1.0, 1e-9, 0.0])], [np.array([2.0, 0.0, 0.0])], 1.0)
-    (0.5, 0.5)
-    """
-    nonzero = max(sum(int(np.count_nonzero(g)) for g in true), 1)
-    lost = small = 0
-    for g, h in zip(true, half):
-        zeroed = (g != 0) & (h == 0)
-        lost += int(zeroed.sum())
-        small += int((zeroed & (np.abs(g) * scale < FP16_SMALLEST_SUBNORMAL)).sum())
-    return lost / nonzero, small / nonzero
 
 
 def probe_bounds(policy, seed_type) -> tuple:

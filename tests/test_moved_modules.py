@@ -1,0 +1,68 @@
+"""Module paths that moved still import (``updater.MOVED``, ``sim.MOVED``): the first import of
+an old path warns DeprecationWarning once, naming the new path, and gives the new module."""
+
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import importlib, sys, warnings
+import {package}
+for old, new in sorted({package}.MOVED.items()):  # a parent path (sim.fp16) before its children
+    with warnings.catch_warnings(record=True) as first:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        importlib.import_module(old)
+        exec(f"import {{old}}")
+    assert module is sys.modules[new] is importlib.import_module(new), old
+    said = [str(w.message) for w in first if issubclass(w.category, DeprecationWarning)]
+    told = f"{{old}} moved to {{new}}; import {{new}} (the old path will be removed)"
+    assert said == [told], said
+    assert not again, [str(w.message) for w in again]
+print(len({package}.MOVED))
+"""
+
+
+@pytest.mark.parametrize("package", ["updater", "sim"])
+def test_old_paths_import_the_new_module_and_warn_once(package):
+    # a fresh interpreter: nothing imported yet, so each first import is really the first
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK.format(package=package)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) >= 15
+
+
+def test_the_warning_points_at_the_importing_line(tmp_path):
+    script = tmp_path / "user.py"
+    script.write_text("import updater.comm\nfrom updater.presets import PRESETS\n")
+    proc = subprocess.run(
+        [sys.executable, "-W", "default::DeprecationWarning", str(script)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{script}:1: DeprecationWarning: updater.comm moved to updater.runtime.comm" in (
+        proc.stderr
+    )
+    assert f"{script}:2: DeprecationWarning: updater.presets moved to updater.policy.presets" in (
+        proc.stderr
+    )
+
+
+def test_new_paths_and_unknown_paths_are_left_alone():
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('error')\n"
+        "import updater.runtime.comm, updater.policy.presets, sim.casting.counts\n"
+        "try:\n"
+        "    import updater.no_such_module\n"
+        "except ModuleNotFoundError as e:\n"
+        "    print(e.name)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "updater.no_such_module"
