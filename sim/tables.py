@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
@@ -182,7 +183,24 @@ def _cells(rows, columns, headers, align):
 
 
 TERMINAL_WIDTH = 100
-"""Widest line of a terminal table; a wider one is split into blocks of columns."""
+"""Widest line the terminal outputs print (tables, legends, notes, the policy line)."""
+
+
+def terminal_text(text: str, first: str = "") -> str:
+    """``first + text`` wrapped to :data:`TERMINAL_WIDTH`, later lines indented two spaces; a
+    word is never cut.
+
+    >>> print(terminal_text("a b", first="x: "))
+    x: a b
+    """
+    return textwrap.fill(
+        text,
+        width=TERMINAL_WIDTH,
+        initial_indent=first,
+        subsequent_indent="  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def terminal_table(

@@ -9,6 +9,7 @@ from sim.cli.settings import build_policy, parse_settings, policy_help, policy_l
 from sim.replay.metrics import SUMMARY_COLUMNS
 from sim.replay.pool import NAME_RULE, pool_by_name, simulate_pooled
 from sim.report.tables import describe_policy, na_notes, summary_table
+from sim.tables import terminal_text
 from sim.traces.families import FAMILIES
 from sim.traces.named import family_name, trace_file
 from sim.traces.real import MODELS
@@ -99,7 +100,7 @@ def run(args) -> int:
             [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
         )[0]
     summary = result.summary()
-    print(f"policy: {describe_policy(args.policy, policy)}")
+    print(terminal_text(describe_policy(args.policy, policy), first="policy: "))
     steps = f"{trace.training_steps} steps"
     print(f"trace: {trace.name} ({steps}), runs: {args.runs}, jitter: {args.jitter}")
     print(summary_table([summary], SUMMARY_COLUMNS))

@@ -15,6 +15,7 @@ from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
 from sim.replay.pool import pool_by_name
 from sim.replay.sweep import grid_points, run_sweep
 from sim.report.tables import describe_policy, format_value, na_notes, summary_table
+from sim.tables import terminal_text
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.named import family_name, trace_file
 from updater.common.writing import write_text
@@ -105,8 +106,8 @@ def run(args) -> int:
             label=args.policy,
         )
     columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
-    print(f"policy: {describe_policy(args.policy, policies[0], swept=grid)}")
-    print(_grid_line(args, grid, len(combos), names, bool(families)))
+    print(terminal_text(describe_policy(args.policy, policies[0], swept=grid), first="policy: "))
+    print(terminal_text(_grid_line(args, grid, len(combos), names, bool(families))))
     print(summary_table(rows, columns))
     for note in na_notes(rows):
         print(note)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 
 from sim.cli.options import FORMATTER, add_run_options, finish
 from sim.cli.preflight import check_memory, trace_for
@@ -11,6 +10,7 @@ from sim.cli.progress import StageProgress
 from sim.replay.pool import NAME_RULE, pool_by_name
 from sim.replay.tune import TUNED, tune
 from sim.report.tables import summary_table
+from sim.tables import terminal_text
 from sim.traces.named import family_name
 
 
@@ -74,7 +74,11 @@ def run(args) -> int:
         f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"
     )
     print(summary_table(rows, ["which", *settings, "signal_lost", "skipped"]))
+    if len(traces) > 1:  # what the rows above average
+        print("per trace:")
+        columns = ["trace", "which", "signal_lost", "skipped"]
+        print(summary_table(found["by_trace"], columns, with_legend=False))
     for note in found["notes"]:
-        print(textwrap.fill(note, width=100, subsequent_indent="  "))
+        print(terminal_text(note))
     print(found["line"])
     return 0

@@ -4,7 +4,6 @@ table goes through."""
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any, Dict, List, Sequence
 
 from sim.replay.metrics import METRICS, SHARES, head, legend
@@ -14,6 +13,7 @@ from sim.tables import (
     format_value,
     markdown_table,
     terminal_table,
+    terminal_text,
     with_percents,
 )
 
@@ -69,14 +69,17 @@ def na_notes(rows: List[Dict[str, object]]) -> List[str]:
     return notes
 
 
-def summary_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> str:
+def summary_table(
+    rows: Sequence[Dict[str, Any]], columns: Sequence[str], with_legend: bool = True
+) -> str:
     """Summary rows as a terminal table: each column under its one name
-    (:func:`sim.replay.metrics.head`, as in the report), shares in percent, and the legend
-    (:func:`sim.replay.metrics.legend`) underneath, wrapped to 100 characters."""
+    (:func:`sim.replay.metrics.head`, as in the report), shares in percent, and (unless
+    ``with_legend`` is False) the legend (:func:`sim.replay.metrics.legend`) underneath,
+    wrapped to 100 characters."""
     table = terminal_table(with_percents(rows, SHARES), columns, [head(c) for c in columns])
-    if not any(c in METRICS for c in columns):
+    if not with_legend or not any(c in METRICS for c in columns):
         return table
-    return table + "\n" + textwrap.fill(legend(columns), width=100, initial_indent="legend: ")
+    return table + "\n" + terminal_text(legend(columns), first="legend: ")
 
 
 def share_table(rows, columns: Dict[str, str], shares: Sequence[str] = ()) -> str:
