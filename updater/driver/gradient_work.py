@@ -5,12 +5,13 @@ weight decay -> ``solver.update()``."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Dict, List
 
 import nnabla as nn
 import numpy as np
 
-from .arrays import host_view
+from .arrays import graph_leaves, host_view
 from .checks import Ask, Extras, Findings, FiniteCheck, host_grads
 from .checks.base import NO_EXTRAS
 from .options import UpdaterOptions
@@ -31,15 +32,20 @@ class GradientWork:
         self.check = check
         self._params: Dict[str, nn.Variable] | None = None
         self._flag = None  # three-element agreement flag, made on first use
+        self._reach_checked = False  # warned if no parameter is in the loss's graph
 
     def new_step(self) -> None:
         """Forget the parameters read (the next :meth:`params` reads them again)."""
         self._params = None
 
     def params(self) -> Dict[str, nn.Variable]:
-        """The solver's current parameters, read once per step."""
+        """The solver's current parameters, read once per step (on the first step, a
+        warning when none is in the loss's graph: :func:`warn_if_unreached`)."""
         if self._params is None:
             self._params = self.options.solver.get_parameters()
+            if not self._reach_checked:  # once per solver and loss: they rebuild this object
+                self._reach_checked = True
+                warn_if_unreached(self._params, self.options.loss)
         return self._params
 
     def all_reduce(self) -> None:
@@ -91,3 +97,22 @@ class GradientWork:
         if weight_decay is not None:
             solver.weight_decay(weight_decay)
         solver.update()
+
+
+def warn_if_unreached(params: Dict[str, nn.Variable], loss) -> None:
+    """``UserWarning`` when the solver holds parameters and none of them is a leaf of the graph
+    of ``loss``: every step would be applied and move nothing the loss depends on."""
+    if not params:
+        return
+    leaves = {hash(v) for v in graph_leaves(loss)}
+    if any(hash(v) in leaves for v in params.values()):
+        return
+    names = ", ".join(list(params)[:3]) + (", ..." if len(params) > 3 else "")
+    warnings.warn(
+        f"none of the solver's {len(params)} parameters ({names}) is in the graph of the loss: "
+        "update() would apply steps that move nothing the loss uses. Give the updater the "
+        "solver whose parameters the loss was built from (solver.set_parameters with the "
+        "scope that built the loss)",
+        UserWarning,
+        stacklevel=4,
+    )
