@@ -344,7 +344,8 @@ def test_help_examples_do_not_overwrite_the_committed_reports(command, capsys):
 
 def test_simulate_prints_settings_as_people_write_them(capsys):
     assert main(["simulate", "--policy", "pytorch", "--steps", "20", "--runs", "1"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
+    lines = capsys.readouterr().out.split("\ntrace:")[0].splitlines()  # wrapped at 100
+    first = " ".join(line.strip() for line in lines)
     assert first == (
         "policy: pytorch = DynamicScale(init_scale=2^15, growth_factor=2, backoff_factor=0.5, "
         "growth_interval=2000, min_scale=2^-24, max_scale=2^15, hysteresis=1, "
