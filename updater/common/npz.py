@@ -188,8 +188,10 @@ def read_npz(
     try:
         kind = os.stat(path).st_mode
         if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # open() says what a folder is
-            raise OSError(errno.EINVAL, f"{_SPECIAL.get(stat.S_IFMT(kind), 'a special file')}, "
-                          "not a regular file")  # fmt: skip
+            raise OSError(
+                errno.EINVAL,
+                f"{_SPECIAL.get(stat.S_IFMT(kind), 'a special file')}, not a regular file",
+            )
         with open(path, "rb") as f:
             arrays, declared = _read_archive(f, lambda p: _fail(path, what, p), limit, select)
             return NpzContent(path, what, arrays, declared)

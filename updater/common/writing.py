@@ -92,8 +92,9 @@ def check_target(path: PathLike, overwrite: bool = False, inputs: Iterable[PathL
     path = Path(path)
     for source in inputs:
         if _same_file(path, Path(source)):
-            raise UnsafeOutputError(f"{path}: an input of this command; "
-                                    "write the output to another file")  # fmt: skip
+            raise UnsafeOutputError(
+                f"{path}: an input of this command; write the output to another file"
+            )
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:

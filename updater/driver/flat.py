@@ -219,7 +219,10 @@ class DeviceStats(FlatGraphs):
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
         empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
         ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged`` (``(NdArray, center,
-        radius)`` of the bounded inputs); one host read."""
+        radius)`` of the bounded inputs); one host read.
+
+        Not split: the graph's parts and the reading of its output must follow one order.
+        """
         import nnabla.functions as F
 
         own_top = need_absmax and not absmax_over

@@ -115,7 +115,7 @@ class DynamicLossScalingUpdater:
         max_scale: float | None = None,
         **options,
     ) -> None:
-        """Sixteen parameters: nnabla's updater's arguments in its order, the policy's three;
+        """Not split: nnabla's updater's arguments in its order, the policy's three;
         ``**options`` takes the rest, the fields of :class:`UpdaterOptions` (listed by the
         signature :func:`updater.driver.options.attach_options` makes)."""
         refused = {k: v for k, v in options.items() if k not in OPTIONS}

@@ -78,8 +78,12 @@ class Policy:
             return
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
         for index in np.ndindex(shape):  # each element as a scalar policy, validated
-            type(self)(**{**values, **{k: np.broadcast_to(a, shape)[index].item()
-                                       for k, a in arrays.items()}})  # fmt: skip
+            type(self)(
+                **{
+                    **values,
+                    **{k: np.broadcast_to(a, shape)[index].item() for k, a in arrays.items()},
+                }
+            )
 
     def _validate(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -311,6 +311,8 @@ def load_checkpoint(
             the file and the problem.
         CheckpointMismatchError: strict and the names differ (see ``strict``); it is a
             ``KeyError`` and a ``ValueError``.
+
+    Not split: read, check everything, then write, in one place that keeps the order visible.
     """
     strict = check_bool("strict", strict)
     allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)

@@ -157,6 +157,7 @@ class GradientRecorder:
         forward_headroom: bool = False,
         flush_every: int = 1,
     ) -> None:
+        """Not split: one keyword argument per option of the class docstring, each checked."""
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
@@ -226,8 +227,9 @@ class GradientRecorder:
         finite_scale: float | None = None,
         forward_peak: tuple | None = None,
     ) -> None:
-        """Add one step (as a :class:`updater.trace.rows.RecordedStep`; nine arguments: one per
-        measurement of the step the driver hands over).
+        """Add one step (as a :class:`updater.trace.rows.RecordedStep`).
+
+        Not split: nine arguments, one per measurement of the step the driver hands over.
 
         Args:
             step (int): the ``update()`` call number (0-based).

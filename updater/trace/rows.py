@@ -160,11 +160,13 @@ def write_at_exit(
     probed: bool,
     every: int = 1,
 ) -> None:
-    """A recorder's exit hook (nine arguments: the recorder's state, shared since the hook holds
-    no reference to the recorder): write the steps recorded since its last write, if any, merge
+    """A recorder's exit hook: write the steps recorded since its last write, if any, merge
     the parts written (or finish a merge a Ctrl-C interrupted) and release the lock. A failure
     is printed to stderr, loudly, with what was lost and what is left; at interpreter exit the
-    process then exits with status 1."""
+    process then exits with status 1.
+
+    Not split: nine arguments, the recorder's state, shared since the hook holds no reference
+    to the recorder."""
     try:
         if parts[0]:
             if rows:

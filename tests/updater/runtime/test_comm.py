@@ -368,9 +368,13 @@ def test_example_trains_data_parallel_and_reports(tmp_path):
     bit-identical parameters, and rank 0 alone prints the accuracy and the scale summary."""
     cmd = [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "train_mpi.py")]
     done = subprocess.run(
-        [*cmd, "--steps", "60"], capture_output=True, text=True, env=_env(), cwd=ROOT,
+        [*cmd, "--steps", "60"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
         timeout=LIMIT_S,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert out.count("test accuracy:") == 1
