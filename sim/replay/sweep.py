@@ -88,3 +88,29 @@ def run_sweep(
             rows.append(row)
         del trace, results  # a lazily made next trace need not share memory with this one
     return rows
+
+
+def sweep_grid(
+    make,
+    grid: Mapping[str, Sequence],
+    traces: Mapping[str, Trace],
+    runs: int,
+    seed: int,
+    jitter: float,
+    progress=None,
+    stage: str = "{name} sweep on {{trace}} ({{settings}} settings, jitter {{jitter:g}})",
+) -> List[Dict[str, Any]]:
+    """Every combination of ``grid`` (settings of the policy class ``make``) on every trace:
+    :func:`run_sweep` rows, one per trace and combination; ``stage`` names each stage, with
+    ``{name}`` the class's name (the rest as in :func:`run_sweep`)."""
+    points = grid_points(grid)
+    return run_sweep(
+        [make(**p) for p in points],
+        points,
+        traces.values(),
+        runs=runs,
+        seed=seed,
+        jitter=jitter,
+        progress=progress,
+        stage=stage.format(name=make.__name__),
+    )

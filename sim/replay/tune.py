@@ -14,7 +14,7 @@ from sim.replay.selection import (
     per_setting,
     tied,
 )
-from sim.replay.sweep import grid_points, run_sweep
+from sim.replay.sweep import sweep_grid
 from updater.policy import DynamicScale, HeadroomScale
 from updater.trace import Trace
 
@@ -69,16 +69,15 @@ def tune(
     if not traces:
         raise ValueError("tune needs at least one trace")
     make, grid = TUNED[policy]
-    points = grid_points(grid)
-    rows = run_sweep(
-        [make(**p) for p in points],
-        points,
-        traces.values(),
-        runs=runs,
-        seed=seed,
-        jitter=jitter,
-        progress=progress,
-        stage=f"{make.__name__} sweep on {{trace}} ({{settings}} settings)",
+    rows = sweep_grid(
+        make,
+        grid,
+        traces,
+        runs,
+        seed,
+        jitter,
+        progress,
+        stage="{name} sweep on {{trace}} ({{settings}} settings)",
     )
     folded = per_setting(rows, list(grid))
     defaults = {k: getattr(make(), k) for k in grid}

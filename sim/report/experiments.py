@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from sim.replay.predictions import prediction_rows
 from sim.replay.result import RunResult, safe_scales
 from sim.replay.run import simulate_many
 from sim.replay.selection import DYNAMIC_GRID, HEADROOM_GRID, per_setting
-from sim.replay.sweep import grid_points, run_sweep
+from sim.replay.sweep import sweep_grid
 from sim.report.tables import format_percent
 from sim.traces.families import (
     FAMILIES,
@@ -276,30 +276,6 @@ def compare(traces: Mapping[str, Trace], config: ReportConfig, progress=None) ->
     return Comparison(rows, results)
 
 
-def sweep(
-    make,
-    grid: Mapping[str, Sequence],
-    traces: Mapping[str, Trace],
-    runs: int,
-    seed: int,
-    jitter: float,
-    progress=None,
-) -> List[Dict[str, Any]]:
-    """Every combination of ``grid`` (settings of the policy class ``make``) on every trace:
-    :func:`sim.replay.sweep.run_sweep` rows, one per trace and combination."""
-    points = grid_points(grid)
-    return run_sweep(
-        [make(**p) for p in points],
-        points,
-        traces.values(),
-        runs=runs,
-        seed=seed,
-        jitter=jitter,
-        progress=progress,
-        stage=f"{make.__name__} sweep on {{trace}} ({{settings}} settings, jitter {{jitter:g}})",
-    )
-
-
 def default_sweeps(traces: Mapping[str, Trace], config: ReportConfig, progress=None):
     """The sweeps that choose the defaults: DynamicScale over :data:`DYNAMIC_GRID`, and
     HeadroomScale over :data:`HEADROOM_GRID` at the report's jitter and at twice it.
@@ -310,9 +286,9 @@ def default_sweeps(traces: Mapping[str, Trace], config: ReportConfig, progress=N
         ``jitter``), and ``synthetic_sweeps``: the same folded over the synthetic families only.
     """
     runs, seed = config.sweep_runs, config.seed
-    dynamic = sweep(DynamicScale, DYNAMIC_GRID, traces, runs, seed, config.jitter, progress)
+    dynamic = sweep_grid(DynamicScale, DYNAMIC_GRID, traces, runs, seed, config.jitter, progress)
     headroom = {
-        jitter: sweep(HeadroomScale, HEADROOM_GRID, traces, runs, seed, jitter, progress)
+        jitter: sweep_grid(HeadroomScale, HEADROOM_GRID, traces, runs, seed, jitter, progress)
         for jitter in (config.jitter, 2 * config.jitter)
     }
 
