@@ -39,10 +39,13 @@ class GradientWork:
         self._params = None
 
     def params(self) -> Dict[str, nn.Variable]:
-        """The solver's current parameters, read once per step (on the first step, a
-        warning when none is in the loss's graph: :func:`warn_if_unreached`)."""
+        """The solver's current parameters, read once per step (a :class:`SolverGroup`'s as its
+        ``zero_grad()`` read them); on the first step, a warning when none is in the loss's
+        graph (:func:`warn_if_unreached`)."""
         if self._params is None:
-            self._params = self.options.solver.get_parameters()
+            solver = self.options.solver
+            read = getattr(solver, "parameters_at_zero_grad", solver.get_parameters)
+            self._params = read()
             if not self._reach_checked:  # once per solver and loss: they rebuild this object
                 self._reach_checked = True
                 warn_if_unreached(self._params, self.options.loss)

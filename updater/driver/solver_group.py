@@ -34,10 +34,13 @@ class SolverGroup:
     be in one solver only (compared by identity): checked when built, and again at every
     ``zero_grad()`` (the start of each step) and ``get_parameters()`` when a solver's parameters
     changed (``set_parameters``): one ``get_parameters()`` per solver and a comparison of the
-    parameters' names and hashes. Two solvers may use the same name for distinct Variables (each
-    set up in its own ``nn.parameter_scope``, nnabla's idiom): the group then names them
-    ``solvers[i]/name`` (in ``get_parameters()``, ``get_states()`` and checkpoints); a name
-    that one solver alone uses is kept as it is.
+    parameters' names and hashes. The updater reads the group's parameters of a step from its
+    ``zero_grad()`` (:meth:`parameters_at_zero_grad`): one read per solver per step.
+
+    Two solvers may use the same name for distinct Variables (each set up in its own
+    ``nn.parameter_scope``, nnabla's idiom): the group then names them ``solvers[i]/name`` (in
+    ``get_parameters()``, ``get_states()`` and checkpoints); a name that one solver alone uses
+    is kept as it is.
 
     Args:
         solvers (sequence of nnabla.solvers.Solver): two or more, each with its parameters set,
@@ -57,6 +60,7 @@ class SolverGroup:
             check_solver(f"solvers[{i}]", solver)
         self._held: tuple = ()  # (name, hash) of every solver's parameters, when last checked
         self._names: List[Dict[str, str]] = []  # per solver: its name -> the group's name
+        self._at_zero_grad: Dict[str, nn.Variable] | None = None  # read by the last zero_grad
         self._check_disjoint()
 
     def _check_disjoint(self) -> List[Dict[str, nn.Variable]]:
@@ -87,7 +91,18 @@ class SolverGroup:
 
     def get_parameters(self) -> Dict[str, nn.Variable]:
         """Every solver's parameters, by the group's names (class doc), in the solvers' order."""
-        params = self._check_disjoint()
+        return self._by_group_names(self._check_disjoint())
+
+    def parameters_at_zero_grad(self) -> Dict[str, nn.Variable]:
+        """:meth:`get_parameters` as read and checked by the last ``zero_grad()`` (read now if
+        there was none). The updater reads a step's parameters with it: its step starts with
+        ``zero_grad()``, so parameters given to a solver after that (by the data feeder) join
+        at the next step."""
+        if self._at_zero_grad is None:
+            return self.get_parameters()
+        return self._at_zero_grad
+
+    def _by_group_names(self, params: List[Dict[str, nn.Variable]]) -> Dict[str, nn.Variable]:
         return {self._names[i][k]: v for i, p in enumerate(params) for k, v in p.items()}
 
     def get_states(self) -> Dict:
@@ -107,7 +122,7 @@ class SolverGroup:
 
     def zero_grad(self) -> None:
         """Check that no Variable is in two solvers (class doc), then zero every gradient."""
-        self._check_disjoint()
+        self._at_zero_grad = self._by_group_names(self._check_disjoint())
         for s in self.solvers:
             s.zero_grad()
 

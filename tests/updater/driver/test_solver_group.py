@@ -139,6 +139,35 @@ def test_an_overlap_added_later_is_refused_on_every_path(check):
     assert_same_values(param_values(params), before)
 
 
+class _CountingSolver:
+    """A real nnabla solver whose ``get_parameters()`` calls are counted."""
+
+    def __init__(self, solver):
+        self.solver, self.reads = solver, 0
+
+    def get_parameters(self):
+        self.reads += 1
+        return self.solver.get_parameters()
+
+    def __getattr__(self, name):
+        return getattr(self.solver, name)
+
+
+@pytest.mark.parametrize("check", ["numpy", "nnabla", "solver"])
+def test_an_update_reads_each_solver_s_parameters_once(check):
+    """Issue 42: the group's zero_grad() and the updater's read of the parameters each read
+    every solver's parameters (two reads per solver per step); the updater now takes the ones
+    zero_grad() read and checked."""
+    loss, backbone, head = _fine_tuning()
+    counted = [_CountingSolver(backbone), _CountingSolver(head)]
+    upd = DynamicLossScalingUpdater(SolverGroup(counted), loss, None, scale=8.0, finite_check=check)
+    upd.update()  # the first step also checks the loss reaches the parameters
+    before = [s.reads for s in counted]
+    for _ in range(3):
+        assert upd.update().update_applied
+    assert [s.reads - b for s, b in zip(counted, before)] == [3, 3]
+
+
 def _two_scopes():
     """A generator-like trunk and a head, each set up in its own parameter scope with its own
     solver (nnabla's idiom): both solvers name their weights 'fc/affine/W' and 'fc/affine/b'."""
