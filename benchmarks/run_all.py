@@ -19,6 +19,7 @@ from benchmarks import (
     bench_fp16,
     bench_many_runs,
     bench_probes,
+    bench_profile,
     bench_sim,
     bench_updater,
 )
@@ -70,6 +71,11 @@ def main(argv=None) -> None:
             "Updater cost at depth",
             lambda: bench_depth.run(args.quick),
             bench_depth.markdown,
+        ),
+        (
+            "Where an update's time goes",
+            lambda: bench_profile.run(args.quick),
+            bench_profile.markdown,
         ),
         (
             "float16 sweep against per-scale casting",

@@ -45,8 +45,11 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     # issue 32: both overflow searches on every shipped model, with the same thresholds
     assert "| digits_conv_bn | 8 | from the previous threshold |" in text
     assert "| walk from the scale (old) |" in text and "| yes |" in text
-    # issue 42: many runs end to end beside the vectorised core
+    # issue 42: many runs end to end beside the vectorised core; where an update's time goes;
+    # the goals at depth
     assert "| 20,000 |" in text and "simulate / core" in text
+    assert "## Where an update's time goes" in text and "| MLP, 6 arrays | nnabla's |" in text
+    assert "rounds.run" in text and "Goals at depth" in text
 
 
 @pytest.mark.nnabla
