@@ -164,6 +164,11 @@ def _style_axes(ax, span: tuple, steps: int) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+def _marker_handle(look, label: str) -> Line2D:
+    """A legend entry of ``look``'s marker alone (no line)."""
+    return Line2D([], [], ls="none", marker=look.marker, color=look.color, label=label)
+
+
 def _legend_handles(results: Sequence[RunResult], jumpy: bool) -> list:
     handles = []
     for i, r in enumerate(results):
@@ -172,27 +177,9 @@ def _legend_handles(results: Sequence[RunResult], jumpy: bool) -> list:
     if jumpy:
         handles.append(Line2D([], [], color="0.3", lw=0.4, label="every step (thin)"))
     handles.append(Patch(color=BAND_COLOR, label="safe band [safe/2, safe]"))
-    handles.append(
-        Line2D(
-            [],
-            [],
-            ls="none",
-            marker=OVERFLOW.marker,
-            color=OVERFLOW.color,
-            label="overflow (skipped step)",
-        )
-    )
+    handles.append(_marker_handle(OVERFLOW, "overflow (skipped step)"))
     if any(np.any(r.skipped & ~r.overflow) for r in results):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                ls="none",
-                marker=BAD_BATCH.marker,
-                color=BAD_BATCH.color,
-                label="bad batch (skipped)",
-            )
-        )
+        handles.append(_marker_handle(BAD_BATCH, "bad batch (skipped)"))
     return handles
 
 
