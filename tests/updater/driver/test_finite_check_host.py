@@ -85,6 +85,40 @@ def test_fused_pass_decides_as_nnabla_and_unscales_as_scale_grad(case, type_conf
 
 
 @pytest.mark.nnabla
+@pytest.mark.parametrize("clip", [None, 1.0])  # pieces of CHUNK values when summing squares
+@pytest.mark.parametrize("seed", [2.0**10, 2.0**-3])
+@pytest.mark.parametrize("bad_at", [None, 0, 299_999])  # first piece, last piece
+def test_a_large_gradient_is_checked_and_unscaled_in_pieces_as_scale_grad(bad_at, seed, clip):
+    """A 600x500 weight (300,000 values: more than one piece of PASS_CHUNK and of CHUNK): the
+    fused pass finds an inf in any piece, unscales as ``scale_grad`` bit for bit, and sums the
+    squares of every piece."""
+    from updater.driver.arrays import CHUNK, PASS_CHUNK
+
+    m = TinyClassifier(in_dim=600, hidden=500, type_config="float")
+    big = m.params["fc1/affine/W"]
+    assert big.size > PASS_CHUNK > CHUNK
+    u = DynamicLossScalingUpdater(m.solver, m.loss, finite_check="numpy", clip_grad_norm=clip)
+    rng = np.random.default_rng(0)
+    values = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in m.params.items()}
+    if bad_at is not None:
+        values["fc1/affine/W"].reshape(-1)[bad_at] = np.inf
+    set_grads(m, values)
+    m.solver.scale_grad(1.0 / seed)
+    expected = {n: p.grad.get_data("r").copy() for n, p in m.params.items()}
+    set_grads(m, values)
+    found = inspect(u, seed)
+    assert found.finite == (bad_at is None)
+    assert list(found.bad) == ([] if bad_at is None else ["fc1/affine/W"])
+    if bad_at is not None:
+        return
+    for name, p in m.params.items():
+        assert np.array_equal(p.grad.get_data("r").view(np.uint32), expected[name].view(np.uint32))
+    if clip is not None:
+        unscaled = np.concatenate([v.ravel() for v in expected.values()]).astype(np.float64)
+        assert found.sumsq == pytest.approx(float(np.dot(unscaled, unscaled)), rel=1e-6)
+
+
+@pytest.mark.nnabla
 @pytest.mark.parametrize("type_config", ["half", "float"])
 def test_update_reads_each_gradient_once_and_calls_neither_nnabla_check_nor_scale_grad(
     type_config,
