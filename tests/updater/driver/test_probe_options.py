@@ -108,3 +108,18 @@ def test_a_trace_is_probed_only_when_every_step_was(tmp_path):
     plain = DynamicLossScalingUpdater(solver, loss, None, recorder=recorder)
     plain.update()
     assert not recorder.overflow_probed and not Trace.load(recorder.close()).overflow_probed
+
+
+def test_assigned_probes_take_effect_at_the_next_update(tmp_path):
+    solver, loss = _sum_model("probes_assigned", [4.0, -1.0])
+    recorder = GradientRecorder(tmp_path / "t.npz")
+    upd = DynamicLossScalingUpdater(solver, loss, None, recorder=recorder)
+    upd.update()
+    assert recorder.probe_passes == 0
+    upd.probes = Probes(overflow=True)
+    upd.update()
+    assert recorder.probe_passes > 0 and recorder.overflow_probed
+    with pytest.raises(TypeError, match="probes must be an instance"):
+        upd.probes = True
+    assert upd.probes == Probes(overflow=True)
+    recorder.close()
