@@ -1,8 +1,8 @@
 """What a recording costs with flushing measured on a sample of steps, and what the sampling
 does to the predictions.
 
-A recording measures flushing (``GradientRecorder(measure_flush=True)``: one float32 pass and
-three float16 scales, 4 passes) on every k-th recorded step only (``flush_every=k``,
+A recording measures flushing (``Probes(flush=True)``: one float32 pass and three float16
+scales, 4 passes) on every k-th recorded step only (``Probes(flush_every=k)``,
 :data:`sim.nnabla_studies.real_traces.FLUSH_EVERY`) and probes every step's overflow threshold.
 Part 1 records each shipped model (the first steps of its recording: the steps of
 ``benchmarks.bench_probes``) and counts the recorder's extra passes per recorded step, flush
@@ -40,16 +40,17 @@ def recorded_passes(quick: bool = False) -> list:
     """Part 1: each shipped model recorded with overflow probes and flushing every
     :data:`FLUSH_EVERY` steps; the recorder's passes per recorded step."""
     from benchmarks.bench_probes import STEPS
-    from sim.nnabla_studies.real_traces import FLUSH_EVERY, record_model
+    from sim.nnabla_studies.real_traces import FLUSH_EVERY, record_model, recording_probes
     from sim.traces.real import MODELS
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in MODELS:
             steps = QUICK_STEPS if quick else STEPS[model]
-            options = dict(per_parameter=False, forward_headroom=False)
+            options = dict(recorder_options=dict(per_parameter=False))
+            options["probes"] = recording_probes(forward_headroom=False)
             start = time.perf_counter()
-            row = record_model(model, Path(tmp), steps=steps, recorder_options=options)
+            row = record_model(model, Path(tmp), steps=steps, **options)
             seconds = time.perf_counter() - start
             rows.append(
                 {

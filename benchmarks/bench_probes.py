@@ -28,7 +28,7 @@ def run(quick: bool = False, steps: Dict[str, int] | None = None) -> Dict:
         quick (bool, default False): :data:`QUICK_STEPS` steps per model (a smoke run).
         steps (dict or None): steps per model; default :data:`STEPS`.
     """
-    from sim.nnabla_studies.real_traces import record_model
+    from sim.nnabla_studies.real_traces import record_model, recording_probes
     from sim.traces.real import MODELS
     from updater.trace import Trace
 
@@ -38,10 +38,10 @@ def run(quick: bool = False, steps: Dict[str, int] | None = None) -> Dict:
         for model, n in steps.items():
             traces = []
             for label, previous in SEARCHES.items():
-                options = dict(per_parameter=False, measure_flush=False)
-                options["probe_from_previous"] = previous
+                options = dict(recorder_options=dict(per_parameter=False))
+                options["probes"] = recording_probes(flush=False, from_previous=previous)
                 start = time.perf_counter()
-                row = record_model(model, Path(tmp) / label, steps=n, recorder_options=options)
+                row = record_model(model, Path(tmp) / label, steps=n, **options)
                 seconds = time.perf_counter() - start
                 trace = Trace.load(row["path"])
                 traces.append(trace)
@@ -135,13 +135,13 @@ def replayed_passes() -> list:
 
 def headroom_cost(steps: int = 10, repeats: int = 3) -> list:
     """Seconds per recorded step of each shipped model's training with a recorder measuring the
-    forward pass's headroom (``forward_headroom=True``) and with one that does not, interleaved
-    on the same model (best of ``repeats`` blocks of ``steps`` steps each)."""
+    forward pass's headroom (``Probes(forward_headroom=True)``) and with one that does not,
+    interleaved on the same model (best of ``repeats`` blocks of ``steps`` steps each)."""
     import nnabla as nn
 
     from sim.nnabla_studies.models import half_model
     from sim.traces.real import MODELS
-    from updater import DynamicLossScalingUpdater, GradientRecorder
+    from updater import DynamicLossScalingUpdater, GradientRecorder, Probes
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,12 +150,14 @@ def headroom_cost(steps: int = 10, repeats: int = 3) -> list:
             with half_model(model, 0) as m:
                 best, updaters, recorders = {}, {}, []
                 for measured in (False, True):
-                    rec = GradientRecorder(
-                        Path(tmp) / f"{model}{measured}.npz", forward_headroom=measured
-                    )
+                    rec = GradientRecorder(Path(tmp) / f"{model}{measured}.npz")
                     recorders.append(rec)
                     updaters[measured] = DynamicLossScalingUpdater(
-                        m["solver"], m["loss"], m["feed"], recorder=rec
+                        m["solver"],
+                        m["loss"],
+                        m["feed"],
+                        recorder=rec,
+                        probes=Probes(forward_headroom=measured),
                     )
                 for _ in range(repeats):
                     for measured, upd in updaters.items():
@@ -202,7 +204,7 @@ def markdown(result: Dict) -> str:
         "",
         "Mean over the models, extra passes per recorded step: "
         + "; ".join(f"{label} {value:.2f}" for label, value in mean.items())
-        + ". Overflow probes only: measuring flushing (`measure_flush=True`) adds 4 passes per "
+        + ". Overflow probes only: measuring flushing (`Probes(flush=True)`) adds 4 passes per "
         "recorded step whatever the search (one float32 pass, three float16 scales).",
         "",
         "Both searches replayed over the shipped full recordings (no nnabla pass: each step's "
@@ -215,9 +217,9 @@ def markdown(result: Dict) -> str:
             ["model", "steps", "search", "extra passes per recorded step"],
         ),
         "",
-        "The forward pass's headroom (`forward_headroom=True`: every function's outputs read on "
-        "the host, BatchNormalization's batch variance computed), milliseconds per recorded "
-        "step of training with a recorder (best of interleaved blocks):",
+        "The forward pass's headroom (`Probes(forward_headroom=True)`: every function's outputs "
+        "read on the host, BatchNormalization's batch variance computed), milliseconds per "
+        "recorded step of training with a recorder (best of interleaved blocks):",
         "",
         markdown_table(
             result["headroom"],

@@ -23,8 +23,6 @@ MODELS = ("digits_conv_bn", "sequence_lstm")
 """The shipped models whose steps overflow below 2**15."""
 EXTRA = 6
 """Recordings beyond the shipped batch orders (``--extra``)."""
-CHEAP = dict(per_parameter=False, measure_flush=False, forward_headroom=False)
-"""The recorder's options here: overflow probes only."""
 
 
 def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, List[Dict]]:
@@ -41,6 +39,7 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
     from sim.replay.predictions import prediction_rows
     from sim.report.experiments import ReportConfig
     from sim.traces.real import CHECK_ORDERS, RECORDINGS, SHIPPED_DIR, trace_path
+    from updater import Probes
     from updater.trace import Trace
 
     first = max(*RECORDINGS, *CHECK_ORDERS) + 1
@@ -55,7 +54,8 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
             policy_runs=quick,
             recordings=orders,
             jobs=jobs,
-            recorder_options=CHEAP,
+            recorder_options=dict(per_parameter=False),  # overflow probes only
+            probes=Probes(overflow=True),
         )
         runs_dir = tmp if quick else SHIPPED_DIR
         for model in MODELS:

@@ -56,6 +56,7 @@ _LAZY = {
     "PRESETS": "updater.policy.presets",
     "make_policy": "updater.policy.presets",
     "GradientRecorder": "updater.trace.recorder",
+    "Probes": "updater.driver.recording.options",
     "Trace": "updater.trace",
     "get_context": "updater.runtime.context",
     "MPICommunicator": "updater.runtime.comm",

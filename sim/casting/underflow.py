@@ -94,11 +94,11 @@ def pooled_flushed_share(trace: Trace, scale) -> np.ndarray:
 
 def measured_flushed_share(trace: Trace, scale) -> np.ndarray:
     """Share flushed at effective ``scale``, per step, from the trace's measured shares
-    (``GradientRecorder(measure_flush=True)``): on a measured step, interpolated linearly in
+    (``Probes(flush=True)``): on a measured step, interpolated linearly in
     log2 of the scale between its measured scales, and outside them the binade model
     (:func:`flushed_share`) shifted by the difference between measured and model at the nearest
-    measured scale, kept in [0, 1]. On a step without measurements (``flush_every`` > 1, a bad
-    batch) the step's own binade model plus the difference (measured minus model, at the step's
+    measured scale, kept in [0, 1]. On a step without measurements (``Probes.flush_every`` > 1, a
+    bad batch) the step's own binade model plus the difference (measured minus model, at the step's
     query scale) of the measured steps before and after it, weighted linearly by distance (the
     nearest one's alone before the first and after the last). Same arguments and result as
     :func:`flushed_share`.

@@ -83,16 +83,17 @@ def measure_run(
     steps: int,
     seed: int = 0,
     recorder=None,
-    probe: bool = False,
+    probes=None,
     order: int = 0,
 ) -> MeasuredRun:
     """Train model ``name`` for ``steps`` steps in ``cpu:half`` under ``policy``, measuring every
     step against the float32 shadow (module doc). Same seed and batch order ``order``, same
     weights and batches whatever the policy (another order: the same weights, other batches);
-    ``recorder`` (a GradientRecorder or None) is handed to the updater. With
-    ``probe`` (and no recorder) a recorder probes every step's overflow threshold, which the
-    run keeps (``MeasuredRun.overflow_scale``); a recorder that probes every step gives its
-    thresholds too.
+    ``recorder`` (a GradientRecorder or None) and ``probes`` (an :class:`updater.Probes` or
+    None) are handed to the updater. With ``probes`` and no recorder a recorder of the run's
+    own records them; when they probe the overflow threshold of every step
+    (``Probes(overflow=True)``, a recorder of ``every=1``), the run keeps the thresholds
+    (``MeasuredRun.overflow_scale``).
     """
     import nnabla as nn
 
@@ -100,18 +101,18 @@ def measure_run(
 
     policy = as_policy(policy)
     folder = None
-    if probe and recorder is None:
+    if probes is not None and recorder is None:
         from updater import GradientRecorder
 
         folder = tempfile.TemporaryDirectory()
-        recorder = GradientRecorder(Path(folder.name) / "probes.npz", probe_overflow=True)
+        recorder = GradientRecorder(Path(folder.name) / "probes.npz")
     with half_model(name, seed, order) as model:
         solver = model["solver"]
         with nn.context_scope(get_context("cpu:float")):
             shadow = model["training_loss"]()
         # the batch is fed once per step, before the shadow pass; the updater's forward reads it
         updater = DynamicLossScalingUpdater(
-            solver, model["loss"], None, policy=policy, recorder=recorder
+            solver, model["loss"], None, policy=policy, recorder=recorder, probes=probes
         )
         start = time.perf_counter()
         steps_measured = [_measured_step(model, shadow, updater) for _ in range(steps)]
@@ -121,7 +122,7 @@ def measure_run(
     scale, applied, loss_finite, absmax, flushed, flushed_small, loss = columns
     applied, loss_finite = applied.astype(bool), loss_finite.astype(bool)
     probed = {}
-    if recorder is not None and recorder.probe_overflow and recorder.every == 1:
+    if probes is not None and probes.overflow and recorder.every == 1:
         trace = recorder.trace()
         probed = dict(overflow_scale=trace.overflow_scale, finite_scale=trace.finite_scale)
     if folder is not None:

@@ -4,8 +4,8 @@ Each model of :mod:`sim.nnabla_studies.models` trains with
 :class:`updater.DynamicLossScalingUpdater` under the default policy (``DynamicScale()``: starts
 at 2**15) and a :class:`updater.GradientRecorder` that keeps every step, per parameter array too
 (``per_parameter=True``, for :mod:`sim.replay.layers`), with each step's overflow threshold
-probed and its flushed share measured against float32 at several scales (``probe_overflow``,
-``measure_flush``: :mod:`updater.driver.recording.probes`), so the simulator
+probed and its flushed share measured against float32 at several scales (the updater's
+``probes``: :class:`updater.Probes`, :func:`recording_probes`), so the simulator
 (``dls simulate --trace FILE``) can replay real gradient distributions next to the synthetic
 families. Each model then trains again for real under each policy of
 :data:`sim.replay.measured.CHECKED_POLICIES`, measured step by step
@@ -51,6 +51,16 @@ recording costs at most 2 extra passes per recorded step on every shipped model
 (``python -m benchmarks.bench_flush_sampling``)."""
 
 
+def recording_probes(**changes):
+    """The shipped recordings' :class:`updater.Probes`, with ``changes``: overflow probes
+    searching from the previous threshold, flushing measured every :data:`FLUSH_EVERY` recorded
+    steps, the forward pass's headroom."""
+    from updater import Probes
+
+    shipped = dict(overflow=True, flush=True, flush_every=FLUSH_EVERY, forward_headroom=True)
+    return Probes(**{**shipped, **changes})
+
+
 def record_model(
     name: str,
     out_dir: Union[str, Path],
@@ -59,6 +69,7 @@ def record_model(
     seed: int = 0,
     recorder_options: Dict | None = None,
     order: int = 0,
+    probes=None,
 ) -> Dict:
     """Train model ``name`` in ``cpu:half`` under ``DynamicScale()`` with a per-parameter
     :class:`updater.GradientRecorder`, measured like the checked runs
@@ -74,10 +85,10 @@ def record_model(
             step).
         seed (int, default 0): seed of weights, data and batch order.
         recorder_options (dict or None, default None): :class:`updater.GradientRecorder`
-            arguments that replace the defaults (per-parameter histograms, overflow probes
-            searching from the previous threshold, flushing measured every
-            :data:`FLUSH_EVERY` recorded steps, the forward pass's headroom).
+            arguments that replace the defaults (per-parameter histograms).
         order (int, default 0): the batch order (the same weights and data, other batches).
+        probes (updater.Probes or None, default None): what the updater measures on each
+            recorded step; None: :func:`recording_probes`.
 
     Returns:
         dict: a table row (model, batch order, steps, recorded, params, final loss, accuracy,
@@ -93,11 +104,10 @@ def record_model(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = trace_path(out_dir, name, order)
-    options = dict(per_parameter=True, probe_overflow=True, measure_flush=True)
-    options.update(forward_headroom=True, flush_every=FLUSH_EVERY)
-    options.update(recorder_options or {})
+    options = {"per_parameter": True, **(recorder_options or {})}
+    probes = recording_probes() if probes is None else probes
     with GradientRecorder(path, every=every, name=name, **options) as recorder:
-        run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder, order=order)
+        run = measure_run(name, DynamicScale(), RECORDED, steps, seed, recorder, probes, order)
     run.save(run_path(out_dir, name, RECORDED, order))
     trace = recorder.trace()
     summary = run.summary()
@@ -134,6 +144,7 @@ def record_all(
     check_orders=CHECK_ORDERS,
     jobs: int = 1,
     recorder_options: Dict | None = None,
+    probes=None,
 ) -> Dict[str, List[Dict]]:
     """Record traces of each model into ``out_dir``, one per batch order of ``recordings``, and,
     with ``policy_runs``, its real runs under :data:`sim.replay.measured.CHECKED_POLICIES` in
@@ -152,7 +163,8 @@ def record_all(
             (:data:`sim.traces.real.RECORDINGS`, :data:`sim.traces.real.CHECK_ORDERS`).
         jobs (int, default 1): recordings and runs trained at once, each in a process of its own
             (the results do not depend on it; the seconds do, on a machine with fewer cores).
-        recorder_options (dict or None): :func:`record_model`'s, for every recording.
+        recorder_options (dict or None), probes (updater.Probes or None):
+            :func:`record_model`'s, for every recording.
 
     Returns:
         dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
@@ -168,7 +180,7 @@ def record_all(
             tasks += [
                 (name, n, order, label) for order in check_orders for label in CHECKED_POLICIES
             ]
-    args = [(task, str(out_dir), seed, recorder_options) for task in tasks]
+    args = [(task, str(out_dir), seed, recorder_options, probes) for task in tasks]
     if jobs == 1:
         rows = [_train(*a) for a in args]
     else:
@@ -181,14 +193,17 @@ def record_all(
     }
 
 
-def _train(task, out_dir: str, seed: int, recorder_options: Dict | None) -> Dict:
-    """One task of :func:`record_all`: a recording (``label`` None) or a checked run; its row."""
+def _train(task, out_dir: str, seed: int, recorder_options: Dict | None, probes) -> Dict:
+    """One task of :func:`record_all`: a recording (``label`` None) or a checked run (its
+    overflow thresholds probed); its row."""
+    from updater import Probes
+
     name, steps, order, label = task
     if label is None:
-        return record_model(
-            name, out_dir, steps, seed=seed, recorder_options=recorder_options, order=order
-        )
-    run = measure_run(name, CHECKED_POLICIES[label], label, steps, seed, probe=True, order=order)
+        options = dict(recorder_options=recorder_options, order=order, probes=probes)
+        return record_model(name, out_dir, steps, seed=seed, **options)
+    policy, thresholds = CHECKED_POLICIES[label], Probes(overflow=True)
+    run = measure_run(name, policy, label, steps, seed, probes=thresholds, order=order)
     path = run.save(run_path(out_dir, name, label, order))
     return {**run.summary(), "path": str(path)}
 

@@ -1,7 +1,7 @@
 """Warn when a recorded model's float16 forward pass came near float16's range (the trace's
-``forward_peak``, recorded with ``GradientRecorder(forward_headroom=True)``): an overflow there
-(e.g. BatchNormalization's running variance) happens before any loss scale applies, so no
-policy the simulator replays causes or cures it."""
+``forward_peak``, recorded with the updater's ``probes=Probes(forward_headroom=True)``): an
+overflow there (e.g. BatchNormalization's running variance) happens before any loss scale
+applies, so no policy the simulator replays causes or cures it."""
 
 from __future__ import annotations
 
@@ -51,8 +51,7 @@ def forward_headroom_line(trace: Trace, factor: float = NEAR_FACTOR) -> str:
         return "warning: " + warning
     if not trace.has_forward or np.isnan(trace.forward_peak).all():
         return (
-            f"{trace.name}: not measured (recorded without "
-            "`GradientRecorder(forward_headroom=True)`)"
+            f"{trace.name}: not measured (recorded without `probes=Probes(forward_headroom=True)`)"
         )
     t = int(np.nanargmax(trace.forward_peak))
     return (

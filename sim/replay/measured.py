@@ -64,7 +64,7 @@ class MeasuredRun:
         about (str): the data and the model, in words.
         overflow_scale, finite_scale (float64 arrays (steps,) or None, the default): the run's
             own per-step overflow thresholds and the largest scales seen finite, probed as a
-            recording's are (``GradientRecorder(probe_overflow=True)``; inf / 0: none); None
+            recording's are (``Probes(overflow=True)``; inf / 0: none); None
             for a run that did not probe them.
         order (int, default 0): the batch order of the run
             (:func:`sim.nnabla_studies.models.half_model`).

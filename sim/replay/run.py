@@ -20,7 +20,7 @@ updater gives it too). :func:`simulate`,
 :func:`simulate_many` and :func:`simulate_scalar` all apply this rule through one function.
 
 Recorded overflows. A trace recorded from a real run (the updater's ``GradientRecorder``)
-holds one attempt per step. With ``probe_overflow`` its ``overflow_scale`` is measured: the
+holds one attempt per step. With ``Probes(overflow=True)`` its ``overflow_scale`` is measured: the
 smallest power-of-two scale, within the recording policy's bounds, at which the step's real
 backward pass overflowed (inf: none did), including overflows born inside backward kernels that
 no stored gradient shows; above the probed range the gradient-size rule decides. Without probes

@@ -99,8 +99,8 @@ def _method_text(real: Sequence[str]) -> str:
 {count} real nnabla models ({models}; what each is: the families table above) were trained in \
 `cpu:half` with the updater under the default `DynamicScale()`, each **{_count(RECORDINGS)} \
 times, in batch orders {in_words(RECORDINGS)}** (the same weights and data, other batches: two \
-samples of training), and every step recorded with `GradientRecorder(per_parameter=True, \
-probe_overflow=True, measure_flush=True, forward_headroom=True)` (`<model>.npz` and \
+samples of training), and every step recorded with `GradientRecorder(per_parameter=True)` and \
+the updater's `probes=Probes(overflow=True, flush=True, forward_headroom=True)` (`<model>.npz` and \
 `<model>.order<k>.npz`, shipped in the package in `sim/traces/data`, written by `python -m \
 sim.nnabla_studies.real_traces`, fixed seeds; see \
 [sim/traces/data/README.md](../sim/traces/data/README.md)). On each recorded step the recorder \
@@ -123,9 +123,9 @@ training graph (same parameters, same batch) computed the true gradients: the me
 **flushed** share is the share of the true nonzero values that the float16 backward pass left \
 at exactly zero, and the measured safe scale follows from the true largest |gradient| and from \
 what the run knows of overflows, its stick (column "safe scale from"): every run here probed its \
-own thresholds as the recording does (`measure_run(..., probe=True)`); a run without would know \
-only the steps it saw overflow, and its safe scale would be too high wherever an overflow is \
-born inside the backward kernels at a scale the run did not use \
+own thresholds as the recording does (`measure_run(..., probes=Probes(overflow=True))`); a run \
+without would know only the steps it saw overflow, and its safe scale would be too high wherever \
+an overflow is born inside the backward kernels at a scale the run did not use \
 (`sim.nnabla_studies.real_runs`, `sim.replay.measured.MeasuredRun.metrics`)."""
 
 
@@ -154,7 +154,7 @@ RUN_COLUMNS = {
 """The measured runs table's columns (row keys) and their heads."""
 
 FORWARD_TEXT = """\
-The float16 forward pass's headroom in each recording (`GradientRecorder(forward_headroom=True)`: \
+The float16 forward pass's headroom in each recording (`Probes(forward_headroom=True)`: \
 the largest |value| a function produced or, for the kernels that accumulate, the largest sum \
 they reach, relative to 65504; `updater.driver.recording.forward_peak`): no loss scale causes or \
 cures an overflow there. nnabla's `cpu:half` BatchNormalization sums x and x^2 over the N values \

@@ -8,10 +8,11 @@ The scale and the policy (``scale``, ``scaling_factor``, ``N``, ``policy``, ``mi
 
 What the ranks must share (:meth:`UpdaterOptions.shared`): an option that changes what a rank
 computes or which collectives it enters (the solver's type, hyperparameters and state shapes,
-``accum_grad``, ``on_overflow``, ...). Not compared: what only observes or reports (a recorder,
-whose probes enter no collective; a monitor; a history length; ``on_nonfinite_statistics``),
-how a rank frees memory (``clear_buffer``), the finite check's path (every path decides as
-``solver.check_inf_or_nan_grad()``), each rank's own data feeder, loss graph and communicator.
+``accum_grad``, ``on_overflow``, ...). Not compared: what only observes or reports (a recorder
+and its probes, which enter no collective; a monitor; a history length;
+``on_nonfinite_statistics``), how a rank frees memory (``clear_buffer``), the finite check's
+path (every path decides as ``solver.check_inf_or_nan_grad()``), each rank's own data feeder,
+loss graph and communicator.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import nnabla as nn
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
 from .arguments import check_variables
 from .checks import PATHS
+from .recording.options import Probes, check_probes
 from .solver_group import SolverGroup, check_solver
 
 if TYPE_CHECKING:
@@ -243,6 +245,13 @@ class UpdaterOptions:
         "GradientRecorder or None, default None: records gradient histograms (its probes enter "
         "no collective: each rank probes its own gradients).",
         _recorder,
+    )
+    probes: Probes | None = option(
+        None,
+        "Probes or None, default None: what is measured on the steps ``recorder`` records "
+        "besides their gradients (:class:`updater.Probes`: overflow thresholds, flushing, the "
+        "forward pass's headroom); None: nothing. Needs ``recorder``.",
+        lambda name, value, record: check_probes(name, value, record.recorder),
     )
     finite_check: str = option(
         "auto",

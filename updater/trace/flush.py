@@ -1,5 +1,6 @@
 """A trace's measured flushing curve (NumPy only): the share of nonzero gradient values float16
-flushed to zero at a few scales (:class:`FlushCurve`, ``GradientRecorder(measure_flush=True)``)."""
+flushed to zero at a few scales (:class:`FlushCurve`, recorded with the updater's
+``probes=Probes(flush=True)``)."""
 
 from __future__ import annotations
 

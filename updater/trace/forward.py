@@ -1,6 +1,6 @@
 """A trace's forward headroom (NumPy only): the largest magnitude the float16 forward pass
 produced at each step, and where (:class:`ForwardHeadroom`,
-``GradientRecorder(forward_headroom=True)``)."""
+``probes=Probes(forward_headroom=True)``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """GradientRecorder: writes a :class:`updater.trace.Trace` from a training run (NumPy only).
 
-The updater hands it each recorded step's gradients (:mod:`updater.driver.recording`); with
-``probe_overflow`` or ``measure_flush`` the updater also probes the step
-(:mod:`updater.driver.recording`) before handing it over.
+The updater hands it each recorded step's gradients (:mod:`updater.driver.recording`); with the
+updater's option ``probes`` (:class:`updater.Probes`) it also probes the step before handing
+it over, and tells the recorder whether the steps' overflow thresholds were probed
+(:meth:`GradientRecorder.set_overflow_probed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -18,6 +20,7 @@ import numpy as np
 
 from ..common.float16 import FORWARD_NEAR_FACTOR
 from ..common.validation import check_bool, check_int, check_number, check_positive
+from .deprecated_probes import deprecated_probes
 from .format import Trace
 from .parts import (
     PartsLock,
@@ -87,24 +90,19 @@ class GradientRecorder:
     arrays holding inf/NaN get the same ``absmax`` bound as the whole step (``65520 / s``, if
     larger than their finite values); the others keep their measured largest value.
 
-    Overflow probes (``probe_overflow=True``, off by default): on each recorded step the updater
-    runs the step's forward and backward again on the same batch at other powers of two of the
-    scale and records the smallest at which the real backward pass overflows, within the
-    policy's bounds (:mod:`updater.driver.recording`), so the simulator sees overflows born in the
-    backward kernels, which no stored gradient shows; for a step that overflowed, the first
-    finite probe's gradients are recorded instead. The search starts at the previous probed
-    step's threshold and stops once the threshold is bracketed between a finite and an
-    overflowing power of two (a step still finite at the highest scale, censored, costs one
-    pass). Training is left exactly as without probing. Cost: the extra forward/backward
-    rounds, counted in :attr:`probe_passes`.
-
-    Measured flushing (``measure_flush=True``, off by default): on each recorded step the
-    updater also runs the step in float32 once (a copy of the graph, same parameters) and in
-    float16 at ``seed * 2**k`` for ``k`` in ``recording.probes.FLUSH_OFFSETS``, and stores the
-    share of the true nonzero gradient values that float16 left at zero at each scale (the
-    trace's ``flush_*`` fields), which the simulator replays instead of its binade model. With
-    ``flush_every=k`` it measures every k-th recorded step only (4 passes each; the others hold
-    NaN and the simulator interpolates between the measured ones).
+    Probes (the updater's option ``probes``, :class:`updater.Probes`, off by default): on each
+    recorded step the updater can probe the step's overflow threshold (the smallest power of
+    two of the scale at which the real backward pass overflows, and the largest at which it
+    was finite: overflows born in the backward kernels, which no stored gradient shows; for a
+    step that overflowed, the first finite probe's gradients are recorded instead), measure
+    the share of the true nonzero gradient values that float16 flushed to zero at several
+    scales against a float32 copy of the graph (the trace's ``flush_*`` fields), and measure
+    the float16 forward pass's headroom (``forward_*``); the first step within a factor 4 of
+    65504 is logged as a warning naming the function, the step and the fix. Training is left
+    exactly as without probing (:mod:`updater.driver.recording`). Cost: the extra
+    forward/backward rounds, counted in :attr:`probe_passes`. The trace is marked
+    ``overflow_probed`` when the updater said so of each of its steps
+    (:meth:`set_overflow_probed`).
 
     Args:
         path (str or Path): output ``.npz`` path.
@@ -117,19 +115,11 @@ class GradientRecorder:
             recorded steps (>= 1), dropping them from memory (see below); None: only on close.
         write_seconds (float or None, default None): also write a part when this many seconds
             (> 0) passed since the last write.
-        probe_overflow (bool, default False): probe each recorded step's overflow threshold.
-        measure_flush (bool, default False): measure each recorded step's flushed share at
-            several scales against a float32 copy of the graph (:mod:`updater.driver.recording`).
-        flush_every (int, default 1): with ``measure_flush``, measure every this many recorded
-            steps (>= 1; the first recorded step is measured).
-        probe_from_previous (bool, default True): start each step's overflow search at the
-            previous probed step's threshold; False walks outward from the step's own scale
-            (the older search: the same thresholds, more passes).
-        forward_headroom (bool, default False): record each recorded step's largest |value|
-            or accumulated magnitude of the float16 forward pass relative to 65504, and the
-            function (for BatchNormalization, its float16 sums of x and x^2 over a channel;
-            :mod:`updater.driver.recording`); the first step within a factor 4 of 65504 is
-            logged as a warning naming the function, the step and the fix.
+        probe_overflow, measure_flush, flush_every, probe_from_previous, forward_headroom:
+            deprecated (``DeprecationWarning``; they still work for this release, read by the
+            updater when it is given no ``probes``): give ``probes=Probes(overflow=...,
+            flush=..., flush_every=..., from_previous=..., forward_headroom=...)`` to the
+            updater instead.
 
     Raises:
         OSError: ``path``'s folder is missing, ``path`` is a folder, a link or a file dls did
@@ -139,6 +129,8 @@ class GradientRecorder:
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
+        overflow_probed (bool): the steps recorded from now on have their overflow threshold
+            measured by probes (:meth:`set_overflow_probed`).
         steps (list of int): the ``update()`` numbers of the recorded steps held in memory
             (emptied when they are written as a part).
     """
@@ -149,23 +141,29 @@ class GradientRecorder:
         every: int = 1,
         name: str | None = None,
         per_parameter: bool = False,
-        probe_overflow: bool = False,
-        measure_flush: bool = False,
+        probe_overflow: bool | None = None,
+        measure_flush: bool | None = None,
         write_every: int | None = None,
         write_seconds: float | None = None,
-        probe_from_previous: bool = True,
-        forward_headroom: bool = False,
-        flush_every: int = 1,
+        probe_from_previous: bool | None = None,
+        forward_headroom: bool | None = None,
+        flush_every: int | None = None,
     ) -> None:
-        """Not split: one keyword argument per option of the class docstring, each checked."""
+        """Not split: one keyword argument per option of the class docstring (five of them
+        deprecated, in their old places), each checked."""
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
-        self.probe_overflow = check_bool("probe_overflow", probe_overflow)
-        self.measure_flush = check_bool("measure_flush", measure_flush)
-        self.flush_every = check_int("flush_every", flush_every, 1)
-        self.probe_from_previous = check_bool("probe_from_previous", probe_from_previous)
-        self.forward_headroom = check_bool("forward_headroom", forward_headroom)
+        self._deprecated_probes = deprecated_probes(  # read by updater.driver.recording
+            {
+                "probe_overflow": probe_overflow,
+                "measure_flush": measure_flush,
+                "flush_every": flush_every,
+                "probe_from_previous": probe_from_previous,
+                "forward_headroom": forward_headroom,
+            }
+        )
+        self.overflow_probed = bool(self._deprecated_probes and self._deprecated_probes["overflow"])
         self._forward_warned = False
         self.probe_passes = 0
         self.path = check_trace_path(path)
@@ -197,7 +195,6 @@ class GradientRecorder:
             self.path,
             self.name,
             self._layer_names,
-            self.probe_overflow,
             self.every,
         )
         watch_exit()
@@ -206,9 +203,11 @@ class GradientRecorder:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
         return step % self.every == 0
 
-    def wants_flush(self, step: int) -> bool:
-        """Whether recorded ``update()`` call ``step`` should have its flushing measured."""
-        return self.measure_flush and (step // self.every) % self.flush_every == 0
+    def set_overflow_probed(self, probed: bool) -> None:
+        """Say whether the steps recorded from now on have their overflow threshold measured
+        by probes (the updater says so when it is built, from its ``probes``); a trace is
+        ``Trace.overflow_probed`` when all its steps have."""
+        self.overflow_probed = check_bool("probed", probed)
 
     def count_probe_passes(self, passes: int) -> None:
         """Add ``passes``, the forward/backward rounds the updater's probes ran on a recorded
@@ -284,6 +283,7 @@ class GradientRecorder:
         )
         bad = loss_finite is not None and not loss_finite
         row = step_row(grads, scale, bad, over, seen_finite, columns, flush, forward_peak)
+        row = dataclasses.replace(row, probed=self.overflow_probed)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
         peak = row.forward[0] if row.forward is not None else 0.0
@@ -312,7 +312,7 @@ class GradientRecorder:
         self._last_write = time.monotonic()
 
     def _recent(self) -> Trace:
-        return trace_of(self._rows, self.name, self._layer_names, self.probe_overflow, self.every)
+        return trace_of(self._rows, self.name, self._layer_names, self.every)
 
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:
@@ -362,11 +362,7 @@ class GradientRecorder:
     def __repr__(self) -> str:
         """One line: the path, the name, the sampling, the options on, the steps held in
         memory and the parts written, and whether it is closed."""
-        options = [
-            o
-            for o in ("per_parameter", "probe_overflow", "measure_flush", "forward_headroom")
-            if getattr(self, o)
-        ]
+        options = [o for o in ("per_parameter", "overflow_probed") if getattr(self, o)]
         parts = [f"{str(self.path)!r}", f"name={self.name!r}", f"every={self.every}"]
         parts += [f"{o}=True" for o in options]
         parts += [f"steps_held={len(self._rows)}", f"parts_written={self._parts[0]}"]

@@ -39,6 +39,8 @@ class RecordedStep:
         flush (tuple or None): ``(scales, shares)``, float64 arrays ``(K,)``; None: not
             measured.
         forward (tuple or None): ``(peak, where)``; None: not measured.
+        probed (bool): ``overflow_scale`` was measured by probes (the trace is
+            ``overflow_probed`` when all its steps are).
     """
 
     counts: np.ndarray
@@ -50,6 +52,7 @@ class RecordedStep:
     layers: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     flush: Tuple[np.ndarray, np.ndarray] | None = None
     forward: Tuple[float, str] | None = None
+    probed: bool = False
 
 
 def step_row(
@@ -96,14 +99,10 @@ def step_row(
 
 
 def trace_of(
-    rows: List[RecordedStep],
-    name: str,
-    layer_names: List[str] | None,
-    probed: bool = False,
-    every: int = 1,
+    rows: List[RecordedStep], name: str, layer_names: List[str] | None, every: int = 1
 ) -> Trace:
     """The :class:`Trace` of a recorder's ``rows`` (per-layer columns by ``layer_names``),
-    recorded every ``every`` steps."""
+    recorded every ``every`` steps; ``overflow_probed`` when every row was probed."""
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
     groups = {}
@@ -129,7 +128,7 @@ def trace_of(
         [row.nonfinite for row in rows],
         name,
         [row.overflow_scale for row in rows],
-        overflow_probed=probed,
+        overflow_probed=all(row.probed for row in rows),
         finite_scale=[row.finite_scale for row in rows],
         every=every,
         **groups,
@@ -157,25 +156,22 @@ def write_at_exit(
     path: Path,
     name: str,
     layer_names: List[str] | None,
-    probed: bool,
     every: int = 1,
 ) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any, merge
     the parts written (or finish a merge a Ctrl-C interrupted) and release the lock. A failure
     is printed to stderr, loudly, with what was lost and what is left; at interpreter exit the
-    process then exits with status 1.
-
-    Not split: nine arguments, the recorder's state, shared since the hook holds no reference
-    to the recorder."""
+    process then exits with status 1. Its arguments are the recorder's state, shared since the
+    hook holds no reference to the recorder."""
     try:
         if parts[0]:
             if rows:
-                write_part(path, parts[0], trace_of(rows, name, layer_names, probed, every))
+                write_part(path, parts[0], trace_of(rows, name, layer_names, every))
             if not finish_merge(path) and part_files(path):  # else a merge completed
                 merge_parts(path, name)
                 logger.info("GradientRecorder merged its parts into %s at exit", path)
         elif len(rows) > written[0]:
-            trace_of(rows, name, layer_names, probed, every).save(path)
+            trace_of(rows, name, layer_names, every).save(path)
             logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
     except Exception as e:
         kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""

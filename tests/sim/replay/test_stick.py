@@ -60,8 +60,9 @@ def test_probed_thresholds_round_trip_and_must_come_together(tmp_path):
 def test_a_checked_run_probes_its_own_thresholds(tmp_path):
     pytest.importorskip("sklearn")
     from sim.nnabla_studies.real_runs import measure_run
+    from updater import Probes
 
-    run = measure_run("digits_conv_bn", DynamicScale(), "dynamic", 4, probe=True)
+    run = measure_run("digits_conv_bn", DynamicScale(), "dynamic", 4, probes=Probes(overflow=True))
     plain = measure_run("digits_conv_bn", DynamicScale(), "dynamic", 4)
     assert run.stick == "probed" and plain.stick == "seen"
     assert run.overflow_scale.shape == run.finite_scale.shape == (4,)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.nnabla_models import cpu_context
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes
 
 SEED = 2.0**14
 
@@ -55,10 +55,11 @@ def test_probes_leave_an_input_gradient_of_one_backward(tmp_path, check):
     expected = plain_input_grad(x, loss, feed, SEED)
     for k, p in nn.get_parameters().items():
         p.d = start[k]
-    recorder = GradientRecorder(tmp_path / "t.npz", probe_overflow=True, measure_flush=True)
+    recorder = GradientRecorder(tmp_path / "t.npz")
+    probes = Probes(overflow=True, flush=True)
     policy = DynamicScale(init_scale=SEED)
     u = DynamicLossScalingUpdater(
-        solver, loss, feed, policy=policy, recorder=recorder, finite_check=check
+        solver, loss, feed, policy=policy, recorder=recorder, probes=probes, finite_check=check
     )
     rec = u.update()
     assert rec.update_applied and recorder.probe_passes > 1
@@ -93,8 +94,9 @@ def probed_run(tmp_path, name, probe):
     nn.clear_parameters()
     nn.seed(7)
     x, t, loss, solver = build(dropout=True)
-    recorder = GradientRecorder(tmp_path / f"{name}.npz", probe_overflow=probe)
-    u = DynamicLossScalingUpdater(solver, loss, feeder(x, t), recorder=recorder)
+    recorder = GradientRecorder(tmp_path / f"{name}.npz")
+    probes = Probes(overflow=probe)
+    u = DynamicLossScalingUpdater(solver, loss, feeder(x, t), recorder=recorder, probes=probes)
     for _ in range(3):
         u.update()
     recorder.close()

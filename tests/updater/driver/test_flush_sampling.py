@@ -1,4 +1,4 @@
-"""Flushing measured on a sample of recorded steps (GradientRecorder(flush_every=k), issue 39
+"""Flushing measured on a sample of recorded steps (Probes(flush=True, flush_every=k), issue 39
 item 3) on a real nnabla graph in cpu:half."""
 
 import nnabla as nn
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.nnabla_models import cpu_context
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes
 
 pytestmark = pytest.mark.nnabla
 
@@ -29,9 +29,11 @@ def test_flushing_is_measured_on_every_kth_recorded_step_only(tmp_path):
     """every=2, flush_every=3: 12 update() calls record calls 0, 2, ..., 10 and measure the
     flushing of recorded steps 0 and 3 (calls 0 and 6), 4 passes each."""
     solver, loss = _sum_model("flush_sampled")
-    recorder = GradientRecorder(tmp_path / "t.npz", every=2, measure_flush=True, flush_every=3)
+    recorder = GradientRecorder(tmp_path / "t.npz", every=2)
+    probes = Probes(flush=True, flush_every=3)
+    policy = DynamicScale(init_scale=2.0**10)
     upd = DynamicLossScalingUpdater(
-        solver, loss, None, policy=DynamicScale(init_scale=2.0**10), recorder=recorder
+        solver, loss, None, policy=policy, recorder=recorder, probes=probes
     )
     for _ in range(12):
         upd.update()
@@ -43,10 +45,10 @@ def test_flushing_is_measured_on_every_kth_recorded_step_only(tmp_path):
     np.testing.assert_array_equal(trace.flush_shares[0], trace.flush_shares[3])
 
 
-def test_flush_every_is_checked_and_1_measures_every_step(tmp_path):
+def test_flush_every_is_checked_and_1_measures_every_step():
     with pytest.raises(ValueError, match="flush_every"):
-        GradientRecorder(tmp_path / "x.npz", measure_flush=True, flush_every=0)
-    rec = GradientRecorder(tmp_path / "y.npz", measure_flush=True)
-    assert [rec.wants_flush(s) for s in range(3)] == [True, True, True]
-    off = GradientRecorder(tmp_path / "z.npz", flush_every=2)
-    assert not off.wants_flush(0)  # no measure_flush: nothing to sample
+        Probes(flush=True, flush_every=0)
+    probes = Probes(flush=True)
+    assert [probes.wants_flush(s) for s in range(3)] == [True, True, True]
+    off = Probes(flush_every=2)
+    assert not off.wants_flush(0)  # no flush: nothing to sample

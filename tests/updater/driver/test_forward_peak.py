@@ -1,4 +1,4 @@
-"""The float16 forward pass's headroom on recorded steps (GradientRecorder(forward_headroom=True),
+"""The float16 forward pass's headroom on recorded steps (Probes(forward_headroom=True),
 updater/driver/recording/forward_peak.py, issue 32 item 3) on real nnabla graphs in cpu:half."""
 
 import nnabla as nn
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.nnabla_models import cpu_context
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Trace
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes, Trace
 
 pytestmark = pytest.mark.nnabla
 
@@ -31,9 +31,11 @@ def _bn_model(scope, spread):
 def _record(tmp_path, scope, spread, steps=3, headroom=True):
     solver, loss = _bn_model(scope, spread)
     path = tmp_path / f"{scope}.npz"
-    recorder = GradientRecorder(path, forward_headroom=headroom)
+    recorder = GradientRecorder(path)
+    probes = Probes(forward_headroom=headroom)
+    policy = DynamicScale(init_scale=8.0)
     upd = DynamicLossScalingUpdater(
-        solver, loss, None, policy=DynamicScale(init_scale=8.0), recorder=recorder
+        solver, loss, None, policy=policy, recorder=recorder, probes=probes
     )
     for _ in range(steps):
         upd.update()

@@ -76,16 +76,17 @@ def test_a_real_run_records_the_same_thresholds_with_fewer_passes(tmp_path):
     """|grad| = 4 * seed overflows from 2**14; DynamicScale from 2**8 grows every step and
     backs off on the overflows."""
     from tests.updater.driver.test_probes import _sum_model
-    from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+    from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes
 
     found = {}
     for previous in (False, True):
         solver, loss = _sum_model(f"search_{previous}", [4.0, -1.0, 0.5])
-        recorder = GradientRecorder(
-            tmp_path / f"{previous}.npz", probe_overflow=True, probe_from_previous=previous
-        )
+        recorder = GradientRecorder(tmp_path / f"{previous}.npz")
+        probes = Probes(overflow=True, from_previous=previous)
         policy = DynamicScale(init_scale=2.0**8, growth_interval=1, hysteresis=1)
-        upd = DynamicLossScalingUpdater(solver, loss, None, policy=policy, recorder=recorder)
+        upd = DynamicLossScalingUpdater(
+            solver, loss, None, policy=policy, recorder=recorder, probes=probes
+        )
         for _ in range(12):
             upd.update()
         found[previous] = (recorder.trace(), recorder.probe_passes)
@@ -109,13 +110,14 @@ def test_a_real_run_records_the_same_thresholds_with_fewer_passes(tmp_path):
 )
 def test_the_shipped_models_record_the_same_thresholds_either_way(tmp_path, model, steps):
     pytest.importorskip("sklearn")
-    from sim.nnabla_studies.real_traces import record_model
+    from sim.nnabla_studies.real_traces import record_model, recording_probes
     from updater.trace import Trace
 
     traces, passes = [], []
     for previous in (False, True):
-        options = dict(per_parameter=False, measure_flush=False, probe_from_previous=previous)
-        row = record_model(model, tmp_path / str(previous), steps=steps, recorder_options=options)
+        options = dict(recorder_options=dict(per_parameter=False))
+        options.update(probes=recording_probes(flush=False, from_previous=previous))
+        row = record_model(model, tmp_path / str(previous), steps=steps, **options)
         traces.append(Trace.load(row["path"]))
         passes.append(row["probe_passes"])
     walk, guessed = traces

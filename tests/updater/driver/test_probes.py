@@ -1,4 +1,4 @@
-"""Overflow probes of recorded steps (GradientRecorder(probe_overflow=True), updater/probes.py)
+"""Overflow probes of recorded steps (probes=Probes(overflow=True), updater/driver/recording)
 on real nnabla graphs in cpu:half: the measured threshold, and training left bit-identical."""
 
 import itertools
@@ -18,7 +18,7 @@ from tests.nnabla_models import (
     param_values,
     solver_state_values,
 )
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Trace
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes, Trace
 
 pytestmark = pytest.mark.nnabla
 
@@ -41,8 +41,11 @@ def test_the_probes_find_the_smallest_overflowing_power_of_two(tmp_path, start, 
     finite gradients are recorded instead."""
     solver, loss = _sum_model(f"probe_sum_{int(start)}", [4.0, -1.0, 0.5, 0.0])
     policy = DynamicScale(init_scale=start, growth_interval=1000)
-    recorder = GradientRecorder(tmp_path / "t.npz", probe_overflow=True)
-    upd = DynamicLossScalingUpdater(solver, loss, None, policy=policy, recorder=recorder)
+    recorder = GradientRecorder(tmp_path / "t.npz")
+    probes = Probes(overflow=True)
+    upd = DynamicLossScalingUpdater(
+        solver, loss, None, policy=policy, recorder=recorder, probes=probes
+    )
     record = upd.update()
     trace = recorder.trace()
     assert record.update_applied == (start < 2.0**14)
@@ -59,8 +62,11 @@ def test_a_step_finite_at_the_highest_probed_scale_is_stored_as_above_it(tmp_pat
     """|grad| = seed / 4 never overflows up to 2**15, the policy's max_scale: censored."""
     solver, loss = _sum_model(f"probe_censored_{int(start)}", [0.25, -1.0 / 8])
     policy = DynamicScale(init_scale=start, growth_interval=1000)
-    recorder = GradientRecorder(tmp_path / "t.npz", probe_overflow=True)
-    upd = DynamicLossScalingUpdater(solver, loss, None, policy=policy, recorder=recorder)
+    recorder = GradientRecorder(tmp_path / "t.npz")
+    probes = Probes(overflow=True)
+    upd = DynamicLossScalingUpdater(
+        solver, loss, None, policy=policy, recorder=recorder, probes=probes
+    )
     upd.update()
     back = Trace.load(recorder.close())
     assert back.overflow_scale.tolist() == [np.inf]
@@ -87,9 +93,10 @@ def test_measured_flushing_against_float32(tmp_path):
     it is lost at every scale (float16 arithmetic upstream, which no binade model sees); 1 and
     2**-14 never flush. The float32 copy sees all four."""
     solver, loss = _sum_model("probe_flush", [1.0, 2.0**-14, 2.0**-24, 2.0**-30, 0.0])
-    recorder = GradientRecorder(tmp_path / "t.npz", measure_flush=True)
+    recorder = GradientRecorder(tmp_path / "t.npz")
+    policy = DynamicScale(init_scale=2.0**10)
     upd = DynamicLossScalingUpdater(
-        solver, loss, None, policy=DynamicScale(init_scale=2.0**10), recorder=recorder
+        solver, loss, None, policy=policy, recorder=recorder, probes=Probes(flush=True)
     )
     upd.update()
     trace = recorder.trace()
@@ -99,19 +106,20 @@ def test_measured_flushing_against_float32(tmp_path):
     assert not trace.overflow_probed and Trace.load(recorder.close()).has_flush
 
 
-OPTIONS = [{"probe_overflow": True}, {"measure_flush": True}]
+OPTIONS = [{"overflow": True}, {"flush": True}]
 SCOPES = itertools.count()  # nnabla's parameter registry is global: one scope per model
 
 
 def _train(model, tmp_path, options, steps, **kwargs):
     feeder = model.feeder(weights={2: 300.0, 5: 3000.0, 8: 30.0})
-    recorder = GradientRecorder(tmp_path / f"{model.scope}.npz", **options)
+    recorder = GradientRecorder(tmp_path / f"{model.scope}.npz")
     upd = DynamicLossScalingUpdater(
         model.solver,
         model.loss,
         feeder,
         policy=DynamicScale(init_scale=2.0**12, growth_interval=2),
         recorder=recorder,
+        probes=Probes(**options),
         **kwargs,
     )
     records = [upd.update() for _ in range(steps)]
@@ -140,7 +148,7 @@ def test_probing_leaves_a_batchnorm_model_bit_identical(tmp_path, kwargs, option
     assert not all(r[1] for r in rows0), "the run must overflow at least once"
     assert rec1.probe_passes > 0
     over0, over1 = rec0.trace().overflow_scale, rec1.trace().overflow_scale
-    if "probe_overflow" in options:
+    if "overflow" in options:
         assert (over1 <= over0).all() and (over1 < over0).any()  # measured below the seed used
     else:
         assert (over1 == over0).all() and rec1.trace().has_flush
@@ -175,10 +183,12 @@ def test_probing_leaves_an_lstm_bit_identical(tmp_path):
     finals = []
     for probe in (False, True):
         solver, loss, feed, params = _lstm_model(f"probe_lstm_{probe}")
-        options = dict(probe_overflow=probe, measure_flush=probe)
-        recorder = GradientRecorder(tmp_path / f"l{probe}.npz", **options)
+        probes = Probes(overflow=probe, flush=probe)
+        recorder = GradientRecorder(tmp_path / f"l{probe}.npz")
         policy = DynamicScale(init_scale=2.0**13, growth_interval=2)
-        upd = DynamicLossScalingUpdater(solver, loss, feed, policy=policy, recorder=recorder)
+        upd = DynamicLossScalingUpdater(
+            solver, loss, feed, policy=policy, recorder=recorder, probes=probes
+        )
         rows = [(r.scale, r.update_applied) for r in (upd.update() for _ in range(6))]
         finals.append((rows, param_values(params), solver_state_values(solver), recorder))
     (rows0, p0, s0, _), (rows1, p1, s1, rec1) = finals
@@ -188,16 +198,20 @@ def test_probing_leaves_an_lstm_bit_identical(tmp_path):
     assert rec1.probe_passes > 0 and np.isfinite(rec1.trace().overflow_scale).any()
 
 
-@pytest.mark.parametrize("probe", ["probe_overflow", "measure_flush"])
+@pytest.mark.parametrize("probe", ["overflow", "flush"])
 def test_probes_keep_the_statistics_dtype(tmp_path, probe):
     """Issue 28: after a probed recording, BatchNormalization's statistics (float16 arrays after
     a half forward) read back as float32 arrays; they must keep their dtype and values, as after
     the same step without a recorder."""
     runs = []
-    for recorder in (GradientRecorder(tmp_path / "t.npz", **{probe: True}), None):
+    probed = (GradientRecorder(tmp_path / "t.npz"), Probes(**{probe: True}))
+    for recorder, probes in (probed, (None, None)):
         nn.clear_parameters()
         model = TinyBNClassifier("probe_dtype")
-        upd = DynamicLossScalingUpdater(model.solver, model.loss, model.feeder(), recorder=recorder)
+        feeder = model.feeder()
+        upd = DynamicLossScalingUpdater(
+            model.solver, model.loss, feeder, recorder=recorder, probes=probes
+        )
         upd.update()
         stats = {k: v for k, v in model.params.items() if k.endswith(("/mean", "/var"))}
         runs.append({k: (v.d.copy(), np.dtype(v.data.dtype)) for k, v in stats.items()})

@@ -15,7 +15,7 @@ import pytest
 
 from tests.nnabla_models import cpu_context
 from tests.updater.driver.test_forward_state import _ema_net
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()
@@ -46,9 +46,10 @@ def test_probes_leave_a_float64_forward_state_as_one_forward_left_it(tmp_path):
     runs = []
     for probe in (False, True):
         solver, loss, feed, ema = _ema_net(np.float64, batchnorm=True)
-        recorder = GradientRecorder(tmp_path / f"{probe}.npz", probe_overflow=probe)
+        recorder = GradientRecorder(tmp_path / f"{probe}.npz")
+        probes = Probes(overflow=probe)
         upd = DynamicLossScalingUpdater(
-            solver, loss, feed, forward_state=[ema], recorder=recorder, scale=2.0**10
+            solver, loss, feed, forward_state=[ema], recorder=recorder, probes=probes, scale=2.0**10
         )
         assert upd.update().update_applied
         assert recorder.probe_passes > 1 or not probe
@@ -97,15 +98,21 @@ def test_a_batchnorm_batch_whose_float16_variance_overflows_is_a_bad_batch_not_r
     assert upd.update().update_applied  # a batch in range trains at the scale kept
 
 
-def test_measure_flush_on_a_graph_with_a_python_function_is_refused_up_front(tmp_path):
+def test_flush_probes_on_a_graph_with_a_python_function_are_refused_up_front(tmp_path):
     """Its float32 copy cannot be made (the issue saw an AttributeError inside nnabla at the
     first recorded step); probing without measuring flushing records such a graph."""
     solver, loss, feed, ema = _ema_net()
-    recorder = GradientRecorder(tmp_path / "flush.npz", measure_flush=True)
-    with pytest.raises(ValueError, match=r"measure_flush=True.*cannot copy Ema 'Callback'"):
-        DynamicLossScalingUpdater(solver, loss, feed, recorder=recorder)
-    recorder = GradientRecorder(tmp_path / "probe.npz", probe_overflow=True)
+    recorder = GradientRecorder(tmp_path / "flush.npz")
+    with pytest.raises(ValueError, match=r"Probes\(flush=True\).*cannot copy Ema 'Callback'"):
+        DynamicLossScalingUpdater(solver, loss, feed, recorder=recorder, probes=Probes(flush=True))
+    recorder = GradientRecorder(tmp_path / "probe.npz")
     upd = DynamicLossScalingUpdater(
-        solver, loss, feed, recorder=recorder, forward_state=[ema], scale=2.0**10
+        solver,
+        loss,
+        feed,
+        recorder=recorder,
+        probes=Probes(overflow=True),
+        forward_state=[ema],
+        scale=2.0**10,
     )
     assert upd.update().update_applied and recorder.probe_passes > 1

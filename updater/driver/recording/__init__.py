@@ -1,10 +1,11 @@
 """Recording a step for a :class:`updater.trace.GradientRecorder`, as a hook the driver calls:
 :class:`~updater.driver.recording.hook.Recording` gives the forward pass its hook before the
 attempts and, after them, probes the recorded step (:mod:`.probes`, the float32 reference graph,
-:mod:`.forward_peak`) and hands it to the recorder. It owns the probe state and the recorder's
-instructions to the driver (:mod:`.options`); the attempts keep the retry logic and the
-verdict."""
+:mod:`.forward_peak`) and hands it to the recorder. It owns the probe state and reads the
+updater's option ``probes`` (:class:`~updater.driver.recording.options.Probes`, :mod:`.options`);
+the attempts keep the retry logic and the verdict."""
 
 from .hook import Recording
+from .options import Probes
 
-__all__ = ["Recording"]
+__all__ = ["Probes", "Recording"]

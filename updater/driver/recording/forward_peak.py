@@ -1,5 +1,5 @@
 """The float16 forward pass's headroom on a recorded step
-(``GradientRecorder(forward_headroom=True)``): the largest magnitude a function of the forward
+(``Probes(forward_headroom=True)``): the largest magnitude a function of the forward
 pass produced or accumulated, relative to 65504, and which function.
 
 No loss scale causes or cures an overflow in the forward pass (BatchNormalization's running

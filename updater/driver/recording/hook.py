@@ -14,9 +14,8 @@ import numpy as np
 
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
-from ..options import UpdaterOptions
 from .forward_peak import ForwardPeak
-from .options import ProbeOptions
+from .options import probes_of
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 
 
@@ -40,30 +39,34 @@ class Attempted(NamedTuple):
 
 
 def _check_copyable(loss) -> None:
-    """``ValueError`` when the float32 copy of the graph that ``measure_flush`` runs cannot be
-    made: a function nnabla's registry lacks (a ``PythonFunction``) has no maker to copy."""
+    """``ValueError`` when the float32 copy of the graph that ``Probes(flush=True)`` runs cannot
+    be made: a function nnabla's registry lacks (a ``PythonFunction``) has no maker to copy."""
     unknown = unregistered_functions(loss)
     if unknown:
         raise ValueError(
-            "recorder with measure_flush=True: the updater measures flushing on a float32 copy "
+            "Probes(flush=True): the updater measures flushing on a float32 copy "
             f"of the graph (updater.amp.rewrite), which cannot copy {', '.join(unknown)} (not "
-            "one of nnabla's registered functions); record with measure_flush=False"
+            "one of nnabla's registered functions); record with Probes(flush=False)"
         )
 
 
 class Recording:
-    """The hook of the option ``recorder`` (module doc).
+    """The hook of the options ``recorder`` and ``probes`` (module doc). It tells the recorder
+    whether the steps it records have their overflow threshold probed.
 
     Args:
-        options (UpdaterOptions): reads ``recorder`` (its instructions, :class:`ProbeOptions`).
+        options (UpdaterOptions): reads ``recorder`` and ``probes``
+            (:func:`updater.driver.recording.options.probes_of`).
         rounds (Rounds): the step's rounds, run again by the probes.
         work (GradientWork): the gradients and the check.
         forward_state (ForwardState): copies of the state the forward pass writes.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
     """
 
-    def __init__(self, options: UpdaterOptions, rounds, work, forward_state, seed_type):
-        self.probes = ProbeOptions.of(options.recorder)
+    def __init__(self, options, rounds, work, forward_state, seed_type):
+        self.recorder = options.recorder
+        self.probes = probes_of(options.recorder, options.probes)
+        self.recorder.set_overflow_probed(self.probes.overflow)
         self.rounds = rounds
         self.work = work
         self.forward_state = forward_state
@@ -77,7 +80,7 @@ class Recording:
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call ``step`` is recorded."""
-        return self.probes.recorder.wants(step)
+        return self.recorder.wants(step)
 
     def replays(self, step: int) -> bool:
         """Whether step ``step``'s rounds run again (probes): its inputs are kept."""
@@ -96,11 +99,11 @@ class Recording:
         threshold and flushing when the recorder asks (and the batch was not bad), then hand
         the step to the recorder."""
         self._policy = policy
-        probes, rec = self.probes, self.probes.recorder
+        probes, rec = self.probes, self.recorder
         seed, good_batch = attempt.seed, attempt.good_batch
         over = seed if not attempt.finite and good_batch else attempt.overflow_scale
         grads, scale, flush, finite_scale = attempt.arrays, seed, None, None
-        flush_due = rec.wants_flush(step)
+        flush_due = probes.wants_flush(step // rec.every)
         if (probes.overflow or flush_due) and good_batch:
             found = self._probe(attempt, over, flush_due)
             rec.count_probe_passes(found.passes)

@@ -1,8 +1,8 @@
 """Probes of a recorded step: its forward and backward run again on the same batch at other
 powers of two of the scale, to find the smallest scale at which its real backward pass overflows
-(``GradientRecorder(probe_overflow=True)``) and the share of gradient values float16 flushes to
+(``Probes(overflow=True)``) and the share of gradient values float16 flushes to
 zero at several scales, against a float32 computation of the same step
-(``GradientRecorder(measure_flush=True)``).
+(``Probes(flush=True)``).
 
 No gradient in a trace shows an overflow born inside a float16 backward kernel (e.g. the running
 sums of BatchNormalization's backward) while every stored gradient times the scale stays below

@@ -24,6 +24,7 @@ from updater import (  # noqa: E402
     DynamicScale,
     GradientRecorder,
     MPICommunicator,
+    Probes,
 )
 
 out_dir, mode = Path(sys.argv[1]), sys.argv[2]
@@ -35,11 +36,12 @@ if odd and mode == "adam":
     model.solver.set_parameters(model.params)
 policy = DynamicScale(growth_interval=500 if odd and mode == "growth_interval" else 2000)
 accum = 2 if odd and mode == "accum_grad" else 1
-recorder = None
+recorder, probes = None, None
 if comm.rank == 0 and mode in ("recorder", "probing"):
     probing = mode == "probing"
     trace = out_dir / "trace.npz"
-    recorder = GradientRecorder(trace, probe_overflow=probing, measure_flush=probing)
+    recorder = GradientRecorder(trace)
+    probes = Probes(overflow=probing, flush=probing)
 upd = DynamicLossScalingUpdater(
     model.solver,
     model.loss,
@@ -48,6 +50,7 @@ upd = DynamicLossScalingUpdater(
     accum_grad=accum,
     comm=comm,
     recorder=recorder,
+    probes=probes,
     finite_check="numpy" if mode == "probing" else "auto",  # one path: only the probes differ
 )
 for _ in range(3):
