@@ -8,6 +8,7 @@ it over, and tells the recorder whether the steps' overflow thresholds were prob
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -281,9 +282,8 @@ class GradientRecorder:
             layer_columns(self._layer_names, names, len(grads)) if self.per_parameter else None
         )
         bad = loss_finite is not None and not loss_finite
-        row = step_row(
-            grads, scale, bad, over, seen_finite, columns, flush, forward_peak, self.overflow_probed
-        )
+        row = step_row(grads, scale, bad, over, seen_finite, columns, flush, forward_peak)
+        row = dataclasses.replace(row, probed=self.overflow_probed)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
         peak = row.forward[0] if row.forward is not None else 0.0

@@ -64,15 +64,13 @@ def step_row(
     columns: np.ndarray | None,
     flush: tuple | None = None,
     forward: tuple | None = None,
-    probed: bool = False,
 ) -> RecordedStep:
     """The row of one step (:meth:`updater.trace.recorder.GradientRecorder.record`'s arguments,
     checked there): the histograms of ``grads`` divided by ``scale``, per array in ``columns``
     (None: no layers). Non-finite ``grads`` of a step that is not a bad batch overflowed at
     ``scale``: its threshold is at most ``scale`` and its arrays' ``absmax`` at least
     65520 / ``scale``. ``ValueError`` unless ``finite_scale`` stays below the threshold
-    (:func:`updater.trace.thresholds.check_step`) and the forward peak is >= 0. ``probed``:
-    the threshold was measured by probes."""
+    (:func:`updater.trace.thresholds.check_step`) and the forward peak is >= 0."""
     rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
     layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
     layer_zeros = np.array([r[1] for r in rows], np.int64)
@@ -97,7 +95,6 @@ def step_row(
         layers=None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax),
         flush=None if flush is None else tuple(np.asarray(a, dtype=np.float64) for a in flush),
         forward=forward,
-        probed=probed,
     )
 
 
