@@ -3,9 +3,10 @@ copies and graph leaves.
 
 ``NdArray.get_data`` rebuilds nnabla's CPU context on every call (about 25-30 us in nnabla 1.39);
 :func:`host_view` asks ``data_ptr`` for the pointer with a context made once (about 2 us). Every
-read of an nnabla array into Python in :mod:`updater` goes through it (the updater's gradient
-checks, its loss and agreement-flag reads, :class:`updater.runtime.comm.MPICommunicator`), and
-:func:`host_reads` counts them: on a GPU each is a device-to-host copy.
+read of an nnabla array into Python in :mod:`updater` goes through it or :func:`host_all_finite`
+(the updater's gradient checks, its loss and agreement-flag reads,
+:class:`updater.runtime.comm.MPICommunicator`), and :func:`host_reads` counts them: on a GPU each
+is a device-to-host copy.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ctypes
 import functools
 import itertools
 import math
+import struct
 import sys
 from typing import Dict, List
 
@@ -56,12 +58,29 @@ def host_view(array, dtype=None, write_only: bool = False) -> np.ndarray:
     nnabla call that writes or frees the array. Each call without ``write_only`` counts as one
     host read (:func:`host_reads`).
     """
-    global _HOST_READS
-    _HOST_READS += not write_only
     dtype = array_dtype(array) if dtype is None else np.dtype(dtype)
-    pointer = array.data_ptr(dtype, _HOST_CONTEXT or _host_context(), write_only)
+    pointer = _host_pointer(array, dtype, write_only)
     raw = (ctypes.c_char * (array.size * dtype.itemsize)).from_address(pointer)
     return np.frombuffer(raw, dtype=dtype)
+
+
+def _host_pointer(array, dtype: np.dtype, write_only: bool) -> int:
+    """The address of ``array``'s host memory as ``dtype`` (counted as a host read unless
+    ``write_only``)."""
+    global _HOST_READS
+    _HOST_READS += not write_only
+    return array.data_ptr(dtype, _HOST_CONTEXT or _host_context(), write_only)
+
+
+def host_all_finite(array) -> bool:
+    """Whether every value of ``array`` is finite (one host read). A one-value array (a loss) is
+    read as one Python number, without a NumPy view and reduction: right after a deep
+    backward pass that read costs a few microseconds where NumPy's takes about a hundred."""
+    dtype = array_dtype(array)
+    if array.size != 1:
+        return bool(np.isfinite(host_view(array, dtype)).all())
+    raw = ctypes.string_at(_host_pointer(array, dtype, False), dtype.itemsize)
+    return math.isfinite(struct.unpack(dtype.char, raw)[0])
 
 
 def registered_parameters(scope=None) -> Dict[int, nn.Variable]:

@@ -14,9 +14,15 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 import nnabla as nn
-import numpy as np
 
-from .arrays import bad_indices, copy_array, describe_inputs, host_view, input_leaves, restore_array
+from .arrays import (
+    bad_indices,
+    copy_array,
+    describe_inputs,
+    host_all_finite,
+    input_leaves,
+    restore_array,
+)
 from .checks import NOT_CHECKED, Extras, FiniteCheck
 from .checks.base import NO_EXTRAS, NotChecked
 from .function_roles import Range, input_ranges
@@ -172,7 +178,7 @@ class Rounds:
 
     def loss_finite(self) -> bool:
         """Whether the loss is finite now (one host read)."""
-        return bool(np.isfinite(host_view(self.options.loss.data)).all())
+        return host_all_finite(self.options.loss.data)
 
     def bad_input_names(self) -> List[str]:
         """The inputs that were bad, named by the function they feed and their shape, with the

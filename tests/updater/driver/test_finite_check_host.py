@@ -308,3 +308,25 @@ def test_numpy_absmax_is_over_absmax_over_when_given(unscale_by):
     found = HostCheck(m.solver, None).inspect(lambda: params, ask)
     assert found.finite and found.absmax == np.abs(values[names[1]].astype(np.float64)).max()
     assert found.unscaled == (unscale_by is not None)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (1,), (3, 2)])
+def test_host_all_finite_reads_one_value_and_many_as_numpy_does(dtype, shape):
+    """The loss read: a one-value array read as one number, a larger one through a view; each
+    finds inf, -inf and NaN where NumPy does, lets every finite value through (float16's
+    largest and smallest too), and counts one host read."""
+    from updater.driver.arrays import host_all_finite
+
+    info = np.finfo(dtype)
+    values = [0.0, -0.0, 1.5, float(info.max), -float(info.max), float(info.tiny) / 4]
+    values += [math.inf, -math.inf, math.nan]
+    for value in values:
+        data = np.full(shape, value, dtype)
+        if data.size > 1:
+            data.flat[0] = 1.0  # the odd value last, behind a finite one
+            data.flat[-1] = value
+        array = nn.NdArray.from_numpy_array(data)
+        reads = host_reads()
+        assert host_all_finite(array) == bool(np.isfinite(data).all()), (dtype, shape, value)
+        assert host_reads() == reads + 1
