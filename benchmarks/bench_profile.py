@@ -8,6 +8,9 @@ their own: their time counts in the Python function that makes them, so the roun
 nnabla's forward and backward, ``apply``'s is ``solver.update()``, the "nnabla" check's is
 ``check_inf_or_nan_grad()``. The profiler's own cost inflates every figure; compare within a
 row and across paths, not with the timed sections.
+
+Also: the loss read, the old way (a NumPy view and reduction) and the new (one number), timed
+right after a bare step's backward pass and at once again (:func:`cold_reads`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,49 @@ def profile(build, variant, steps=20, warmup=5, seed=0):
     return total, feed, [(label, us) for label, us in ranked if not label.startswith(FEED)]
 
 
+def _numpy_read(loss) -> bool:
+    """The loss read as the host paths made it before issue 42: a NumPy view and reduction."""
+    from updater.driver.arrays import host_view
+
+    return bool(np.isfinite(host_view(loss.data)).all())
+
+
+def _number_read(loss) -> bool:
+    """The loss read as they make it now: one number."""
+    from updater.driver.arrays import host_all_finite
+
+    return host_all_finite(loss.data)
+
+
+READS = {"NumPy view and reduction": _numpy_read, "one number": _number_read}
+
+
+def cold_reads(build, steps=200, seed=0):
+    """Median microseconds of each of :data:`READS` of the loss right after a bare step's
+    backward pass (first) and at once again (second), on the model ``build(rng)`` makes; the
+    reads take turns, one per step."""
+    import time
+
+    import nnabla as nn
+
+    nn.clear_parameters()
+    solver, loss, feed = build(np.random.default_rng(seed))
+    times = {(name, when): [] for name in READS for when in ("first", "again")}
+    for i in range(steps):
+        solver.zero_grad()
+        feed()
+        loss.forward(clear_no_need_grad=True)
+        loss.backward(8.0, clear_buffer=True)
+        name = list(READS)[i % len(READS)]
+        for when in ("first", "again"):
+            start = time.perf_counter()
+            READS[name](loss)
+            times[name, when].append(1e6 * (time.perf_counter() - start))
+        solver.scale_grad(1 / 8.0)
+        solver.update()
+    return {key: float(np.median(v)) for key, v in times.items()}
+
+
 def run(quick=False):
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
@@ -95,16 +141,21 @@ def run(quick=False):
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     models = {"MLP, 6 arrays": MODELS["MLP, 6 arrays"]} if quick else MODELS
     steps = 3 if quick else 20
-    return {
+    profiles = {
         (model, variant): profile(build, variant, steps)
         for model, build in models.items()
         for variant in VARIANTS
+    }
+    cold = "MLP, 6 arrays" if quick else "MLP, 202 arrays"
+    return {
+        "profiles": profiles,
+        "cold": (cold, cold_reads(MODELS[cold], 20 if quick else 400)),
     }
 
 
 def markdown(res) -> str:
     rows = []
-    for (model, variant), (total, feed, own) in res.items():
+    for (model, variant), (total, feed, own) in res["profiles"].items():
         top = ", ".join(f"{name} {us:,.0f}" for name, us in own[:TOP])
         rows.append([model, variant, f"{total:,.0f}", f"{feed:,.0f}", top])
     heads = [
@@ -124,7 +175,23 @@ def markdown(res) -> str:
             "graph, `params` is `solver.get_parameters()`):",
             "",
             markdown_grid(heads, rows),
+            "",
+            _cold_text(*res["cold"]),
         ]
+    )
+
+
+def _cold_text(model: str, reads: dict) -> str:
+    """The cold reads as a sentence and a table."""
+    rows = [[name, f"{reads[name, 'first']:.1f}", f"{reads[name, 'again']:.1f}"] for name in READS]
+    heads = ["loss read", "first after backward, us", "at once again, us"]
+    return (
+        f"Python right after nnabla's backward pass ({model}, a bare step, medians of "
+        "alternating steps) runs several times slower than the same code at once again, most "
+        "likely because the backward pass left little of its code and data in the processor's "
+        "caches. Every stretch of Python an update runs between nnabla's calls pays this, so "
+        "its Python costs more in place than stubbed (the first section's measurement).\n\n"
+        + markdown_grid(heads, rows)
     )
 
 

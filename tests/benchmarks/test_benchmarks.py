@@ -50,6 +50,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     assert "| 20,000 |" in text and "simulate / core" in text
     assert "## Where an update's time goes" in text and "| MLP, 6 arrays | nnabla's |" in text
     assert "rounds.run" in text and "Goals at depth" in text
+    assert "| one number |" in text and "first after backward, us" in text
 
 
 @pytest.mark.nnabla
