@@ -132,11 +132,10 @@ def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str,
     steps = scale.shape[0]
     n_skipped = skipped.sum(axis=0)
     n_applied = steps - n_skipped
-    applied = np.where(skipped, 0.0, flushed)
-    flushed_applied = applied.sum(axis=0)
+    flushed_applied = np.where(skipped, 0.0, flushed).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_flushed = flushed_applied / n_applied
-        ratio = np.divide(scale, safe, out=_reuse(applied, scale, safe))
+        ratio = scale / safe
     within = np.greater_equal(ratio, 0.5)
     flags = np.less_equal(ratio, 2.0)
     within &= flags
@@ -154,11 +153,6 @@ def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str,
         "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
         "below_half_safe": np.less(ratio, 0.5, out=flags).sum(axis=0) / steps,
     }
-
-
-def _reuse(buffer: np.ndarray, *operands):
-    """``buffer`` when it has the shape of the operands' result (to write it there), else None."""
-    return buffer if buffer.shape == np.broadcast_shapes(*map(np.shape, operands)) else None
 
 
 def summarize(metrics: Dict[str, np.ndarray], steps: int, **labels) -> Dict[str, Any]:
