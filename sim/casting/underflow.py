@@ -62,7 +62,9 @@ def flushed_share_of_table(table: np.ndarray, scale) -> np.ndarray:
     # bins below index FP16_FLUSH_BINADE - k - EXP_MIN are flushed at scale 2**k; a fractional
     # index interpolates (each pass in place: a new array of the result's size costs as much)
     np.subtract(FP16_FLUSH_BINADE - EXP_MIN, pos, out=pos)
-    pos = np.clip(np.broadcast_to(pos, shape), 0.0, NBINS, out=pos if pos.shape == shape else None)
+    pos = np.clip(
+        np.broadcast_to(pos, shape), 0.0, float(NBINS), out=pos if pos.shape == shape else None
+    )
     i0 = pos.astype(np.int64)  # floor, as pos >= 0
     frac = np.subtract(pos, i0, out=pos)
     i0 += (np.arange(steps, dtype=np.int64) * (NBINS + 1))[:, None]
