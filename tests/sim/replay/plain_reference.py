@@ -6,7 +6,8 @@ import numpy as np
 
 from sim.casting.underflow import flushed_table, measured_flushed_share
 from sim.replay.result import RunResult, _largest_power_of_two_below, overflow_limits, policy_label
-from updater.common.float16 import FP16_FLUSH_BINADE, FP16_MAX
+from tests.updater.policy.test_safe_scale_bits import frexp_safe_scale as largest_safe_scale
+from updater.common.float16 import FP16_FLUSH_BINADE
 from updater.trace import EXP_MIN, NBINS
 
 
@@ -15,14 +16,6 @@ def jitter_factors(steps, runs, seed=0, jitter=0.25):
         return np.ones((steps, 1))
     z = np.random.default_rng(seed).standard_normal((runs, steps), dtype=np.float32)
     return np.exp2(jitter * z.T.astype(np.float64))
-
-
-def largest_safe_scale(grad_absmax_unscaled, margin=1.0):
-    a = np.asarray(grad_absmax_unscaled, dtype=np.float64)
-    with np.errstate(divide="ignore", over="ignore"):
-        y = FP16_MAX / (a * margin)
-    m, e = np.frexp(y)
-    return np.ldexp(np.ceil(m) * 0.5, e)
 
 
 def safe_scales(absmax, overflow_from=None, max_scale=None, floor=None):
