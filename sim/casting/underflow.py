@@ -58,16 +58,20 @@ def flushed_share_of_table(table: np.ndarray, scale) -> np.ndarray:
     steps = table.shape[0]
     shape = np.broadcast_shapes(s2.shape, (steps, 1))
     with np.errstate(divide="ignore"):
-        pos = FP16_FLUSH_BINADE - EXP_MIN - np.log2(s2)
+        pos = np.log2(s2)
     # bins below index FP16_FLUSH_BINADE - k - EXP_MIN are flushed at scale 2**k; a fractional
-    # index interpolates
-    pos = np.clip(np.broadcast_to(pos, shape), 0.0, float(NBINS))
+    # index interpolates (each pass in place: a new array of the result's size costs as much)
+    np.subtract(FP16_FLUSH_BINADE - EXP_MIN, pos, out=pos)
+    pos = np.clip(
+        np.broadcast_to(pos, shape), 0.0, float(NBINS), out=pos if pos.shape == shape else None
+    )
     i0 = pos.astype(np.int64)  # floor, as pos >= 0
-    frac = pos - i0
+    frac = np.subtract(pos, i0, out=pos)
     i0 += (np.arange(steps, dtype=np.int64) * (NBINS + 1))[:, None]
     step_up = np.zeros_like(table)
     step_up[:, :-1] = np.diff(table, axis=1)  # F[i + 1] - F[i]; 0 past the last edge
-    share = table.ravel().take(i0) + frac * step_up.ravel().take(i0)
+    share = np.multiply(frac, step_up.ravel().take(i0), out=frac)
+    share += table.ravel().take(i0)
     return share[:, 0] if one_d else share
 
 

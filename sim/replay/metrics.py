@@ -136,16 +136,22 @@ def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str,
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_flushed = flushed_applied / n_applied
         ratio = scale / safe
-    within = (ratio >= 0.5) & (ratio <= 2.0)
+    within = np.greater_equal(ratio, 0.5)
+    flags = np.less_equal(ratio, 2.0)
+    within &= flags
     first = np.argmax(within, axis=0)
     reached = within[first, np.arange(scale.shape[1])]
+    bad = np.asarray(nonfinite, dtype=bool)
+    overflows = overflow.sum(axis=0)
+    if bad.any():  # bad batches are not counted
+        overflows -= overflow[bad].sum(axis=0)
     return {
-        "overflows": (overflow & ~np.asarray(nonfinite)[:, None]).sum(axis=0),
+        "overflows": overflows,
         "skipped": n_skipped,
         "mean_flushed": mean_flushed,
         "signal_lost": (flushed_applied + n_skipped) / steps,
         "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
-        "below_half_safe": (ratio < 0.5).sum(axis=0) / steps,
+        "below_half_safe": np.less(ratio, 0.5, out=flags).sum(axis=0) / steps,
     }
 
 

@@ -69,6 +69,23 @@ class RunResult:
         return summarize(self.metrics, self.steps, label=self.label, trace=self.trace_name)
 
 
+RUN_BLOCK = 1 << 17
+"""About how many (step, run) values :func:`run_blocks` puts in a block: its temporaries stay
+in the cache."""
+MIN_BLOCK_RUNS = 1 << 14
+"""Fewest runs in a block (fewer only when there are fewer runs)."""
+
+
+def run_blocks(steps: int, runs: int) -> list:
+    """Slices that split ``runs`` runs of ``steps`` steps into blocks of about ``RUN_BLOCK``
+    values, each at least ``MIN_BLOCK_RUNS`` runs wide (or all the runs). Never one run out of
+    many: NumPy's loops over a one-column view are its strided ones, whose exp2 and log2 may
+    round differently from the contiguous ones every other block takes."""
+    n = max(1, runs // max(MIN_BLOCK_RUNS, RUN_BLOCK // steps))
+    edges = [runs * i // n for i in range(n + 1)]
+    return [slice(start, stop) for start, stop in zip(edges, edges[1:])]
+
+
 def policy_label(policy) -> str:
     """The preset name of ``policy`` if it equals one, else its class name."""
     for name, preset in PRESETS.items():
@@ -107,22 +124,49 @@ def safe_scales(absmax, overflow_from=None, max_scale=None, floor=None) -> np.nd
     overflows; inf or None where it never does), at least ``floor`` (a scale the step was seen
     finite at; None: not known) and at most ``max_scale`` (None: no cap). Arguments broadcast
     together; the result is float64."""
-    safe = largest_safe_scale(absmax)
+    safe = largest_safe_scale(absmax)  # a new array (or a scalar), so written in place
     if overflow_from is not None:
-        safe = np.minimum(safe, _largest_power_of_two_below(overflow_from))
+        safe = _into(np.minimum, safe, _largest_power_of_two_below(overflow_from))
     if floor is not None:
-        safe = np.maximum(safe, floor)
-    return safe if max_scale is None else np.minimum(safe, max_scale)
+        safe = _into(np.maximum, safe, floor)
+    return safe if max_scale is None else _into(np.minimum, safe, max_scale)
+
+
+def _into(ufunc, safe, other):
+    """``ufunc(safe, other)``, written into ``safe`` when it is an array of the result's shape."""
+    own = (
+        isinstance(safe, np.ndarray)
+        and np.broadcast_shapes(safe.shape, np.shape(other)) == safe.shape
+    )
+    return ufunc(safe, other, out=safe if own else None)
 
 
 def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
+    """The :class:`RunResult` of a replay: ``scale_all`` (steps + 1, runs) and ``overflow``
+    (steps, runs) from the loop, ``absmax`` and ``factor`` (steps, runs or 1) as it used them.
+    The safe scales, flushed shares and metrics are worked out a block of runs at a time
+    (:func:`run_blocks`): each run's values do not depend on the others'."""
     scale = scale_all[:-1]
     skipped = overflow | trace.nonfinite[:, None]
-    over, floor = overflow_limits(trace, factor)
     cap = getattr(policy, "max_scale", None)
-    safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap, floor)
-    flushed = replay_flushed_share(trace, scale * factor)
-    metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
+    absmax, factor = np.broadcast_to(absmax, scale.shape), np.broadcast_to(factor, scale.shape)
+    safe, flushed = np.empty(scale.shape), np.empty(scale.shape)
+    parts = []
+    for cols in run_blocks(*scale.shape):
+        over, floor = overflow_limits(trace, factor[:, cols])
+        safe[:, cols] = safe_scales(absmax[:, cols], over, cap, floor)
+        flushed[:, cols] = replay_flushed_share(trace, scale[:, cols] * factor[:, cols])
+        parts.append(
+            run_metrics(
+                scale[:, cols],
+                overflow[:, cols],
+                skipped[:, cols],
+                safe[:, cols],
+                flushed[:, cols],
+                trace.nonfinite,
+            )
+        )
+    metrics = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     metrics["final_scale"] = scale_all[-1].copy()
     return RunResult(
         label=label or policy_label(policy),

@@ -49,7 +49,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from sim.replay.clock import training_clock
-from sim.replay.result import RunResult, overflow_limits, policy_label, run_result
+from sim.replay.result import RunResult, overflow_limits, policy_label, run_blocks, run_result
 from sim.traces.named import named_trace
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
@@ -86,7 +86,11 @@ def jitter_factors(steps: int, runs: int, seed: int = 0, jitter: float = 0.25) -
     if jitter == 0:
         return np.ones((steps, 1))
     z = np.random.default_rng(seed).standard_normal((runs, steps), dtype=np.float32)
-    return np.exp2(jitter * z.T.astype(np.float64))  # run r's noise: row r of z
+    factor = np.empty((steps, runs))  # run r's noise: row r of z, transposed block by block
+    for cols in run_blocks(steps, runs):
+        block = np.multiply(jitter, z[cols].T, out=factor[:, cols], dtype=np.float64)
+        np.exp2(block, out=block)
+    return factor
 
 
 # ---------------------------------------------------------------- the simulation

@@ -141,8 +141,18 @@ def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):
     """
     a = np.asarray(grad_absmax_unscaled, dtype=np.float64)
     with np.errstate(divide="ignore", over="ignore"):  # 0 -> inf, clipped by callers
-        y = FP16_MAX / (a * margin)
+        y = FP16_MAX / (a if np.ndim(margin) == 0 and margin == 1 else a * margin)
+    if isinstance(y, np.ndarray) and y.size and y.min() >= 0:
+        # y is 0, inf or normal (65504 over a finite float64 is never subnormal): its mantissa
+        # bits cleared, in place, it is the power of two at or below it; 0 and inf stay
+        bits = y.view(np.int64)
+        np.bitwise_and(bits, _SIGN_AND_EXPONENT, out=bits)
+        return y
     # y = m * 2**e with 0.5 <= m < 1 gives 2**(e-1), exactly (a rounded log2 is not, just below
     # a power of two); m is 0, inf or NaN for y = 0, inf or NaN, and ceil keeps those
     m, e = np.frexp(y)
     return np.ldexp(np.ceil(m) * 0.5, e)
+
+
+_SIGN_AND_EXPONENT = np.int64(-(1 << 52))
+"""A float64's sign and exponent bits, as an int64 mask (its 52 mantissa bits clear)."""
