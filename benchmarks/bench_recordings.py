@@ -109,13 +109,13 @@ def markdown(result: Dict[str, List[Dict]]) -> str:
     ]
     summary = []
     for s in needed(result["rows"]):
-        spreads = ", ".join(f"{lo:g}-{hi:g}" for lo, hi in s["spreads"])
+        spreads = ", ".join(f"{lo:.1f}-{hi:.1f}" for lo, hi in s["spreads"])
         summary.append(
             {
                 **s,
                 "needed": "not within these" if s["needed"] is None else s["needed"],
                 "spreads": spreads,
-                "width": f"{s['widths'][0]:g} -> {s['widths'][-1]:g}",
+                "width": f"{s['widths'][0]:.1f} -> {s['widths'][-1]:.1f}",
             }
         )
     return "\n".join(
