@@ -74,8 +74,8 @@ def _host_pointer(array, dtype: np.dtype, write_only: bool) -> int:
 
 def host_all_finite(array) -> bool:
     """Whether every value of ``array`` is finite (one host read). A one-value array (a loss) is
-    read as one Python number, without a NumPy view and reduction: right after a deep
-    backward pass that read costs a few microseconds where NumPy's takes about a hundred."""
+    read as one Python number, without a NumPy view and reduction, which cost more right after
+    a backward pass (``reports/benchmarks.md``, "Where an update's time goes")."""
     dtype = array_dtype(array)
     if array.size != 1:
         return bool(np.isfinite(host_view(array, dtype)).all())
