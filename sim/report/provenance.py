@@ -1,16 +1,17 @@
 """Where a generated report came from: the package version, and the commit of the code when
 it runs from this project's own checkout.
 
-The commit named is the last one that changed the code (:data:`CODE_PATHS`), not ``HEAD``: a
-commit that only adds regenerated reports does not change it, so rerunning a report command at
-the same commit rewrites the same bytes and leaves git clean.
+The commit named is the last one that changed the code (:data:`CODE_PATHS`, plus the folders a
+report's own scripts live in, such as ``benchmarks``), not ``HEAD``: a commit that only adds
+regenerated reports does not change it, so rerunning a report command at the same commit
+rewrites the same bytes and leaves git clean.
 """
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Union
+from typing import Tuple, Union
 
 from sim import __version__
 
@@ -40,21 +41,25 @@ def is_project_checkout() -> bool:
     return top.returncode == 0 and Path(top.stdout.strip()).resolve() == ROOT
 
 
-def code_commit(output: Union[str, Path, None] = None) -> str | None:
-    """The short id of the last commit that changed :data:`CODE_PATHS`, ``+dirty`` when those
-    differ from it; None outside this project's checkout (:func:`is_project_checkout`).
+def code_commit(output: Union[str, Path, None] = None, also: Tuple[str, ...] = ()) -> str | None:
+    """The short id of the last commit that changed :data:`CODE_PATHS` or ``also``, ``+dirty``
+    when those differ from it; None outside this project's checkout
+    (:func:`is_project_checkout`).
 
     Args:
         output (str or Path or None, default None): the file or folder being generated; its
             own changes do not count as dirty.
+        also (tuple of str, default ()): more paths of the checkout whose code makes the
+            report's numbers (``("benchmarks",)`` for a benchmark's report).
     """
     if not is_project_checkout():
         return None
-    spec = ["--", *CODE_PATHS]
+    paths = (*CODE_PATHS, *also)
+    spec = ["--", *paths]
     if output is not None and ROOT in Path(output).resolve().parents:  # git refuses paths outside
         spec.append(f":(exclude){Path(output).resolve()}")
     try:
-        last = _git("log", "-1", "--format=%h", "--", *CODE_PATHS)
+        last = _git("log", "-1", "--format=%h", "--", *paths)
         dirty = _git("status", "--porcelain", "--untracked-files=no", *spec).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
@@ -63,13 +68,13 @@ def code_commit(output: Union[str, Path, None] = None) -> str | None:
     return last.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def provenance(output: Union[str, Path, None] = None) -> str:
+def provenance(output: Union[str, Path, None] = None, also: Tuple[str, ...] = ()) -> str:
     """``nnabla-dls 0.1.0, code at commit abc1234``; without the commit outside this project's
-    checkout (:func:`code_commit`).
+    checkout (:func:`code_commit`, which takes ``output`` and ``also``).
 
     >>> provenance().startswith("nnabla-dls ")
     True
     """
-    commit = code_commit(output)
+    commit = code_commit(output, also)
     where = f", code at commit {commit}" if commit else ""
     return f"{PROJECT} {__version__}{where}"
