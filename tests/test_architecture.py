@@ -1,6 +1,7 @@
 """The architecture the folders show: every arrow runs sim -> updater, no import cycles between
 modules or between packages, the NumPy layers never reach nnabla or the driver, nnabla only in
-the library and in sim.nnabla_studies, no module over 400 lines (benchmarks, examples and tests too)."""
+the library and in sim.nnabla_studies, no module over 400 lines (benchmarks, examples and tests
+too)."""
 
 import ast
 import subprocess
