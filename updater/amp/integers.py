@@ -32,7 +32,7 @@ from .lists import LAYOUT
 def integer_functions(funcs) -> List[bool]:
     """True for each function of ``funcs`` (in the order of :func:`updater.amp.functions`) whose
     outputs carry integer data on its way to an index input, by the rules of this module."""
-    producer = {f: i for i, f in enumerate(funcs)}
+    producer = {o: i for i, f in enumerate(funcs) for o in f.outputs}  # unlinked copies too
     roles = [input_roles(f) for f in funcs]
     moved = [
         [v for v, role in zip(f.inputs, r) if role == VALUE] if f.info.type_name in LAYOUT else []
@@ -56,7 +56,7 @@ def integer_functions(funcs) -> List[bool]:
 
     while todo:
         v, backwards = todo.pop()
-        i = producer.get(v.parent) if backwards and v.parent is not None else None
+        i = producer.get(v) if backwards else None
         if i is not None:
             exact.add(i)
             push(moved[i], True)

@@ -243,3 +243,22 @@ def test_only_the_id_path_moves_to_float32_in_a_language_model(monkeypatch):
     moved = [f.info.type_name for f, n, b in zip(amp.functions(outputs[0]), now, before) if n != b]
     assert moved == ["Transpose", "Slice", "Slice", "Reshape"]
     assert all(b and not n for n, b in zip(now, before) if n != b)
+
+
+def test_an_unlinked_copy_of_sliced_ids_is_followed_back_to_the_slice():
+    """Embed reading ``ids[:, :-1].get_unlinked_variable()``: the rewrite rebuilds the copy from
+    the rebuilt Slice, so that Slice carries the ids too."""
+    ids_np = odd_ids((2, 4), high=9999)
+    table = half_exact_table(10000)
+    with nn.context_scope(CPU), nn.parameter_scope(f"amp_int_{next(SCOPES)}"):
+        shifted = nn.Variable.from_numpy_array(ids_np)[:, :-1]
+        embedded = F.embed(shifted.get_unlinked_variable(need_grad=False), table)
+        out = F.sum(PF.affine(embedded, 3, base_axis=2, name="a")) + F.sum(shifted)
+    funcs = amp.functions(out)
+    slices = [e for f, e in zip(funcs, integer_functions(funcs)) if f.info.type_name == "Slice"]
+    assert slices == [True]
+    rewritten, rows = amp.rewrite([out, embedded], context=CPU)
+    for _ in range(2):  # the unlinked copy holds the Slice's data from the first forward on
+        forward([rewritten, rows])
+    assert np.array_equal(rows.d, table.d[ids_np[:, :-1]])
+    assert ("Slice", "float") in context_of(rewritten)
