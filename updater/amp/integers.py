@@ -31,7 +31,7 @@ from .lists import LAYOUT
 
 def integer_functions(funcs) -> List[bool]:
     """True for each function of ``funcs`` (in the order of :func:`updater.amp.functions`) whose
-    outputs carry integer data on its way to an index input, by the rules of this module."""
+    outputs carry integer data, by the two rules of this module."""
     producer = {o: i for i, f in enumerate(funcs) for o in f.outputs}  # unlinked copies too
     roles = [input_roles(f) for f in funcs]
     moved = [

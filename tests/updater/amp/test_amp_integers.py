@@ -174,6 +174,20 @@ def test_ids_through_layout_functions_and_an_argmax_reach_embed_exactly(name):
     assert ("Affine", "half") in context_of(rewritten)
 
 
+def test_ids_into_one_hot_set_their_own_column():
+    """OneHot's input is an index too: before the fix the half Transpose set column 4096 for
+    the id 4097."""
+    tokens = odd_ids((3, 2), high=4999)
+    with nn.context_scope(CPU), nn.parameter_scope(f"amp_int_{next(SCOPES)}"):
+        ids = F.reshape(F.transpose(nn.Variable.from_numpy_array(tokens), (1, 0)), (2, 3, 1))
+        hot = F.one_hot(ids, (5000,))
+        out = F.sum(PF.affine(hot, 2, base_axis=2, name="a"))
+    rewritten, columns = amp.rewrite([out, hot], context=CPU)
+    forward([rewritten, columns])
+    assert np.array_equal(np.argmax(columns.d, axis=2), tokens.T)
+    assert ("Affine", "half") in context_of(rewritten)
+
+
 def test_ids_moved_beside_float_data_stay_exact_forwards():
     """Integer data travels forwards too: ids reshaped and concatenated beside float features
     (an output, not an index) are float32, so the ids in it are exact; the Affine reading it
