@@ -13,6 +13,15 @@ CLASSES = ("half", "infer", "float", "clear")
 
 _BN = ("BatchNormalization", "FusedBatchNormalization", "SyncBatchNormalization")
 
+LAYOUT = frozenset(
+    "Reshape Transpose Concatenate Split Stack Slice Pad Tile Flip Shift Broadcast BroadcastTo "
+    "Identity Unpooling MatrixDiag MatrixDiagPart Gather GatherNd RandomFlip RandomCrop "
+    "RandomShift".split()
+)
+"""The layout functions: each output value is a value of their moved inputs (the inputs the
+role table calls values; Gather's indices are not moved) or a constant (Pad, MatrixDiag,
+Unpooling), so integer data stays integer through them (:mod:`updater.amp.integers`)."""
+
 # (class, function type names, reason): the default lists. BatchNormalization is added by
 # default_lists() because its class depends on the backend.
 GROUPS: Tuple[Tuple[str, str, str], ...] = (
@@ -84,11 +93,11 @@ GROUPS: Tuple[Tuple[str, str, str], ...] = (
     ),
     (
         "clear",
-        "Reshape Transpose Concatenate Split Stack Slice Pad Tile Flip Shift Broadcast "
-        "BroadcastTo Identity Unpooling MatrixDiag MatrixDiagPart Gather GatherNd Embed OneHot "
-        "RandomFlip RandomCrop RandomShift",
-        "moves, copies or looks up values",
+        " ".join(sorted(LAYOUT)),
+        "moves or copies values; kept in float32 where it carries indices (integers beyond "
+        "2048 are not all float16 numbers)",
     ),
+    ("clear", "Embed OneHot", "looks up rows by an index, or writes 0/1"),
     ("clear", "Dropout", "zeroes values and scales the rest by 1/(1-p)"),
     (
         "clear",

@@ -9,8 +9,14 @@ and the painting rules follow TensorFlow's ``auto_mixed_precision`` graph rewrit
 - ``infer``: float16 only between two half functions (on a path half -> infer/clear -> half)
   and not downstream of a ``float`` function through infer/clear functions;
 - ``float``: always float32 (exp, log, losses, large reductions, statistics);
-- ``clear``: no numerical effect (reshape, ReLU, max pooling): float16 when connected to a half
-  function through clear functions only, and not tainted by a ``float`` function.
+- ``clear``: no numerical effect on float data (reshape, ReLU, max pooling): float16 when
+  connected to a half function through clear functions only, and not tainted by a ``float``
+  function.
+
+Whatever the lists say, the functions that carry indices stay float32 (float16 holds the
+integers only up to 2048): the functions producing an index input (Embed's ids, a loss's
+labels, ...) and the layout functions (Slice, Reshape, Concatenate, ...) moving integer data
+into one or out of one (:mod:`updater.amp.integers`).
 
 Function types in no list compute in float32, and :func:`rewrite` logs them. See
 :func:`describe_lists` for the default lists and the reason for each entry; the lists and the
@@ -32,6 +38,7 @@ from typing import Dict, List
 import nnabla as nn
 import nnabla.function as NF
 
+from .integers import integer_functions
 from .lists import AmpLists, amp_contexts, check_lists, default_lists
 
 logger = logging.getLogger(__name__)
@@ -93,7 +100,8 @@ def _walk(roots, neighbours, enter) -> set:
 
 def paint(funcs, lists: AmpLists) -> List[bool]:
     """True for each function of ``funcs`` (in the order of :func:`functions`) that should
-    compute in float16, by TensorFlow's four passes."""
+    compute in float16, by TensorFlow's four passes; the functions that carry indices
+    (:func:`~updater.amp.integers.integer_functions`) stay float32 and no pass crosses them."""
     index = {f: i for i, f in enumerate(funcs)}
     succ: List[set] = [set() for _ in funcs]
     pred: List[set] = [set() for _ in funcs]
@@ -103,7 +111,8 @@ def paint(funcs, lists: AmpLists) -> List[bool]:
                 pred[j].add(index[v.parent])
                 succ[index[v.parent]].add(j)
     both = [p | s for p, s in zip(pred, succ)]
-    cls = [lists.class_of(f.info.type_name) for f in funcs]
+    exact = integer_functions(funcs)
+    cls = [None if e else lists.class_of(f.info.type_name) for f, e in zip(funcs, exact)]
     nodes = range(len(funcs))
 
     # 1. half list. 2. deny: forward from float functions through infer functions and the
@@ -134,7 +143,8 @@ def rewrite(output, lists: AmpLists | None = None, context=None):
     Functions of several outputs (Split, LSTM) keep all of them. Arguments are kept, inplace
     too: in nnabla 1.39 only Reshape honours it, and its shared array converts between float16
     and float32 on demand (tested: the same numbers as a copy). The original graph is left as
-    it was. Function types in no list compute in float32 and are logged (warning).
+    it was. Function types in no list compute in float32 and are logged (warning); the
+    functions that carry indices compute in float32 whatever the lists say.
 
     Args:
         output (nnabla.Variable or list of them): the outputs to rebuild (e.g. loss and
