@@ -132,7 +132,7 @@ INDEX_NAMES = ("indices", "lengths", "batch_sizes")
 IGNORED_FROM = -(2**31)
 """The lowest label a cross-entropy that ignores negative labels ignores: nnabla reads labels as
 int32 (``Tl`` is ``int``), so an int64 label below it wraps (-2**31 - 1 becomes 2**31 - 1, read
-out of bounds: measured, the process crashes)."""
+out of bounds: measured, a segmentation fault)."""
 
 
 class Indexes(NamedTuple):
@@ -166,10 +166,11 @@ INDEXES: Dict[str, Indexes] = {
 """The values each function with an index into a table accepts, ignores and reads out of bounds
 (``src/nbla/function/generic``, and nnabla-ext-cuda's kernels for the cross-entropies):
 
-- SoftmaxCrossEntropy, CategoricalCrossEntropy: ``if (label < 0)``: loss 0, no gradient (the
-  CPU source in the index shows it for CategoricalCrossEntropy and the CUDA kernels for both;
-  measured on the installed nnabla for both, by a test, at -1, -7, -100, -1e6, -2**31 + 5 and
-  -2**31); a label >= n reads another row's value (or past the array for the last row).
+- SoftmaxCrossEntropy, CategoricalCrossEntropy: ``if (label < 0)``: loss 0, no gradient
+  (CategoricalCrossEntropy's CPU source, SoftmaxCrossEntropy's CUDA kernels; the older CPU
+  SoftmaxCrossEntropy sources read lack the test, so a test measures both on the installed
+  nnabla, at -1, -7, -100, -1e6, -2**31 + 5 and -2**31); a label >= n reads another row's
+  value (or past the array for the last row).
 - Embed (``w + x[i] * stride``), TopNError (``p[k + label * size2]``), ConfusionMatrix (writes
   ``y[label * size1 + index]``), OneHot (writes ``y[i * size + addr]``): no test; -1 and n read or
   write out of bounds. OneHot's bound is the largest of its ``shape`` (exact for one entry).
@@ -187,9 +188,10 @@ HANDS_ON: Dict[str, Tuple[Tuple[str, object, object], ...]] = {
 context (``(argument, value, default)`` that must hold, as :attr:`Writes.when`): Reshape with
 ``inplace`` and Unlink share it (``set_array`` in their setup, an empty forward); Identity
 copies it in the dtype of its head array. So a float32 value passed through them to a float32
-function is never converted, in ``cpu:half`` too (measured by a test against a plain forward);
-every other function of a half context reads its inputs as float16 (Reshape with
-``inplace=False``, Broadcast, Transpose, Slice, ReLU with ``inplace=True``, ...)."""
+function is never converted, in ``cpu:half`` too. The other functions of a half context read
+their values as float16 (a test measures both against a plain forward, with Reshape with
+``inplace=False``, Broadcast, Transpose, Slice, Concatenate, Pad, and ReLU, MulScalar and Add2
+with ``inplace=True``, which nnabla 1.39 computes out of place)."""
 
 
 def hands_on(func) -> bool:
