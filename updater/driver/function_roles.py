@@ -191,7 +191,7 @@ copies it in the dtype of its head array. So a float32 value passed through them
 function is never converted, in ``cpu:half`` too. The other functions of a half context read
 their values as float16 (a test measures both against a plain forward, with Reshape with
 ``inplace=False``, Broadcast, Transpose, Slice, Concatenate, Pad, and ReLU, MulScalar and Add2
-with ``inplace=True``, which nnabla 1.39 computes out of place)."""
+with ``inplace=True``: each converts)."""
 
 
 def hands_on(func) -> bool:
