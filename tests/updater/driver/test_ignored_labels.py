@@ -21,7 +21,8 @@ from tests.nnabla_models import cpu_context
 from updater import DynamicLossScalingUpdater, DynamicScale, NonFiniteGradientsError
 from updater.driver.arrays import bad_indices
 from updater.driver.checks import PATHS
-from updater.driver.value_ranges import input_ranges
+from updater.driver.flat import DeviceStats
+from updater.driver.value_ranges import Range, input_ranges
 
 pytestmark = pytest.mark.nnabla
 SCOPES = itertools.count()
@@ -152,3 +153,23 @@ def test_a_label_beyond_the_classes_or_a_negative_embed_id_is_still_a_bad_batch(
     assert "inf/NaN or not an index in [0, 3)" in name and name in str(info.value)
     assert ("Embed" in name.split(":")[1]) == embed  # the reader whose bounds are binding
     assert ("ignores a label" in name) == (not embed)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_the_host_check_and_the_device_graph_read_both_bounds_alike(dtype):
+    """A cross-entropy's labels (-2**31 - 1, 3) and a float16 value's (-65520, 65520), each
+    value judged by the host check and by the device path's graph, against Range.holds."""
+    labels = Range(-(2.0**31) - 1, 3.0, "labels")
+    values = Range(-65520.0, 65520.0, "values")
+    cases = [(labels, v) for v in (0, 2, -1, -(2**31), 3, 7, -3e9)]
+    cases += [(values, v) for v in (0, 65504, -65504, 65520, -65520, 1e6)]
+    flat = DeviceStats(cpu_context("float"))
+    for bounds, value in cases:
+        if dtype == np.int64 and value != int(value):
+            continue
+        array = nn.NdArray.from_numpy_array(np.array([1, value, 0], dtype=dtype))
+        bad = not bounds.holds(value)
+        assert bool(bad_indices([array], [bounds])) == bad, (bounds.why, value)
+        read = flat.read([], [], False, False, None, 1.0, [array], (), [(array, *bounds[:2])])
+        assert read.inputs_bad == bad, (bounds.why, value)
+    assert bad_indices([nn.NdArray.from_numpy_array(np.array([np.nan]))], [labels]) == [0]
