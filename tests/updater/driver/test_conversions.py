@@ -122,3 +122,14 @@ def test_an_overflow_behind_an_in_place_reshape_backs_off_a_copying_one_is_bad_d
     rec = u.update()
     assert not rec.update_applied and rec.bad_batch == (not inplace)
     assert rec.new_scale == (2.0**14 if inplace else 2.0**15)
+
+
+def test_labels_handed_on_by_an_in_place_reshape_keep_the_bounds_of_the_loss_that_reads_them():
+    """Labels (4,) reshaped in place to (4, 1) for a 70000-class SoftmaxCrossEntropy in cpu:half:
+    indices of the loss (69999 and -1 fine, 70000 bad), not float16 values of the Reshape."""
+    with nn.context_scope(cpu_context("half")):
+        labels, logits = nn.Variable((4,)), nn.Variable((4, 70000))
+        loss = F.mean(F.softmax_cross_entropy(logits, F.reshape(labels, (4, 1))))
+    [found] = input_ranges(loss, [labels])
+    assert found.holds(69999) and found.holds(-1) and not found.holds(70000)
+    assert found.why.startswith("an index in [0, 70000), the size of input 0 along axis 1")
