@@ -204,26 +204,24 @@ def grad_stats(arrays: List[np.ndarray], need_absmax: bool = True):
 
 def bad_indices(arrays, ranges=None, first: bool = False) -> List[int]:
     """Indices of the arrays among ``arrays`` (NdArrays) that hold inf/NaN, or, where
-    ``ranges`` (one :class:`updater.driver.function_roles.Range` per array, default none) is
-    bounded, a value ``x`` with ``|x - center| >= radius``: one host view each, its largest
-    |value| (:func:`_check_array`) or, off center 0, its smallest and largest value (NumPy's
-    min and max propagate NaN), exact for integers; an array of integers is never inf/NaN and
-    is checked only against a range. ``first``: stop at the first found."""
+    ``ranges`` (one :class:`updater.driver.value_ranges.Range` per array, default none) is
+    bounded, a value outside it: one host view each, its largest |value| for a bound on |x|
+    (:func:`_check_array`, float16 by its bit patterns), else its smallest and largest value
+    (NumPy's min and max propagate NaN), exact for integers; an array of integers is never
+    inf/NaN and is checked only against a range. ``first``: stop at the first found."""
     found = []
     for i, array in enumerate(arrays):
-        bounded = ranges is not None and ranges[i].bounded
+        bounds = ranges[i] if ranges is not None and ranges[i].bounded else None
         kind = array_dtype(array).kind
-        if not array.size or kind not in "fiu" or (kind != "f" and not bounded):
+        if not array.size or kind not in "fiu" or (kind != "f" and bounds is None):
             continue
         a = host_view(array)
-        center, radius = (ranges[i].center, ranges[i].radius) if bounded else (0.0, math.inf)
-        if kind == "f" and center == 0:  # the exact check, float16 by its bit patterns
-            finite, top = _check_array(a, bounded)
-            bad = not finite or (bounded and top >= radius)
+        if kind == "f" and (bounds is None or bounds.symmetric):
+            finite, top = _check_array(a, bounds is not None)
+            bad = not finite or (bounds is not None and top >= bounds.high)
         else:
             low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
-            finite = math.isfinite(low) and math.isfinite(high)
-            bad = not finite or max(abs(low - center), abs(high - center)) >= radius
+            bad = not (bounds.holds(low) and bounds.holds(high))
         if bad:
             found.append(i)
             if first:

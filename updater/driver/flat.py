@@ -194,15 +194,16 @@ class DeviceStats(FlatGraphs):
     ``u = g * factor`` (the values ``solver.scale_grad(factor)`` will leave, bit for bit) as
     ``m**2 * sum((u / m)**2)`` with ``m`` the largest |u| (at least 2**-126), so that no square
     overflows; ``loss * 0`` (NaN for an inf/NaN loss); ``sum(x * 0)`` over the graph's
-    inputs (the data of the batch) and over the running statistics; and for each ``(center,
-    radius)`` of the bounded inputs (:func:`updater.driver.function_roles.input_ranges`) the
-    largest ``|x - center|`` over them, bad from ``radius`` on (float32: exact for the integers
-    and half-integers below 2**23 that indices and float16 limits are).
+    inputs (the data of the batch) and over the running statistics; and for each ``(low,
+    high)`` of the bounded inputs (:func:`updater.driver.value_ranges.input_ranges`) the largest
+    ``|x|`` over them (``low == -high``), bad from ``high`` on, or their largest and smallest
+    value, bad from ``high`` up and ``low`` down (float32, compared with the bounds in Python:
+    exact for float16 and float32 inputs and for integers below 2**24 in magnitude).
     """
 
     def __init__(self, context):
         super().__init__(context)
-        self._radii: dict = {}  # kind -> the radius of each bounded group, in output order
+        self._bounds: dict = {}  # kind -> (what, bound) of each range check, in output order
 
     def read(
         self,
@@ -218,8 +219,8 @@ class DeviceStats(FlatGraphs):
     ) -> DeviceReading:
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
         empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
-        ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged`` (``(NdArray, center,
-        radius)`` of the bounded inputs); one host read.
+        ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged`` (``(NdArray, low,
+        high)`` of the bounded inputs); one host read.
 
         Not split: the graph's parts and the reading of its output must follow one order.
         """
@@ -251,12 +252,13 @@ class DeviceStats(FlatGraphs):
                 if checked:
                     parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
             bounds = [r[1:] for r in ranged if r[0].size]  # aligned with ranged_views
-            radii = self._radii[kind] = []
-            for center, radius in sorted(set(bounds)):  # the largest |x - center| of each group
-                group = [v for v, b in zip(ranged_views, bounds) if b == (center, radius)]
+            checks = self._bounds[kind] = []
+            for low, high in sorted(set(bounds)):  # each group's extremes
+                group = [v for v, b in zip(ranged_views, bounds) if b == (low, high)]
                 x = group[0] if len(group) == 1 else _flat(group)
-                parts.append(F.max(F.abs(F.add_scalar(x, -center) if center else x)))
-                radii.append(radius)
+                for what, bound, part in _range_parts(x, low, high):
+                    parts.append(part)
+                    checks.append((what, bound))
             if not parts:  # nothing to check: a graph still needs an output
                 parts.append(F.mul_scalar(factor_var, 0.0))
             return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
@@ -284,7 +286,20 @@ class DeviceStats(FlatGraphs):
         loss_bad = graph.present[2] and next(values) != 0.0
         inputs_bad = graph.present[3] and next(values) != 0.0
         statistics_bad = graph.present[4] and next(values) != 0.0
-        for radius in self._radii[kind]:  # the bounded groups, as built
-            inputs_bad = not next(values) < radius or inputs_bad
+        for what, bound in self._bounds[kind]:  # the range checks, as built
+            value = next(values)
+            inputs_bad = not (value > bound if what == "min" else value < bound) or inputs_bad
         absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
         return DeviceReading(finite, absmax, sumsq, loss_bad, inputs_bad, statistics_bad)
+
+
+def _range_parts(x: nn.Variable, low: float, high: float) -> list:
+    """``(what, bound, output)`` of the checks of ``x`` against ``(low, high)``: its largest
+    |value| ("abs", bad from ``high`` on) for a bound on |x|, else its largest value ("max",
+    bad from ``high`` up) and smallest ("min", bad from ``low`` down), for each finite bound."""
+    import nnabla.functions as F
+
+    if low == -high:
+        return [("abs", high, F.max(F.abs(x)))]
+    found = [("max", high, F.max(x))] if high != float("inf") else []
+    return found + ([("min", low, F.min(x))] if low != -float("inf") else [])

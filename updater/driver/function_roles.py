@@ -1,13 +1,13 @@
 """What each nnabla function does with each of its inputs: the one table the updater's data and
 state guards read (the bad-input rule, the forward-state copies and checks, the outside-forward
-watch).
+watch). :mod:`updater.driver.value_ranges` reads it for the values each input may hold.
 
 Each input of a function has one role:
 
 - :data:`VALUE`: a number read at the function's precision (a half-precision function reads
   |value| >= 65520 as inf);
-- :data:`INDEX`: an integer index or label (never compared with float16's range; where the
-  function names the table it indexes, a value outside ``[0, size)`` is bad data);
+- :data:`INDEX`: an integer index or label (never compared with float16's range; the values a
+  function with a table accepts, ignores and reads out of bounds are in :data:`INDEXES`);
 - :data:`FORWARD_STATE`: state the forward pass writes (running statistics, ...);
 - :data:`BACKWARD_STATE`: state the backward pass writes (VATNoise's ``w``).
 
@@ -17,8 +17,9 @@ The input names and their order, the integer inputs (``template: TI``) and the r
 (a ``seed`` argument) come from the installed nnabla's function registry
 (``nnabla/utils/converter/functions.pkl``, built from its ``functions.yaml``). Written by hand:
 which inputs a function writes and when (:data:`STATE`, from an audit of nnabla's C++ sources),
-the index inputs the registry does not mark (:data:`INDEX_NAMES`), the tables indices point
-into (:data:`TABLES`), and the names of the functions reviewed (:data:`REVIEWED`, the registries
+the index inputs the registry does not mark (:data:`INDEX_NAMES`), what a function does with
+an index's values (:data:`INDEXES`), the functions that hand an array on without converting it
+(:data:`HANDS_ON`), and the names of the functions reviewed (:data:`REVIEWED`, the registries
 of nnabla 1.33 to 1.39), which a test compares with the installed registry.
 """
 
@@ -30,8 +31,6 @@ import pickle
 from typing import Callable, Dict, List, NamedTuple, Tuple
 
 import nnabla as nn
-
-from ..common.float16 import FP16_OVERFLOW
 
 VALUE = "value"
 INDEX = "index"
@@ -130,15 +129,78 @@ as ``forward_state=[...]``.
 INDEX_NAMES = ("indices", "lengths", "batch_sizes")
 """Inputs of these names (any case) are indices, besides the registry's integer inputs."""
 
-TABLES: Dict[str, Tuple[str, str, object]] = {
-    "Embed": ("x0", "w", 0),
-    "SoftmaxCrossEntropy": ("target", "x", "axis"),
-    "CategoricalCrossEntropy": ("target", "x", "axis"),
-    "TopNError": ("target", "x", "axis"),
-    "ConfusionMatrix": ("target", "x", "axis"),
+IGNORED_FROM = -(2**31)
+"""The lowest label a cross-entropy that ignores negative labels ignores: nnabla reads labels as
+int32 (``Tl`` is ``int``), so an int64 label below it wraps (-2**31 - 1 becomes 2**31 - 1, read
+out of bounds: measured, a segmentation fault)."""
+
+
+class Indexes(NamedTuple):
+    """How a function reads one of its index inputs (values read as int32, truncated toward 0:
+    a float value in ``(-1, n)`` is an index in ``[0, n)``).
+
+    Attributes:
+        index (str): the index input (the registry's name).
+        table (str): the input it indexes, or the argument of sizes (OneHot's ``shape``).
+        axis (int, str or None, default None): the table's axis, a number or the argument that
+            holds it (the last axis without one); None for an argument of sizes.
+        ignores (bool, default False): a negative index (down to :data:`IGNORED_FROM`) is
+            ignored: loss 0 and gradient 0 for its row; else it is read out of bounds.
+    """
+
+    index: str
+    table: str
+    axis: int | str | None = None
+    ignores: bool = False
+
+
+INDEXES: Dict[str, Indexes] = {
+    "Embed": Indexes("x0", "w", 0),
+    "OneHot": Indexes("x", "shape"),
+    "Gather": Indexes("Indices", "x", "axis"),
+    "SoftmaxCrossEntropy": Indexes("target", "x", "axis", ignores=True),
+    "CategoricalCrossEntropy": Indexes("target", "x", "axis", ignores=True),
+    "TopNError": Indexes("target", "x", "axis"),
+    "ConfusionMatrix": Indexes("target", "x", "axis"),
 }
-"""``(index input, table input, axis)``: the index must be below the size of the table along
-``axis`` (an argument's name, or a number); nnabla reads out of bounds otherwise."""
+"""The values each function with an index into a table accepts, ignores and reads out of bounds
+(``src/nbla/function/generic``, and nnabla-ext-cuda's kernels for the cross-entropies):
+
+- SoftmaxCrossEntropy, CategoricalCrossEntropy: ``if (label < 0)``: loss 0, no gradient
+  (CategoricalCrossEntropy's CPU source, SoftmaxCrossEntropy's CUDA kernels; the older CPU
+  SoftmaxCrossEntropy sources read lack the test, so a test measures both on the installed
+  nnabla, at -1, -7, -100, -1e6, -2**31 + 5 and -2**31); a label >= n reads another row's
+  value (or past the array for the last row).
+- Embed (``w + x[i] * stride``), TopNError (``p[k + label * size2]``), ConfusionMatrix (writes
+  ``y[label * size1 + index]``), OneHot (writes ``y[i * size + addr]``): no test; -1 and n read or
+  write out of bounds. OneHot's bound is the largest of its ``shape`` (exact for one entry).
+- Gather: raises for an index outside ``[0, n)`` (``NBLA_CHECK``), before any step is judged.
+
+BinaryError compares both inputs with 0.5: values, not indices. The other index inputs
+(:data:`INDEX_NAMES`, the registry's integer inputs) have no table here: any finite value."""
+
+HANDS_ON: Dict[str, Tuple[Tuple[str, object, object], ...]] = {
+    "Reshape": (("inplace", True, True),),
+    "Unlink": (),
+    "Identity": (),
+}
+"""The functions whose output is their input's array as it is, in its own dtype, whatever their
+context (``(argument, value, default)`` that must hold, as :attr:`Writes.when`): Reshape with
+``inplace`` and Unlink share it (``set_array`` in their setup, an empty forward); Identity
+copies it in the dtype of its head array. So a float32 value passed through them to a float32
+function is never converted, in ``cpu:half`` too. The other functions of a half context read
+their values as float16 (a test measures both against a plain forward, with Reshape with
+``inplace=False``, Broadcast, Transpose, Slice, Concatenate, Pad, and ReLU, MulScalar and Add2
+with ``inplace=True``: each converts)."""
+
+
+def hands_on(func) -> bool:
+    """Whether ``func`` (a function of an nnabla graph) hands its input's array on to its output
+    unconverted (:data:`HANDS_ON`)."""
+    when = HANDS_ON.get(func.info.type_name)
+    args = func.info.args
+    return when is not None and all(args.get(n, default) == v for n, v, default in when)
+
 
 REVIEWED = frozenset(
     """
@@ -173,7 +235,7 @@ REVIEWED = frozenset(
     """.split()
 )
 """Every function of the registries of nnabla 1.33 to 1.39, reviewed for the inputs it writes
-(:data:`STATE`) and the indices it reads (:data:`INDEX_NAMES`, :data:`TABLES`); the other
+(:data:`STATE`) and the indices it reads (:data:`INDEX_NAMES`, :data:`INDEXES`); the other
 inputs are values. A function of a newer nnabla is read with the roles its registry shows."""
 
 
@@ -196,7 +258,7 @@ def draws_random(type_name: str) -> bool:
     return entry is not None and "seed" in entry.get("arguments", {})
 
 
-def _input_names(type_name: str, args: dict, count: int) -> List[str]:
+def input_names(type_name: str, args: dict, count: int) -> List[str]:
     """The registry names of ``count`` inputs of function ``type_name`` with ``args``."""
     writes = STATE.get(type_name)
     if writes is not None and writes.layout is not None:
@@ -218,7 +280,7 @@ def input_roles(func) -> List[str]:
     entry = registry().get(name)
     if entry is None:
         return [VALUE] * count
-    names = _input_names(name, args, count)
+    names = input_names(name, args, count)
     writes = STATE.get(name)
     written = writes.written if writes is not None and _writes(writes, args) else ()
     roles = []
@@ -230,18 +292,6 @@ def input_roles(func) -> List[str]:
         else:
             roles.append(VALUE)
     return roles + [VALUE] * (count - len(roles))
-
-
-def _table(func, names: List[str], index: str) -> Tuple[int, int, int] | None:
-    """``(size, position, axis)`` of the table input ``index`` of ``func`` points into, if
-    the function has one."""
-    table = TABLES.get(func.info.type_name)
-    if table is None or table[0] != index or table[1] not in names:
-        return None
-    position = names.index(table[1])
-    shape = func.inputs[position].shape
-    axis = table[2] if isinstance(table[2], int) else func.info.args.get(table[2], len(shape) - 1)
-    return int(shape[axis]), position, axis
 
 
 def _leaf_state(loss, roles) -> List[Tuple[object, nn.Variable]]:
@@ -281,62 +331,3 @@ def writer_names(loss, variables: List[nn.Variable]) -> List[str]:
     for func, v in _leaf_state(loss, STATE_ROLES):
         found.setdefault(hash(v), f"{func.info.type_name} '{func.name}'")
     return [found.get(hash(v), "forward_state") for v in variables]
-
-
-class Range(NamedTuple):
-    """The values an input may hold: bad when inf/NaN or ``|x - center| >= radius`` (an open
-    interval; ``radius`` inf: any finite value); ``why`` says where the bounds come from."""
-
-    center: float
-    radius: float
-    why: str
-
-    @property
-    def bounded(self) -> bool:
-        return self.radius != float("inf")
-
-
-ANY = Range(0.0, float("inf"), "")
-
-
-def _intersect(a: Range, low: float, high: float, why: str) -> Range:
-    a_low, a_high = a.center - a.radius, a.center + a.radius
-    low, high = max(low, a_low), min(high, a_high)
-    if low == -float("inf") and high == float("inf"):
-        return a
-    return Range((low + high) / 2, (high - low) / 2, "; ".join(filter(None, [a.why, why])))
-
-
-def input_ranges(loss, variables: List[nn.Variable]) -> List[Range]:
-    """For each of ``variables`` (inputs of the graph of ``loss``), the values it may hold as
-    the functions that read it see them: a value read by a half-precision function (its
-    context's first backend ``*:half``) must stay below 65520 in magnitude, an index into a
-    table of ``n`` entries in ``[0, n)`` (between -1 and n, exclusive); other values and
-    indices any finite value."""
-    ranges = {hash(v): ANY for v in variables}
-
-    def visit(func):
-        half = bool(func.context.backend) and func.context.backend[0].endswith(":half")
-        roles = input_roles(func)
-        names = None
-        for i, (v, role) in enumerate(zip(func.inputs, roles)):
-            key = hash(v)
-            if key not in ranges:
-                continue
-            where = f"input {i} of {func.info.type_name} '{func.name}'"
-            if role == VALUE and half:
-                why = f"|x| < {FP16_OVERFLOW:g}, read in float16 by {where}"
-                ranges[key] = _intersect(ranges[key], -FP16_OVERFLOW, FP16_OVERFLOW, why)
-            elif role == INDEX:
-                names = names or _input_names(func.info.type_name, func.info.args, len(roles))
-                table = _table(func, names, names[i])
-                if table is not None:
-                    size, position, axis = table
-                    why = (
-                        f"an index in [0, {size}), the size of input {position} of "
-                        f"{func.info.type_name} '{func.name}' along axis {axis}"
-                    )
-                    ranges[key] = _intersect(ranges[key], -1.0, float(size), why)
-
-    loss.visit(visit)
-    return [ranges[hash(v)] for v in variables]

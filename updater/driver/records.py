@@ -18,8 +18,9 @@ def verdict(
     - gradients finite: :data:`APPLIED`, whatever the loss (as nnabla's own loop and PyTorch's
       GradScaler decide);
     - gradients inf/NaN and (the loss inf/NaN, an input bad as the functions that read it see
-      it: inf/NaN, beyond float16's range where a half-precision function reads it as a value,
-      an index outside its table (:func:`updater.driver.function_roles.input_ranges`), or state
+      it: inf/NaN, beyond float16's range where a half-precision function converts it, an
+      index outside its table and not a label it ignores
+      (:func:`updater.driver.value_ranges.input_ranges`), or state
       the forward pass made inf/NaN): :data:`BAD_BATCH`, which no scale fixes: skipped, never
       retried, scale kept;
     - otherwise :data:`OVERFLOW`: backed off, skipped or retried.

@@ -1,9 +1,9 @@
 """The rounds of one attempt: ``solver.zero_grad()``, then ``accum_grad`` rounds of feed, forward
 and ``backward(seed)``; the inputs of each round kept for a replay at another scale (a retry, a
 probe); the loss and the inputs checked on the host (bad data), the inputs as the functions that
-read them see them (:func:`updater.driver.function_roles.input_ranges`): inf/NaN, a value beyond
-float16's range where a half-precision function reads it, an index outside the table it
-indexes.
+read them see them (:func:`updater.driver.value_ranges.input_ranges`): inf/NaN, a value beyond
+float16's range where a half-precision function converts it, an index outside the table it
+indexes (not a negative label a cross-entropy ignores).
 
 Every attempt starts from zero gradients, of the parameters (``zero_grad``) and of the inputs
 that have ``need_grad`` (an adversarial input's gradient), so that after a retried or probed
@@ -25,9 +25,9 @@ from .arrays import (
 )
 from .checks import NOT_CHECKED, Extras, FiniteCheck
 from .checks.base import NO_EXTRAS, NotChecked
-from .function_roles import Range, input_ranges
 from .options import UpdaterOptions
 from .outside_forward import updater_forward
+from .value_ranges import Range, input_ranges
 
 
 class Rounds:
@@ -62,7 +62,7 @@ class Rounds:
         self._inputs: List[nn.Variable] | None = None  # graph inputs, found on first use
         self._checked: List[nn.Variable] | None = None  # and those checked, with their ranges
         self._ranges: List[Range] = []
-        self._bounded: list = []  # (index, center, radius) of the bounded checked inputs
+        self._bounded: list = []  # (index, low, high) of the bounded checked inputs
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
@@ -101,19 +101,17 @@ class Rounds:
             skip = {hash(v) for v in self.options.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
             self._ranges = input_ranges(self.loss, self._checked)
-            self._bounded = [
-                (i, r.center, r.radius) for i, r in enumerate(self._ranges) if r.bounded
-            ]
+            self._bounded = [(i, r.low, r.high) for i, r in enumerate(self._ranges) if r.bounded]
         return self._checked
 
     def extras(self, statistics) -> Extras:
-        """What the check reads with the gradients: the inputs and ``[(input, center, radius)]``
-        of the bounded ones when it reads the batch (bad when inf/NaN, the second also when
-        ``|value - center| >= radius``), and ``statistics`` (the forward state's, or None)."""
+        """What the check reads with the gradients: the inputs and ``[(input, low, high)]`` of
+        the bounded ones when it reads the batch (bad when inf/NaN, the second also outside
+        ``(low, high)``), and ``statistics`` (the forward state's, or None)."""
         if self.batch_on_host:
             return NO_EXTRAS if statistics is None else Extras(statistics=statistics)
         inputs = self.checked_inputs()
-        ranged = [(inputs[i].data, center, radius) for i, center, radius in self._bounded]
+        ranged = [(inputs[i].data, low, high) for i, low, high in self._bounded]
         return Extras([v.data for v in inputs], ranged, statistics)
 
     def _bad_indices(self, first: bool = False) -> List[int]:

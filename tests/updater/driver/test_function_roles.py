@@ -10,6 +10,7 @@ import pytest
 
 from tests.nnabla_models import cpu_context
 from updater.driver import function_roles as roles
+from updater.driver.value_ranges import input_ranges
 
 pytestmark = pytest.mark.nnabla
 
@@ -38,10 +39,12 @@ def test_the_hand_written_part_names_inputs_and_arguments_of_the_registry():
         inputs, arguments = registry[name]["inputs"], registry[name].get("arguments", {})
         assert set(writes.written) <= set(inputs), name
         assert {a for a, _, _ in writes.when} <= set(arguments), name
-    for name, (index, table, axis) in roles.TABLES.items():
-        inputs = registry[name]["inputs"]
-        assert index in inputs and table in inputs, name
-        assert isinstance(axis, int) or axis in registry[name]["arguments"], name
+    for name, (index, table, axis, _) in roles.INDEXES.items():
+        inputs, arguments = registry[name]["inputs"], registry[name].get("arguments", {})
+        assert index in inputs and (table in inputs or axis is None and table in arguments), name
+        assert axis is None or isinstance(axis, int) or axis in arguments, name
+    for name, when in roles.HANDS_ON.items():
+        assert {a for a, _, _ in when} <= set(registry[name].get("arguments", {})), name
     indexed = [n for e in registry.values() for n in e["inputs"] if n.lower() in roles.INDEX_NAMES]
     assert len(indexed) >= 5  # Gather, GatherNd, ScatterNd, ScatterAdd, PackPaddedSequence, ...
 
@@ -86,14 +89,14 @@ def test_labels_and_embedding_ids_are_indices_bounded_by_their_tables():
     functions = _functions(loss)
     assert roles.input_roles(functions["Embed"]) == [roles.INDEX, roles.VALUE]
     assert roles.input_roles(functions["SoftmaxCrossEntropy"]) == [roles.VALUE, roles.INDEX]
-    id_range, label_range, x_range = roles.input_ranges(loss, [ids, labels, x])
-    inside = lambda r, v: abs(v - r.center) < r.radius  # noqa: E731
-    assert inside(id_range, 0) and inside(id_range, 69999) and not inside(id_range, 70000)
-    assert not inside(id_range, -1) and "70000" in id_range.why
-    assert inside(label_range, 65599) and not inside(label_range, 65600)
-    assert inside(x_range, 65504) and not inside(x_range, 65520)  # a value read in half
+    id_range, label_range, x_range = input_ranges(loss, [ids, labels, x])
+    assert id_range.holds(0) and id_range.holds(69999) and not id_range.holds(70000)
+    assert not id_range.holds(-1) and "70000" in id_range.why
+    assert label_range.holds(65599) and not label_range.holds(65600)
+    assert label_range.holds(-1) and label_range.holds(-(2**31)) and "ignores" in label_range.why
+    assert x_range.holds(65504) and not x_range.holds(65520)  # a value read in half
     with nn.context_scope(cpu_context("float")):
         float_loss = F.mean(F.softmax_cross_entropy(x, labels)) + F.sum(x)
-    label_range, x_range = roles.input_ranges(float_loss, [labels, x])
-    assert (label_range.center, label_range.radius) == (0.5, 1.5)  # (-1, 2): labels 0 and 1
+    label_range, x_range = input_ranges(float_loss, [labels, x])
+    assert (label_range.low, label_range.high) == (-(2**31) - 1, 2)  # 2 classes, ignored < 0
     assert not x_range.bounded  # a value read in float32: any finite value

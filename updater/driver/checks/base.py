@@ -60,8 +60,8 @@ class Extras(NamedTuple):
     Attributes:
         inputs (list of NdArray or None): the batch's checked inputs, read with the loss; None:
             the batch is not read here.
-        ranged (list of (NdArray, center, radius)): the inputs also checked against the values
-            their readers take (:func:`updater.driver.function_roles.input_ranges`).
+        ranged (list of (NdArray, low, high)): the inputs also checked against the values
+            their readers take (:func:`updater.driver.value_ranges.input_ranges`).
         statistics (list of NdArray or None): the state the forward pass writes; None: not read
             here.
     """
