@@ -14,11 +14,14 @@ batch was not bad on any worker; otherwise the step is skipped. An attempt that 
 feeder that fails in a later accumulation round) puts them back too, with ``restore_on_skip``.
 
 Each attempt ends in one verdict (:func:`updater.driver.records.verdict`, the same on every
-path and every ``accum_grad``): applied when the gradients are finite, whatever the loss (an
-inf/NaN loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch when
-they are not and the loss or an input is bad (bad data, which no scale fixes: skipped, never
-retried, and the policy takes it as its third outcome, ``bad_batch=True``: the scale does not
-move); an overflow otherwise.
+path and every ``accum_grad``): a bad batch when its forward pass made state inf/NaN that was
+finite before the batch, whatever the gradients (with ``restore_on_skip``; without it, only when
+they are not finite); else applied when the gradients are finite, whatever the loss (an inf/NaN
+loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch when they are
+not and the loss or an input is bad (bad data, which no scale fixes: skipped, never retried, and
+the policy takes it as its third outcome, ``bad_batch=True``: the scale does not move); an
+overflow otherwise. The state is checked once per attempt, before the verdict
+(:meth:`ForwardState.inspect`), and that check is the one a step whose state stays reports.
 """
 
 from __future__ import annotations

@@ -3,18 +3,22 @@ probe can put it back, and checked for inf/NaN.
 
 The state is what nnabla's functions in the graph write among their inputs (BatchNormalization's
 running mean and variance, ...: :func:`updater.driver.function_roles.state_inputs`), and the
-``forward_state`` Variables the user gives (what a user's own function writes). After every step
-whose state stays (an applied step, and any step with ``restore_on_skip=False``), it is checked
-for inf/NaN: on the
-host (one view of their concatenation), or inside the device path's one graph and host read. Each
-statistic found inf/NaN is reported once, by :meth:`step`: a warning naming it and the step,
-suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
-``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them in
-``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the forward
-pass even when the step's gradients are finite, and the inference graph then divides by inf: the
-layer outputs its bias alone, silently. When that step's gradients are not finite either, the
-state the forward made inf/NaN makes it a bad batch (:meth:`ForwardState.new_nonfinite_forward`,
-read by :class:`updater.driver.attempts.Attempts`): skipped, not retried, the scale kept.
+``forward_state`` Variables the user gives (what a user's own function writes). A float16 batch
+overflows BatchNormalization's variance in the forward pass even when the step's gradients are
+finite (nnabla's cpu:half kernel sums x**2 over a channel's values in float16), and the
+inference graph then divides by inf: the layer outputs its bias alone, silently.
+
+:meth:`ForwardState.inspect` checks the state after an attempt's forward pass, before the
+verdict (on the host, one view of their concatenation; or inside the device path's one graph
+and host read): what is inf/NaN, and what of it this batch made inf/NaN (a value finite in the
+copy taken before the batch), which :class:`updater.driver.attempts.Attempts` takes as a bad
+batch whatever the gradients: skipped, not retried, the scale kept, the state put back. State
+inf/NaN before the batch that stays so was not made by it. After every step whose state stays
+(an applied step, and any step with ``restore_on_skip=False``), each statistic found inf/NaN is
+reported once, by :meth:`step`: a warning naming it and the step, suggesting
+``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
+``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them
+in ``nonfinite_statistics``.
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ class ForwardState:
 
     def checked_with_gradients(self) -> List[nn.NdArray] | None:
         """The statistics for the check to read with the gradients; None when it does not read
-        them (they are read on the host, :meth:`new_nonfinite`)."""
+        them (they are read on the host, :meth:`inspect`)."""
         return [v.data for v in self.written] if self.check.reads_statistics else None
 
     def _nonfinite(self, found) -> List[int]:

@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 
 from tests.nnabla_models import TinyBNClassifier, assert_same_values, param_values
-from updater import DynamicLossScalingUpdater, DynamicScale, NonFiniteStatisticsError
+from updater import (
+    DynamicLossScalingUpdater,
+    DynamicScale,
+    NonFiniteGradientsError,
+    NonFiniteStatisticsError,
+)
 from updater.driver.checks import PATHS
 
 pytestmark = pytest.mark.nnabla
@@ -188,3 +193,34 @@ def test_state_inf_before_the_step_does_not_make_every_batch_bad(check, caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert sum("became inf/NaN after step 0" in m for m in messages) == 1
     assert sum("whatever its gradients" in m for m in messages) == 1
+
+
+def test_a_model_whose_every_batch_makes_the_state_inf_stops_naming_the_cause():
+    run = Run(shifted=range(100))
+    upd = run.updater(max_consecutive_nonfinite=3)
+    with pytest.raises(NonFiniteGradientsError) as info:
+        for _ in range(3):
+            upd.update()
+    assert "state its forward pass made inf/NaN" in str(info.value)
+    assert "updater.amp.rewrite" in str(info.value) and upd.scale == SEED
+    assert np.isfinite(run.variance()).all()
+
+
+def test_a_recorded_run_marks_the_batch_bad_and_its_replay_keeps_the_scale(tmp_path):
+    """The recorder gets the step as a bad batch (skipped at every scale in a replay), though
+    its gradients were finite."""
+    from sim.replay.run import simulate
+    from updater import GradientRecorder, Trace
+
+    run = Run(shifted=[SHIFTED])
+    policy = DynamicScale(init_scale=SEED, growth_interval=2)
+    with GradientRecorder(tmp_path / "state.npz") as recorder:
+        upd = DynamicLossScalingUpdater(
+            run.model.solver, run.model.loss, run.feed, policy=policy, recorder=recorder
+        )
+        records = [upd.update() for _ in range(SHIFTED + 3)]
+    trace = Trace.load(tmp_path / "state.npz")
+    assert trace.nonfinite.tolist() == [k == SHIFTED for k in range(SHIFTED + 3)]
+    replay = simulate(policy, trace, runs=1, jitter=0.0)
+    assert replay.scale[:, 0].tolist() == [r.scale for r in records]
+    assert records[SHIFTED].new_scale == records[SHIFTED].scale
