@@ -182,8 +182,9 @@ class Attempts:
             inputs_ok = finite or rounds.inputs_finite
         checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
         state_ok = checked is None or not checked.made
-        if self.options.comm is not None:  # a worker's batch bad whatever the gradients (state
-            # it made inf/NaN, or a bad input with its own gradients not finite) is bad for all
+        # across workers: a worker's batch bad whatever the agreed gradients (state it made
+        # inf/NaN, or a bad input with its own gradients not finite) is bad for all
+        if self.options.comm is not None:
             finite, bad_loss, bad_batch = work.agree(
                 finite, not loss_finite, not (state_ok and (finite or inputs_ok))
             )
@@ -220,8 +221,8 @@ class Attempts:
             self._logged_bad_state = True
             logger.warning(
                 "step %d: the forward pass wrote inf/NaN into %s, finite before the batch: a "
-                "bad batch whatever its gradients (skipped, not retried, the scale kept; the "
-                "state is put back with restore_on_skip); a float16 batch overflows "
+                "bad batch (skipped, not retried, the scale kept; with restore_on_skip, "
+                "whatever its gradients, and the state put back); a float16 batch overflows "
                 "BatchNormalization's variance: updater.amp.rewrite(loss) computes it in "
                 "float32 (logged once)",
                 step,
