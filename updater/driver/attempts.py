@@ -14,11 +14,14 @@ batch was not bad on any worker; otherwise the step is skipped. An attempt that 
 feeder that fails in a later accumulation round) puts them back too, with ``restore_on_skip``.
 
 Each attempt ends in one verdict (:func:`updater.driver.records.verdict`, the same on every
-path and every ``accum_grad``): applied when the gradients are finite, whatever the loss (an
-inf/NaN loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch when
-they are not and the loss or an input is bad (bad data, which no scale fixes: skipped, never
-retried, and the policy takes it as its third outcome, ``bad_batch=True``: the scale does not
-move); an overflow otherwise.
+path and every ``accum_grad``): a bad batch when its forward pass made state inf/NaN that was
+finite before the batch, whatever the gradients (with ``restore_on_skip``; without it, only when
+they are not finite); else applied when the gradients are finite, whatever the loss (an inf/NaN
+loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch when they are
+not and the loss or an input is bad (bad data, which no scale fixes: skipped, never retried, and
+the policy takes it as its third outcome, ``bad_batch=True``: the scale does not move); an
+overflow otherwise. The state is checked once per attempt, before the verdict
+(:meth:`ForwardState.inspect`), and that check is the one a step whose state stays reports.
 """
 
 from __future__ import annotations
@@ -116,8 +119,8 @@ class Attempts:
                 hook = recording.attempt_hook(step) if recorded else None
                 seed = backward_seed(state.scale, self.seed_type, policy)
                 loss_finite = self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
-                found, finite, loss_finite, outcome, absmax, new_state = self._attempt(
-                    policy, state, step, seed, loss_finite, fuse, sumsq
+                found, finite, loss_finite, outcome, absmax, new_state, checked = self._attempt(
+                    policy, state, step, seed, loss_finite, fuse, sumsq, before
                 )
                 retry = self._retries(outcome, new_state.scale, seed, policy, attempts)
                 self.counters.overflows += not finite
@@ -143,6 +146,8 @@ class Attempts:
         if moved is not None:
             moved.restore()
         stays = applied or before is None  # the statistics this step wrote stay
+        if moved is not None:  # put back to the first attempt's: read again
+            checked = None
         return Pending(
             seed,
             applied,
@@ -154,15 +159,16 @@ class Attempts:
             found.unscaled,
             found.sumsq,
             bad_batch,
-            self.forward_state.new_nonfinite(found) if stays else [],
+            self.forward_state.new_nonfinite(found, checked) if stays else [],
             state,
         )
 
-    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq) -> tuple:
+    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq, before):
         """After an attempt's rounds: the all-reduce, the check (fused with unscaling by
         ``1/seed`` with ``fuse``), the facts agreed across workers, the verdict and the
         policy's advance: ``(findings, gradients finite, loss finite, verdict, |g| max, the
-        policy's new state)``."""
+        policy's new state, the state's check or None)``; ``before``: the copy of the state
+        taken before the batch (``restore_on_skip``), else None."""
         rounds, work = self.rounds, self.work
         work.all_reduce()
         extras = rounds.extras(self.forward_state.checked_with_gradients())
@@ -174,18 +180,21 @@ class Attempts:
         inputs_ok = found.inputs_in_range
         if inputs_ok is NOT_CHECKED:  # checked on the host, read only when the verdict needs it
             inputs_ok = finite or rounds.inputs_finite
-        state_ok = finite or not (loss_finite and inputs_ok) or self._state_ok(found, step)
-        if self.options.comm is not None:  # a worker's bad state counts as its bad input
-            finite, bad_loss, bad_input = work.agree(
-                finite, not loss_finite, not (inputs_ok and state_ok)
+        checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
+        state_ok = checked is None or not checked.made
+        # across workers: a worker's batch bad whatever the agreed gradients (state it made
+        # inf/NaN, or a bad input with its own gradients not finite) is bad for all
+        if self.options.comm is not None:
+            finite, bad_loss, bad_batch = work.agree(
+                finite, not loss_finite, not (state_ok and (finite or inputs_ok))
             )
-            loss_finite, inputs_ok, state_ok = not bad_loss, not bad_input, True
+            loss_finite, inputs_ok, state_ok = not bad_loss, True, not bad_batch
         outcome = verdict(finite, loss_finite, inputs_ok, state_ok)
         if not finite and absmax is not None:
             absmax = math.inf
         measured = absmax if policy.needs_grad_absmax else None
         new_state = policy.update(state, finite, measured, outcome == BAD_BATCH)
-        return found, finite, loss_finite, outcome, absmax, new_state
+        return found, finite, loss_finite, outcome, absmax, new_state, checked
 
     def _retries(self, outcome: str, new_scale, seed: float, policy, attempts: int) -> bool:
         """Whether attempt number ``attempts`` at ``seed`` is retried: an overflow, in "retry"
@@ -198,22 +207,28 @@ class Attempts:
             and backward_seed(new_scale, self.seed_type, policy) < seed
         )
 
-    def _state_ok(self, found, step: int) -> bool:
-        """Whether this attempt's forward pass left every state value finite that was finite
-        before it; else it is a bad batch, logged the first time with the functions that wrote
-        the values."""
-        made = self.forward_state.new_nonfinite_forward(found)
-        if made and not self._logged_bad_state:
+    def _check_state(self, found, finite: bool, batch_ok: bool, before, step: int):
+        """The state's check (:meth:`ForwardState.inspect`) when the verdict reads it, else
+        None: with ``restore_on_skip`` (``before`` given) whatever the gradients, unless the
+        batch is bad already (gradients not finite and not ``batch_ok``: its loss or an input
+        was bad); without, only for an overflow (``restore_on_skip=False`` applies a step whose
+        gradients are finite and reports the state after it). What the forward pass made
+        inf/NaN is logged the first time, with the functions that wrote it."""
+        if finite and before is None or not (finite or batch_ok):
+            return None
+        checked = self.forward_state.inspect(found, before)
+        if checked.made and not self._logged_bad_state:
             self._logged_bad_state = True
             logger.warning(
-                "step %d: the forward pass wrote inf/NaN into %s from inputs in range: a bad "
-                "batch (skipped, not retried, the scale kept; the state is put back with "
-                "restore_on_skip); a float16 batch overflows BatchNormalization's variance: "
-                "updater.amp.rewrite(loss) computes it in float32 (logged once)",
+                "step %d: the forward pass wrote inf/NaN into %s, finite before the batch: a "
+                "bad batch (skipped, not retried, the scale kept; with restore_on_skip, "
+                "whatever its gradients, and the state put back); a float16 batch overflows "
+                "BatchNormalization's variance: updater.amp.rewrite(loss) computes it in "
+                "float32 (logged once)",
                 step,
-                ", ".join(self.forward_state.describe(made)),
+                ", ".join(self.forward_state.describe(checked.made)),
             )
-        return not made
+        return checked
 
     def _count_nonfinite_loss(self, step: int) -> None:
         """Count an applied step whose loss was inf/NaN; warn about the first."""

@@ -143,19 +143,30 @@ class SavedData(NamedTuple):
     context: object
     own: dict
 
+    def pieces(self) -> list:
+        """The saved data of each variable, in order: its own copy, a view of its values in the
+        float32 concatenation, or None for an empty one."""
+        pieces, offset = [], 0
+        for i, v in enumerate(self.variables):
+            if i in self.own:
+                pieces.append(self.own[i])
+            elif v.size:
+                pieces.append(self.copy.narrow(0, offset, v.size).view(v.shape))
+                offset += v.size
+            else:
+                pieces.append(None)
+        return pieces
+
     def restore(self) -> None:
         """Write the data back, each array in the dtype it had when saved (a float16 statistic
         stays float16; the values are the saved ones, bit for bit)."""
-        offset = 0
-        for i, (v, dtype) in enumerate(zip(self.variables, self.dtypes)):
+        for i, (v, dtype, piece) in enumerate(zip(self.variables, self.dtypes, self.pieces())):
             if i in self.own:
-                restore_array(v, self.own[i])
-            elif v.size:
-                piece = self.copy.narrow(0, offset, v.size).view(v.shape)
+                restore_array(v, piece)
+            elif piece is not None:
                 v.data.copy_from(piece, use_current_context=False)
                 if array_dtype(v.data) != dtype:
                     v.data.cast(dtype, self.context)
-                offset += v.size
 
 
 def loss_context(loss):

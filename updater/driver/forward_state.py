@@ -3,26 +3,31 @@ probe can put it back, and checked for inf/NaN.
 
 The state is what nnabla's functions in the graph write among their inputs (BatchNormalization's
 running mean and variance, ...: :func:`updater.driver.function_roles.state_inputs`), and the
-``forward_state`` Variables the user gives (what a user's own function writes). After every step
-whose state stays (an applied step, and any step with ``restore_on_skip=False``), it is checked
-for inf/NaN: on the
-host (one view of their concatenation), or inside the device path's one graph and host read. Each
-statistic found inf/NaN is reported once, by :meth:`step`: a warning naming it and the step,
-suggesting ``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
-``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them in
-``nonfinite_statistics``. A float16 batch overflows BatchNormalization's variance in the forward
-pass even when the step's gradients are finite, and the inference graph then divides by inf: the
-layer outputs its bias alone, silently. When that step's gradients are not finite either, the
-state the forward made inf/NaN makes it a bad batch (:meth:`ForwardState.new_nonfinite_forward`,
-read by :class:`updater.driver.attempts.Attempts`): skipped, not retried, the scale kept.
+``forward_state`` Variables the user gives (what a user's own function writes). A float16 batch
+overflows BatchNormalization's variance in the forward pass even when the step's gradients are
+finite (nnabla's cpu:half kernel sums x**2 over a channel's values in float16), and the
+inference graph then divides by inf: the layer outputs its bias alone, silently.
+
+:meth:`ForwardState.inspect` checks the state after an attempt's forward pass, before the
+verdict (on the host, one view of their concatenation; or inside the device path's one graph
+and host read): what is inf/NaN, and what of it this batch made inf/NaN (a value finite in the
+copy taken before the batch), which :class:`updater.driver.attempts.Attempts` takes as a bad
+batch whatever the gradients: skipped, not retried, the scale kept, the state put back. State
+inf/NaN before the batch that stays so was not made by it. After every step whose state stays
+(an applied step, and any step with ``restore_on_skip=False``), each statistic found inf/NaN is
+reported once, by :meth:`step`: a warning naming it and the step, suggesting
+``updater.amp.rewrite`` (which computes BatchNormalization in float32), or, with
+``on_nonfinite_statistics="raise"``, :class:`NonFiniteStatisticsError`; the updater counts them
+in ``nonfinite_statistics``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import List
+from typing import List, NamedTuple
 
 import nnabla as nn
+import numpy as np
 
 from .arrays import bad_indices, describe_inputs, grad_stats, host_view
 from .checks import NOT_CHECKED, FiniteCheck
@@ -46,6 +51,28 @@ class NonFiniteStatisticsError(FloatingPointError):
         super().__init__(message)
         self.names = list(names)
         self.step = step
+
+
+class StateCheck(NamedTuple):
+    """:meth:`ForwardState.inspect` of the state after an attempt's forward pass.
+
+    Attributes:
+        nonfinite (list of Variable): the state holding inf/NaN.
+        made (list of Variable): of those, what this batch's forward pass made inf/NaN (a
+            bad batch, :func:`updater.driver.records.verdict`).
+    """
+
+    nonfinite: List[nn.Variable]
+    made: List[nn.Variable]
+
+
+def _made_nonfinite(before, now: nn.NdArray) -> bool:
+    """Whether a value finite in ``before`` (the saved copy of a state array) is inf/NaN in
+    ``now`` (its data after the forward pass); one host view of each."""
+    if before is None:
+        return False
+    was = np.isfinite(host_view(before)).reshape(-1)
+    return bool((was & ~np.isfinite(host_view(now)).reshape(-1)).any())
 
 
 def statistic_names(loss, variables: List[nn.Variable]) -> List[str]:
@@ -106,12 +133,13 @@ class ForwardState:
 
     def checked_with_gradients(self) -> List[nn.NdArray] | None:
         """The statistics for the check to read with the gradients; None when it does not read
-        them (they are read on the host, :meth:`new_nonfinite`)."""
+        them (they are read on the host, :meth:`inspect`)."""
         return [v.data for v in self.written] if self.check.reads_statistics else None
 
-    def new_nonfinite(self, found) -> List[nn.Variable]:
-        """The statistics inf/NaN now and not reported before (``found``: the step's
-        inspection, whose device check may have looked at them already)."""
+    def _nonfinite(self, found) -> List[int]:
+        """Indices into :attr:`written` of the state inf/NaN now (``found``: the attempt's
+        inspection, whose device check may have looked at it already; else one host view of
+        their concatenation, and a view of each only when one is not finite)."""
         written, graphs = self._found()
         checked = found.statistics_finite
         if not written or (checked is not NOT_CHECKED and checked):
@@ -120,24 +148,51 @@ class ForwardState:
             values = graphs.concatenated([v.data for v in written])
             if values is None or grad_stats([host_view(values)], False)[0][0]:
                 return []
-        bad = [written[i] for i in bad_indices([v.data for v in written])]
-        return [v for v in bad if hash(v) not in self._reported]
+        return bad_indices([v.data for v in written])
+
+    def inspect(self, found, before: SavedData | None) -> StateCheck:
+        """The state inf/NaN after this attempt's forward pass, and what of it the pass made
+        inf/NaN (:class:`StateCheck`). With ``before`` (the copy taken before the batch, with
+        ``restore_on_skip``): a state with a value finite in ``before`` and inf/NaN now, read
+        only when some state is not finite; state already inf/NaN before the batch that stays
+        so was not made by it. Without: the inf/NaN state not reported before. Never what only
+        a backward pass writes (VATNoise's ``w``, inf when its backward overflowed)."""
+        written = self.written
+        bad = self._nonfinite(found)
+        if not bad:
+            return StateCheck([], [])
+        forward = [i for i in bad if hash(written[i]) not in self._backward_writes()]
+        if before is None:
+            made = [written[i] for i in forward if hash(written[i]) not in self._reported]
+        else:
+            pieces = before.pieces()
+            made = [written[i] for i in forward if _made_nonfinite(pieces[i], written[i].data)]
+        return StateCheck([written[i] for i in bad], made)
+
+    def _backward_writes(self) -> frozenset:
+        """Hashes of the state only a backward pass writes (found on first use)."""
+        if self._backward_only is None:
+            forward = {hash(v) for v in state_inputs(self.loss, (FORWARD_STATE,)) + self.given}
+            backward = state_inputs(self.loss, (BACKWARD_STATE,))
+            self._backward_only = frozenset(hash(v) for v in backward) - forward
+        return self._backward_only
+
+    def new_nonfinite(self, found, checked: StateCheck | None = None) -> List[nn.Variable]:
+        """The statistics inf/NaN now and not reported before: from ``checked`` (the
+        :meth:`inspect` of the state as it is now) when given, else read (``found``: the step's
+        inspection)."""
+        if checked is None:
+            written = self.written
+            nonfinite = [written[i] for i in self._nonfinite(found)]
+        else:
+            nonfinite = checked.nonfinite
+        return [v for v in nonfinite if hash(v) not in self._reported]
 
     def describe(self, variables: List[nn.Variable]) -> List[str]:
         """``"<name> (written by <function>)"`` for each of ``variables``."""
         names = statistic_names(self.loss, variables)
         writers = writer_names(self.loss, variables)
         return [f"{n} (written by {w})" for n, w in zip(names, writers)]
-
-    def new_nonfinite_forward(self, found) -> List[nn.Variable]:
-        """:meth:`new_nonfinite` less what only a backward pass writes (VATNoise's ``w``, inf
-        when its backward overflowed): the state a forward pass made inf/NaN."""
-        bad = self.new_nonfinite(found)
-        if bad and self._backward_only is None:
-            forward = {hash(v) for v in state_inputs(self.loss, (FORWARD_STATE,)) + self.given}
-            backward = state_inputs(self.loss, (BACKWARD_STATE,))
-            self._backward_only = frozenset(hash(v) for v in backward) - forward
-        return [v for v in bad if hash(v) not in self._backward_only]
 
     def report(self, variables: List[nn.Variable], step: int) -> None:
         """Warn about (or raise for) statistics that became inf/NaN after ``step``."""

@@ -15,24 +15,33 @@ def verdict(
     """The one rule every path and every ``accum_grad`` follows, on the agreed facts of an
     attempt (across workers: any worker's bad loss, input or state counts):
 
+    - the forward pass made state inf/NaN that was finite before the batch (``state_finite``
+      False: a float16 BatchNormalization variance of a batch in range): :data:`BAD_BATCH`,
+      whatever the gradients (applying it would leave the state inf/NaN for the rest of
+      training);
     - gradients finite: :data:`APPLIED`, whatever the loss (as nnabla's own loop and PyTorch's
       GradScaler decide);
-    - gradients inf/NaN and (the loss inf/NaN, an input bad as the functions that read it see
-      it: inf/NaN, beyond float16's range where a half-precision function converts it, an
+    - gradients inf/NaN and (the loss inf/NaN, or an input bad as the functions that read it
+      see it: inf/NaN, beyond float16's range where a half-precision function converts it, an
       index outside its table and not a label it ignores
-      (:func:`updater.driver.value_ranges.input_ranges`), or state
-      the forward pass made inf/NaN): :data:`BAD_BATCH`, which no scale fixes: skipped, never
-      retried, scale kept;
+      (:func:`updater.driver.value_ranges.input_ranges`)): :data:`BAD_BATCH`, which no scale
+      fixes: skipped, never retried, scale kept;
     - otherwise :data:`OVERFLOW`: backed off, skipped or retried.
+
+    The updater asks about the state whatever the gradients with ``restore_on_skip`` (the
+    default); with ``restore_on_skip=False`` only when they are not finite
+    (:class:`updater.driver.attempts.Attempts`).
 
     >>> verdict(True, False, True), verdict(False, True, False), verdict(False, True, True)
     ('applied', 'bad batch', 'overflow')
-    >>> verdict(False, True, True, state_finite=False)
-    'bad batch'
+    >>> verdict(False, True, True, state_finite=False), verdict(True, True, True, False)
+    ('bad batch', 'bad batch')
     """
+    if not state_finite:
+        return BAD_BATCH
     if grads_finite:
         return APPLIED
-    return OVERFLOW if loss_finite and inputs_finite and state_finite else BAD_BATCH
+    return OVERFLOW if loss_finite and inputs_finite else BAD_BATCH
 
 
 @dataclass
@@ -134,8 +143,10 @@ class NonFiniteGradientsError(FloatingPointError):
             )
         elif record.bad_batch:
             cause = (
-                "the batch was bad data (inf/NaN loss or inputs, on this or another worker), "
-                "which no loss scale fixes (the scale was left as it was)"
+                "the batch was bad data (inf/NaN loss or inputs, or state its forward pass "
+                "made inf/NaN, such as a float16 BatchNormalization variance, on this or "
+                "another worker), which no loss scale fixes (the scale was left as it was; "
+                "updater.amp.rewrite(loss) computes BatchNormalization in float32)"
             )
         elif record.loss_finite is False:
             cause = (
@@ -180,9 +191,10 @@ class StepRecord:
             on any worker makes it False everywhere); None when loss scaling is off
             (``enabled=False``: nothing is checked).
         attempts (int): forward/backward attempts (1 unless ``on_overflow="retry"`` retried).
-        bad_batch (bool): the verdict was "bad batch" (:func:`verdict`): inf/NaN gradients with
-            an inf/NaN loss or a bad input on some worker. Such a step is skipped, never
-            retried, and the policy takes it as its third outcome (the scale does not move).
+        bad_batch (bool): the verdict was "bad batch" (:func:`verdict`): state the forward pass
+            made inf/NaN, or inf/NaN gradients with an inf/NaN loss or a bad input, on some
+            worker. Such a step is skipped, never retried, and the policy takes it as its
+            third outcome (the scale does not move).
     """
 
     step: int

@@ -138,14 +138,16 @@ def test_probing_leaves_a_batchnorm_model_bit_identical(tmp_path, kwargs, option
     are the same with and without probes, through finite and overflowing steps."""
     runs = []
     for opts in ({}, options):
-        model = TinyBNClassifier(f"probe_bn_{next(SCOPES)}")
+        # lr 0.005: at 0.05 the x300 and x3000 batches, applied at low scales in retry mode,
+        # blow fc1 up until every batch makes the float16 running variance inf (a bad batch)
+        model = TinyBNClassifier(f"probe_bn_{next(SCOPES)}", lr=0.005)
         rows, counters, recorder = _train(model, tmp_path, opts, 10, **kwargs)
         runs.append((rows, counters, recorder, model))
     (rows0, counters0, rec0, m0), (rows1, counters1, rec1, m1) = runs
     assert rows0 == rows1 and counters0 == counters1
     assert_same_values(param_values(m0.params), param_values(m1.params))  # running stats too
     assert_same_values(solver_state_values(m0.solver), solver_state_values(m1.solver))
-    assert not all(r[1] for r in rows0), "the run must overflow at least once"
+    assert counters0[2] > 0, "the run must overflow at least once"
     assert rec1.probe_passes > 0
     over0, over1 = rec0.trace().overflow_scale, rec1.trace().overflow_scale
     if "overflow" in options:
