@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence
@@ -28,6 +29,7 @@ import nnabla as nn
 
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
 from .arguments import check_variables
+from .arrays import graph_leaves
 from .checks import PATHS
 from .recording.options import Probes, check_probes
 from .solver_group import SolverGroup, check_solver
@@ -281,7 +283,8 @@ class UpdaterOptions:
         (),
         "list of nnabla.Variable, default (): inputs that may hold inf on purpose (a -inf "
         "attention mask), left out of the bad-data check; each must feed the graph of ``loss`` "
-        "(else ``ValueError``).",
+        "(else ``ValueError``); a ``loss`` assigned later keeps them (those its graph lacks no "
+        "longer matter; a warning names them).",
         lambda name, value, record: check_variables(name, value, inputs_of=record.loss),
         shared=_shapes,
     )
@@ -306,12 +309,13 @@ class UpdaterOptions:
             object.__setattr__(self, f.name, _check(f, getattr(self, f.name), self))
 
     def replaced(self, **changes) -> UpdaterOptions:
-        """A copy with ``changes``, each checked (``unchecked_inputs`` again when the loss
-        changes); the other options are taken as they are."""
+        """A copy with ``changes``, each checked; the other options are taken as they are. A new
+        ``loss`` keeps ``unchecked_inputs`` as they are, as nnabla's updater takes a new loss:
+        those the new graph lacks no longer matter (a warning names them)."""
         new = object.__new__(UpdaterOptions)
         new.__dict__.update(self.__dict__)
         if "loss" in changes and "unchecked_inputs" not in changes:
-            changes["unchecked_inputs"] = self.unchecked_inputs
+            _warn_unchecked_lacking(self.unchecked_inputs, changes["loss"])
         for f in dataclasses.fields(self):  # in the fields' order: a check sees those before
             if f.name in changes:
                 object.__setattr__(new, f.name, _check(f, changes.pop(f.name), new))
@@ -330,6 +334,24 @@ class UpdaterOptions:
             else:
                 out[f.name] = value
         return out
+
+
+def _warn_unchecked_lacking(unchecked: Sequence[nn.Variable], loss) -> None:
+    """Warn once about the ``unchecked_inputs`` that the graph of a new ``loss`` lacks (a
+    Variable that is not an nnabla Variable is left to the loss's own check)."""
+    if not unchecked or not isinstance(loss, nn.Variable):
+        return
+    inputs = {hash(v) for v in graph_leaves(loss)}
+    lacking = [f"unchecked_inputs[{i}] {tuple(v.shape)}" for i, v in enumerate(unchecked)]
+    lacking = [text for text, v in zip(lacking, unchecked) if hash(v) not in inputs]
+    if lacking:
+        warnings.warn(
+            f"the new loss's graph does not read {', '.join(lacking)}: they no longer matter "
+            "(kept: they count again if the loss is assigned back); assign "
+            "updater.unchecked_inputs to change the list",
+            UserWarning,
+            stacklevel=5,
+        )
 
 
 def _check(f: dataclasses.Field, value, record):
