@@ -181,12 +181,27 @@ def legacy_setting(policy, name: str):
 
 def with_legacy_setting(policy, name: str, value):
     """``policy`` with nnabla's attribute ``name`` set (DynamicScale's backoff follows
-    ``1/scaling_factor``); the policy validates the new value."""
+    ``1/scaling_factor``); ``N`` must be a whole number >= 1, the policy validates the rest."""
     legacy_setting(policy, name)  # raises for policies without it
+    value = check_int(name, value, 1) if name == "N" else value
     changes = {LEGACY_NAMES[type(policy).__name__][name]: value}
     if isinstance(policy, DynamicScale) and name == "scaling_factor":
         changes["backoff_factor"] = 1.0 / check_positive(name, value)
     return dataclasses.replace(policy, **changes)
+
+
+def legacy_property(name: str, kind: type, doc: str) -> property:
+    """The updater's attribute ``name`` of nnabla's (``scaling_factor`` or ``N``): reads the
+    policy's setting as ``kind``, assigns a policy with it set (:func:`with_legacy_setting`;
+    ``AttributeError`` for policies without it)."""
+
+    def read(self):
+        return kind(legacy_setting(self.policy, name))
+
+    def write(self, value):
+        self.policy = with_legacy_setting(self.policy, name, value)
+
+    return property(read, write, doc=doc)
 
 
 def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):
