@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, Dict, Sequence
 
 import nnabla as nn
@@ -166,6 +167,24 @@ def check_variables(name: str, values, leaves: bool = False, inputs_of=None) -> 
                 "inputs), not its outputs"
             )
     return list(values)
+
+
+def warn_unchecked_lacking(unchecked: Sequence[nn.Variable], loss) -> None:
+    """Warn once about the ``unchecked_inputs`` that the graph of a new ``loss`` lacks (a
+    Variable that is not an nnabla Variable is left to the loss's own check)."""
+    if not unchecked or not isinstance(loss, nn.Variable):
+        return
+    inputs = {hash(v) for v in graph_leaves(loss)}
+    lacking = [f"unchecked_inputs[{i}] {tuple(v.shape)}" for i, v in enumerate(unchecked)]
+    lacking = [text for text, v in zip(lacking, unchecked) if hash(v) not in inputs]
+    if lacking:
+        warnings.warn(
+            f"the new loss's graph does not read {', '.join(lacking)}: they no longer matter "
+            "(kept: they count again if the loss is assigned back); assign "
+            "updater.unchecked_inputs to change the list",
+            UserWarning,
+            stacklevel=5,
+        )
 
 
 def legacy_setting(policy, name: str):

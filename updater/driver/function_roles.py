@@ -283,6 +283,29 @@ def writer_names(loss, variables: List[nn.Variable]) -> List[str]:
     return [found.get(hash(v), "forward_state") for v in variables]
 
 
+def state_entries(loss) -> Dict[str, nn.Variable]:
+    """The state leaves of the graph of ``loss`` (:func:`state_inputs`) by names that do not
+    depend on the process (Python ids, nnabla's function names): ``"<type>[<k>]/<input>"``, the
+    input (the registry's name) of the ``k``-th function of that type in the graph's forward
+    order that writes it first, e.g. ``"BatchNormalization[1]/mean"``."""
+    found: Dict[str, nn.Variable] = {}
+    seen: Dict[int, None] = {}
+    count: Dict[str, int] = {}
+
+    def visit(func):
+        kind = func.info.type_name
+        k = count[kind] = count.get(kind, -1) + 1
+        names = None
+        for i, (v, role) in enumerate(zip(func.inputs, input_roles(func))):
+            if role in STATE_ROLES and v.parent is None and hash(v) not in seen:
+                seen[hash(v)] = None
+                names = names or _input_names(kind, func.info.args, len(func.inputs))
+                found[f"{kind}[{k}]/{names[i]}"] = v
+
+    loss.visit(visit)
+    return found
+
+
 class Range(NamedTuple):
     """The values an input may hold: bad when inf/NaN or ``|x - center| >= radius`` (an open
     interval; ``radius`` inf: any finite value); ``why`` says where the bounds come from."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import textwrap
-import warnings
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence
@@ -28,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence
 import nnabla as nn
 
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
-from .arguments import check_variables
-from .arrays import graph_leaves
+from .arguments import check_variables, warn_unchecked_lacking
 from .checks import PATHS
 from .recording.options import Probes, check_probes
 from .solver_group import SolverGroup, check_solver
@@ -315,7 +313,7 @@ class UpdaterOptions:
         new = object.__new__(UpdaterOptions)
         new.__dict__.update(self.__dict__)
         if "loss" in changes and "unchecked_inputs" not in changes:
-            _warn_unchecked_lacking(self.unchecked_inputs, changes["loss"])
+            warn_unchecked_lacking(self.unchecked_inputs, changes["loss"])
         for f in dataclasses.fields(self):  # in the fields' order: a check sees those before
             if f.name in changes:
                 object.__setattr__(new, f.name, _check(f, changes.pop(f.name), new))
@@ -334,24 +332,6 @@ class UpdaterOptions:
             else:
                 out[f.name] = value
         return out
-
-
-def _warn_unchecked_lacking(unchecked: Sequence[nn.Variable], loss) -> None:
-    """Warn once about the ``unchecked_inputs`` that the graph of a new ``loss`` lacks (a
-    Variable that is not an nnabla Variable is left to the loss's own check)."""
-    if not unchecked or not isinstance(loss, nn.Variable):
-        return
-    inputs = {hash(v) for v in graph_leaves(loss)}
-    lacking = [f"unchecked_inputs[{i}] {tuple(v.shape)}" for i, v in enumerate(unchecked)]
-    lacking = [text for text, v in zip(lacking, unchecked) if hash(v) not in inputs]
-    if lacking:
-        warnings.warn(
-            f"the new loss's graph does not read {', '.join(lacking)}: they no longer matter "
-            "(kept: they count again if the loss is assigned back); assign "
-            "updater.unchecked_inputs to change the list",
-            UserWarning,
-            stacklevel=5,
-        )
 
 
 def _check(f: dataclasses.Field, value, record):
