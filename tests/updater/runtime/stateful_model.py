@@ -28,7 +28,8 @@ SPIKES = (3, 7, 8)
 
 class MovingAverage(PythonFunction):
     """y = x; its forward writes ``0.9 * ema + 0.1 * mean(x, axis=0)`` into its second input, in
-    that input's dtype (float64 here): state no table of nnabla's functions knows."""
+    that input's dtype (float64 here), and counts its passes in its third (int32): state no table
+    of nnabla's functions knows."""
 
     @property
     def name(self):
@@ -50,6 +51,7 @@ class MovingAverage(PythonFunction):
         x = inputs[0].data.data.astype(np.float64)
         ema = inputs[1].data.data
         inputs[1].data.data = 0.9 * ema + 0.1 * x.mean(axis=0)
+        inputs[2].data.data = inputs[2].data.data + 1
         outputs[0].data.data = inputs[0].data.data
 
     def backward_impl(self, inputs, outputs, propagate_down, accum):
@@ -59,9 +61,11 @@ class MovingAverage(PythonFunction):
 
 
 class StatefulModel:
-    """affine -> F.batch_normalization(mean, variance made by hand) -> MovingAverage -> tanh ->
-    affine -> softmax cross-entropy, times a per-batch weight; Adam over the affine layers
-    (registered) and BatchNormalization's beta and gamma (``nn.Variable``, in the solver alone).
+    """(affine -> F.batch_normalization with mean and variance made by hand -> tanh) twice ->
+    MovingAverage -> affine -> softmax cross-entropy, times a per-batch weight; Adam over the
+    affine layers (registered) and BatchNormalization's beta and gamma (``nn.Variable``, in the
+    solver alone). The two BatchNormalizations' statistics have the same shape: a resume that
+    swapped them would not be bit-identical.
 
     Args:
         seed (int): seed of the initial weights (the state starts at 0, 1 and 0.25 always).
@@ -72,23 +76,28 @@ class StatefulModel:
         ctx = cpu_context("half")
         with nn.context_scope(ctx), nn.parameter_scope("stateful"):
             self.x, self.t, self.weight = nn.Variable((8, 4)), nn.Variable((8, 1)), nn.Variable(())
-            h = PF.affine(self.x, 6, w_init=I.NormalInitializer(0.5, rng=rng), name="fc1")
-            beta = nn.Variable.from_numpy_array(rng.randn(1, 6).astype(np.float32) * 0.1)
-            gamma = nn.Variable.from_numpy_array(np.ones((1, 6), np.float32))
-            beta.need_grad = gamma.need_grad = True
-            self.mean = nn.Variable.from_numpy_array(np.zeros((1, 6), np.float32))
-            self.variance = nn.Variable.from_numpy_array(np.ones((1, 6), np.float32))
-            h = F.batch_normalization(h, beta, gamma, self.mean, self.variance, batch_stat=True)
+            h, self.statistics, bn = self.x, [], {}
+            for i in range(2):
+                h = PF.affine(h, 6, w_init=I.NormalInitializer(0.5, rng=rng), name=f"fc{i}")
+                beta = nn.Variable.from_numpy_array(rng.randn(1, 6).astype(np.float32) * 0.1)
+                gamma = nn.Variable.from_numpy_array(np.ones((1, 6), np.float32))
+                beta.need_grad = gamma.need_grad = True
+                bn.update({f"bn{i}/beta": beta, f"bn{i}/gamma": gamma})
+                mean = nn.Variable.from_numpy_array(np.zeros((1, 6), np.float32))
+                variance = nn.Variable.from_numpy_array(np.ones((1, 6), np.float32))
+                self.statistics += [mean, variance]
+                h = F.tanh(F.batch_normalization(h, beta, gamma, mean, variance, batch_stat=True))
             self.ema = nn.Variable.from_numpy_array(np.full((1, 6), 0.25, np.float64))
-            h = MovingAverage(ctx)(h, self.ema)
-            y = PF.affine(F.tanh(h), 3, w_init=I.NormalInitializer(0.5, rng=rng), name="fc2")
+            self.count = nn.Variable.from_numpy_array(np.zeros((1,), np.int32))
+            h = MovingAverage(ctx)(h, self.ema, self.count)
+            y = PF.affine(h, 3, w_init=I.NormalInitializer(0.5, rng=rng), name="out")
             self.loss = F.mean(F.softmax_cross_entropy(y, self.t)) * self.weight
             self.solver = S.Adam(0.01)
-            self.solver.set_parameters({**nn.get_parameters(), "bn/beta": beta, "bn/gamma": gamma})
+            self.solver.set_parameters({**nn.get_parameters(), **bn})
         policy = DynamicScale(init_scale=2.0**11, growth_interval=3, hysteresis=2)
         self.calls = 0
         self.updater = DynamicLossScalingUpdater(
-            self.solver, self.loss, self.feed, policy=policy, forward_state=[self.ema]
+            self.solver, self.loss, self.feed, policy=policy, forward_state=[self.ema, self.count]
         )
 
     def feed(self):
@@ -105,13 +114,14 @@ class StatefulModel:
 
     def values(self) -> dict:
         """Every value of the run, each in its own dtype: parameters, solver states and step
-        counts, the hand-made statistics and the moving average."""
+        counts, the hand-made statistics, the moving average and the count of passes."""
         out = {f"param/{k}": v.d.copy() for k, v in self.solver.get_parameters().items()}
         for name, state in self.solver.get_states().items():
             out.update({f"solver/{name}/{k}": v.d.copy() for k, v in state.pstate.items()})
             out[f"solver_t/{name}"] = np.array(state.t)
-        out["mean"], out["variance"] = self.mean.d.copy(), self.variance.d.copy()
+        out.update({f"statistic{i}": v.d.copy() for i, v in enumerate(self.statistics)})
         out["ema"] = np.array(self.ema.data.data)  # float64, as the function keeps it
+        out["count"] = np.array(self.count.data.data)
         return out
 
 

@@ -24,9 +24,13 @@ pytestmark = pytest.mark.nnabla
 
 STEPS, SPLIT = 12, 5
 STATE = {
-    "state/BatchNormalization[0]/mean": np.float32,
-    "state/BatchNormalization[0]/variance": np.float32,
+    **{
+        f"state/BatchNormalization[{i}]/{k}": np.float32
+        for i in (0, 1)
+        for k in ("mean", "variance")
+    },
     "state/forward_state[0]": np.float64,
+    "state/forward_state[1]": np.int32,
 }
 
 
@@ -42,7 +46,8 @@ def test_a_resume_in_a_new_process_is_bit_identical_with_hand_made_state(tmp_pat
     trajectory = full.train(STEPS)
     assert not all(applied for _, applied in trajectory), "the run must skip some steps"
     expected = full.values()
-    assert expected["ema"].dtype == np.float64
+    assert expected["ema"].dtype == np.float64 and expected["count"].dtype == np.int32
+    assert expected["count"].item() == sum(applied for _, applied in trajectory)  # restored
 
     ckpt = tmp_path / "run.ckpt"
     _run(SPLIT, tmp_path / "first.npz", "--save", ckpt)
@@ -65,9 +70,10 @@ def test_the_state_is_named_by_its_writer_and_registered_state_stays_a_parameter
     state = checkpoint_state(model.updater, named)
     assert sorted(state) == sorted(k.partition("/")[2] for k in STATE)
     assert state["forward_state[0]"] is model.ema
+    assert state["BatchNormalization[1]/mean"] == model.statistics[2]  # the same Variable
     # a statistic given as a parameter is saved as that parameter, once
-    both = checkpoint_state(model.updater, {**named, "bn/mean": model.mean})
-    assert sorted(both) == ["BatchNormalization[0]/variance", "forward_state[0]"]
+    both = checkpoint_state(model.updater, {**named, "bn/mean": model.statistics[0]})
+    assert "BatchNormalization[0]/mean" not in both and len(both) == len(STATE) - 1
 
 
 def test_a_state_the_file_and_the_model_do_not_share_is_named(tmp_path):
@@ -77,18 +83,21 @@ def test_a_state_the_file_and_the_model_do_not_share_is_named(tmp_path):
     path = save_checkpoint(tmp_path / "run.ckpt", model.updater)
     nn.clear_parameters()
     other = StatefulModel(seed=99)
-    other.updater.forward_state = []  # the moving average is not tracked here
-    with pytest.raises(CheckpointMismatchError, match=r"found in the current .*forward_state\[0\]"):
+    other.updater.forward_state = [other.ema]  # the count of passes is not tracked here
+    with pytest.raises(CheckpointMismatchError, match=r"found in the current .*forward_state\[1\]"):
         load_checkpoint(path, other.updater)
     assert other.ema.d.tolist() == [[0.25] * 6]  # nothing changed
     with np.load(path) as z:  # a checkpoint without the statistics (as earlier versions wrote)
         arrays = {k: z[k] for k in z.files if "BatchNormalization" not in k}
     with open(path, "wb") as f:
         np.savez(f, **arrays)
-    other.updater.forward_state = [other.ema]
+    other.updater.forward_state = [other.ema, other.count]
     with pytest.raises(CheckpointMismatchError, match=r"missing .*BatchNormalization\[0\]/mean"):
         load_checkpoint(path, other.updater)
     report = load_checkpoint(path, other.updater, strict=False)
-    assert report.missing == [f"state/BatchNormalization[0]/{k}" for k in ("mean", "variance")]
+    assert report.missing == [
+        f"state/BatchNormalization[{i}]/{k}" for i in (0, 1) for k in ("mean", "variance")
+    ]
     assert other.ema.data.data.tolist() == model.ema.data.data.tolist()  # loaded, in float64
-    assert other.mean.d.tolist() == [[0.0] * 6]  # left as it was, and the report says so
+    assert other.count.data.data.tolist() == [2]
+    assert other.statistics[0].d.tolist() == [[0.0] * 6]  # left as it was, as the report says
