@@ -45,7 +45,8 @@ from ..common.validation import check_bool
 from ..common.writing import write_file
 from .entries import Entry, checkpoint_parameters, checkpoint_state, model_entries
 
-__all__ = ["checkpoint_parameters", "checkpoint_state", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointMismatchError", "LoadReport", "load_checkpoint", "save_checkpoint"]
+__all__ += ["checkpoint_parameters", "checkpoint_state"]  # their home: updater.runtime.entries
 
 if TYPE_CHECKING:
     from ..driver.updater import DynamicLossScalingUpdater
