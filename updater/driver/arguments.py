@@ -175,8 +175,11 @@ def warn_unchecked_lacking(unchecked: Sequence[nn.Variable], loss) -> None:
     if not unchecked or not isinstance(loss, nn.Variable):
         return
     inputs = {hash(v) for v in graph_leaves(loss)}
-    lacking = [f"unchecked_inputs[{i}] {tuple(v.shape)}" for i, v in enumerate(unchecked)]
-    lacking = [text for text, v in zip(lacking, unchecked) if hash(v) not in inputs]
+    lacking = [
+        f"unchecked_inputs[{i}] {tuple(v.shape)}"
+        for i, v in enumerate(unchecked)
+        if hash(v) not in inputs
+    ]
     if lacking:
         warnings.warn(
             f"the new loss's graph does not read {', '.join(lacking)}: they no longer matter "

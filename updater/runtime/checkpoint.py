@@ -300,10 +300,10 @@ def load_checkpoint(
     z = read_npz(path, "checkpoint", max_bytes, _select(_shapes(entries, states)))
     updater_state = _updater_state(z)
     missing: List[str] = []
-    param_arrays = {}
+    model_arrays = {}
     for key, entry in entries.items():
         if key in z:
-            param_arrays[key] = z.array(key, entry.kind, entry.label)
+            model_arrays[key] = z.array(key, entry.kind, entry.label)
         else:
             missing.append(key)
     solver_values, steps = {}, {}
@@ -323,7 +323,7 @@ def load_checkpoint(
                 f"solver step count of {name!r} is {steps[name]}, expected 0 to {SOLVER_T_MAX}"
             )
     _check_squares(z, getattr(updater.solver, "name", ""), solver_values)
-    used = set(param_arrays) | {f"solver_t/{n}" for n in steps}
+    used = set(model_arrays) | {f"solver_t/{n}" for n in steps}
     used |= {f"solver/{n}/{k}" for n, k in solver_values}
     unexpected = sorted(set(z.declared) - used - {"updater_state", "format_version"})
     missing.sort()
@@ -334,7 +334,7 @@ def load_checkpoint(
             f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
         )
     if not allow_nonfinite:
-        labelled = {entries[k].label: v for k, v in param_arrays.items()}
+        labelled = {entries[k].label: v for k, v in model_arrays.items()}
         labelled.update({f"solver state '{n}/{k}'": v for (n, k), v in solver_values.items()})
         bad = [f"{label} holds {what}" for label, v in labelled.items() if (what := _nonfinite(v))]
         if bad:
@@ -347,7 +347,7 @@ def load_checkpoint(
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as e:
         reason = e.args[0] if isinstance(e, KeyError) and e.args else e  # e.g. 10**400: overflow
         raise z.error(f"updater state rejected: {reason}") from e
-    for key, values in param_arrays.items():
+    for key, values in model_arrays.items():
         _write(entries[key].var.data, values)
     for (name, key), values in solver_values.items():
         _write(states[name].pstate[key].data, values)
