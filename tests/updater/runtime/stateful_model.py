@@ -3,7 +3,7 @@ BatchNormalization with statistics made by hand as ``nn.Variable`` and a float64
 that a ``PythonFunction`` writes (given as ``forward_state``). Run as a script it trains, saves or
 loads a checkpoint and writes every value, so a test resumes in a new process:
 
-    python -m tests.updater.runtime.stateful_model STEPS OUT.npz [--load CKPT] [--save CKPT]
+    python -m tests.updater.runtime.stateful_model STEPS OUT.npz CHECK [--load CKPT] [--save CKPT]
 """
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ class StatefulModel:
     swapped them would not be bit-identical.
 
     Args:
-        seed (int): seed of the initial weights (the state starts at 0, 1 and 0.25 always).
+        seed (int): seed of the initial weights (the state starts at 0, 1, 0.25 and 0 always).
+        finite_check (str): the updater's ``finite_check`` path.
     """
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, finite_check: str = "auto"):
         rng = np.random.RandomState(seed)
         ctx = cpu_context("half")
         with nn.context_scope(ctx), nn.parameter_scope("stateful"):
@@ -97,7 +98,12 @@ class StatefulModel:
         policy = DynamicScale(init_scale=2.0**11, growth_interval=3, hysteresis=2)
         self.calls = 0
         self.updater = DynamicLossScalingUpdater(
-            self.solver, self.loss, self.feed, policy=policy, forward_state=[self.ema, self.count]
+            self.solver,
+            self.loss,
+            self.feed,
+            policy=policy,
+            forward_state=[self.ema, self.count],
+            finite_check=finite_check,
         )
 
     def feed(self):
@@ -129,10 +135,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("steps", type=int)
     parser.add_argument("out")
+    parser.add_argument("check")
     parser.add_argument("--load")
     parser.add_argument("--save")
     args = parser.parse_args(argv)
-    model = StatefulModel(seed=99 if args.load else 0)  # another start: loading must replace it
+    model = StatefulModel(99 if args.load else 0, args.check)  # loading must replace the start
     if args.load:
         load_checkpoint(args.load, model.updater)
     trajectory = model.train(args.steps)

@@ -40,9 +40,10 @@ def _run(*args):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_a_resume_in_a_new_process_is_bit_identical_with_hand_made_state(tmp_path):
+@pytest.mark.parametrize("check", ["numpy", "solver", "nnabla"])
+def test_a_resume_in_a_new_process_is_bit_identical_with_hand_made_state(tmp_path, check):
     nn.clear_parameters()
-    full = StatefulModel()
+    full = StatefulModel(finite_check=check)
     trajectory = full.train(STEPS)
     assert not all(applied for _, applied in trajectory), "the run must skip some steps"
     expected = full.values()
@@ -50,8 +51,8 @@ def test_a_resume_in_a_new_process_is_bit_identical_with_hand_made_state(tmp_pat
     assert expected["count"].item() == sum(applied for _, applied in trajectory)  # restored
 
     ckpt = tmp_path / "run.ckpt"
-    _run(SPLIT, tmp_path / "first.npz", "--save", ckpt)
-    _run(STEPS - SPLIT, tmp_path / "rest.npz", "--load", ckpt)  # another process, another start
+    _run(SPLIT, tmp_path / "first.npz", check, "--save", ckpt)
+    _run(STEPS - SPLIT, tmp_path / "rest.npz", check, "--load", ckpt)  # a new process and start
     with np.load(tmp_path / "first.npz") as first, np.load(tmp_path / "rest.npz") as rest:
         resumed = [tuple(p) for p in first["trajectory"]] + [tuple(p) for p in rest["trajectory"]]
         assert resumed == [tuple(p) for p in np.array(trajectory)]
