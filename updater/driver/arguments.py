@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, Dict, Sequence
 
 import nnabla as nn
@@ -168,6 +169,27 @@ def check_variables(name: str, values, leaves: bool = False, inputs_of=None) -> 
     return list(values)
 
 
+def warn_unchecked_lacking(unchecked: Sequence[nn.Variable], loss) -> None:
+    """Warn once about the ``unchecked_inputs`` that the graph of a new ``loss`` lacks (a
+    Variable that is not an nnabla Variable is left to the loss's own check)."""
+    if not unchecked or not isinstance(loss, nn.Variable):
+        return
+    inputs = {hash(v) for v in graph_leaves(loss)}
+    lacking = [
+        f"unchecked_inputs[{i}] {tuple(v.shape)}"
+        for i, v in enumerate(unchecked)
+        if hash(v) not in inputs
+    ]
+    if lacking:
+        warnings.warn(
+            f"the new loss's graph does not read {', '.join(lacking)}: they no longer matter "
+            "(kept: they count again if the loss is assigned back); assign "
+            "updater.unchecked_inputs to change the list",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
 def legacy_setting(policy, name: str):
     """The policy setting behind nnabla's attribute ``name`` (``scaling_factor`` or ``N``)."""
     mapped = LEGACY_NAMES.get(type(policy).__name__, {})
@@ -181,12 +203,27 @@ def legacy_setting(policy, name: str):
 
 def with_legacy_setting(policy, name: str, value):
     """``policy`` with nnabla's attribute ``name`` set (DynamicScale's backoff follows
-    ``1/scaling_factor``); the policy validates the new value."""
+    ``1/scaling_factor``); ``N`` must be a whole number >= 1, the policy validates the rest."""
     legacy_setting(policy, name)  # raises for policies without it
+    value = check_int(name, value, 1) if name == "N" else value
     changes = {LEGACY_NAMES[type(policy).__name__][name]: value}
     if isinstance(policy, DynamicScale) and name == "scaling_factor":
         changes["backoff_factor"] = 1.0 / check_positive(name, value)
     return dataclasses.replace(policy, **changes)
+
+
+def legacy_property(name: str, kind: type, doc: str) -> property:
+    """The updater's attribute ``name`` of nnabla's (``scaling_factor`` or ``N``): reads the
+    policy's setting as ``kind``, assigns a policy with it set (:func:`with_legacy_setting`;
+    ``AttributeError`` for policies without it)."""
+
+    def read(self):
+        return kind(legacy_setting(self.policy, name))
+
+    def write(self, value):
+        self.policy = with_legacy_setting(self.policy, name, value)
+
+    return property(read, write, doc=doc)
 
 
 def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):

@@ -14,6 +14,7 @@ and constructor arguments (``init_scale=``, ``growth_interval=``, ...).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 from typing import Any, Dict, Sequence
@@ -107,6 +108,13 @@ class CallOrder:
         a data feeder (copied for :meth:`start_update`), else None."""
         self.pending = None
         self._left = None if inputs is None else [copy_array(v.data) for v in inputs]
+
+    def copied(self) -> CallOrder:
+        """An independent copy (the pending iteration copied too), for ``copy.copy``."""
+        new = CallOrder()
+        new.pending = None if self.pending is None else copy.copy(self.pending)
+        new._left = self._left
+        return new
 
 
 def same_values(array: nn.NdArray, kept: nn.NdArray) -> bool:

@@ -307,13 +307,34 @@ def _leaf_state(loss, roles) -> List[Tuple[object, nn.Variable]]:
     return found
 
 
+def state_entries(loss, roles=STATE_ROLES) -> Dict[str, nn.Variable]:
+    """The leaves of the graph of ``loss`` that its step writes (with one of ``roles``), each
+    once, by names that do not depend on the process (Python ids, nnabla's function names):
+    ``"<type>[<k>]/<input>"``, the input (the registry's name) of the ``k``-th function of that
+    type in the graph's forward order that writes it first, e.g.
+    ``"BatchNormalization[1]/mean"``."""
+    found: Dict[str, nn.Variable] = {}
+    seen: Dict[int, None] = {}
+    count: Dict[str, int] = {}
+
+    def visit(func):
+        kind = func.info.type_name
+        k = count[kind] = count.get(kind, -1) + 1
+        names = None
+        for i, (v, role) in enumerate(zip(func.inputs, input_roles(func))):
+            if role in roles and v.parent is None and hash(v) not in seen:
+                seen[hash(v)] = None
+                names = names or _input_names(kind, func.info.args, len(func.inputs))
+                found[f"{kind}[{k}]/{names[i]}"] = v
+
+    loss.visit(visit)
+    return found
+
+
 def state_inputs(loss, roles=STATE_ROLES) -> List[nn.Variable]:
     """The leaves of the graph of ``loss`` that its step writes (with one of ``roles``),
-    whether or not they are registered parameters; each once."""
-    found: Dict[int, nn.Variable] = {}
-    for _, v in _leaf_state(loss, roles):
-        found.setdefault(hash(v), v)
-    return list(found.values())
+    whether or not they are registered parameters; each once (:func:`state_entries`)."""
+    return list(state_entries(loss, roles).values())
 
 
 def state_writers(loss) -> List[object]:

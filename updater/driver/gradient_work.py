@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import nnabla as nn
 import numpy as np
@@ -15,6 +15,7 @@ from .arrays import graph_leaves, host_view
 from .checks import Ask, Extras, Findings, FiniteCheck, host_grads
 from .checks.base import NO_EXTRAS
 from .options import UpdaterOptions
+from .solver_group import SolverGroup
 
 
 class GradientWork:
@@ -48,7 +49,7 @@ class GradientWork:
             self._params = read()
             if not self._reach_checked:  # once per solver and loss: they rebuild this object
                 self._reach_checked = True
-                warn_if_unreached(self._params, self.options.loss)
+                warn_if_unreached(solver, self._params, self.options.loss)
         return self._params
 
     def all_reduce(self) -> None:
@@ -102,20 +103,47 @@ class GradientWork:
         solver.update()
 
 
-def warn_if_unreached(params: Dict[str, nn.Variable], loss) -> None:
-    """``UserWarning`` when the solver holds parameters and none of them is a leaf of the graph
-    of ``loss``: every step would be applied and move nothing the loss depends on."""
-    if not params:
-        return
-    leaves = {hash(v) for v in graph_leaves(loss)}
-    if any(hash(v) in leaves for v in params.values()):
-        return
-    names = ", ".join(list(params)[:3]) + (", ..." if len(params) > 3 else "")
-    warnings.warn(
-        f"none of the solver's {len(params)} parameters ({names}) is in the graph of the loss: "
-        "update() would apply steps that move nothing the loss uses. Give the updater the "
-        "solver whose parameters the loss was built from (solver.set_parameters with the "
-        "scope that built the loss)",
-        UserWarning,
-        stacklevel=4,
+def trained_leaves(loss) -> Set[int]:
+    """Hashes of the leaves of the graph of ``loss`` that it reads with ``need_grad`` (where its
+    backward pass writes a gradient; ``fix_parameters=True`` layers read theirs without)."""
+    found: Set[int] = set()
+    loss.visit(
+        lambda f: found.update(hash(v) for v in f.inputs if v.parent is None and v.need_grad)
     )
+    return found
+
+
+def warn_if_unreached(solver, params: Dict[str, nn.Variable], loss) -> None:
+    """A ``UserWarning`` when no gradient of ``loss`` reaches any of the solver's parameters
+    ``params`` (or, for a :class:`SolverGroup`, any of a member's): every step would be applied
+    and move nothing. One per solver so reached: none of them is a leaf of the loss's graph, or
+    the graph reads them all without ``need_grad`` (layers built with ``fix_parameters=True``)."""
+    members = [("the solver's {n} parameters", params)]
+    if isinstance(solver, SolverGroup):
+        members = [
+            (f"the {{n}} parameters of the SolverGroup's solvers[{i}]", s.get_parameters())
+            for i, s in enumerate(solver.solvers)
+        ]
+    leaves, trained = {hash(v) for v in graph_leaves(loss)}, trained_leaves(loss)
+    for who, held in members:
+        keys = {hash(v) for v in held.values()}
+        if not held or keys & trained:
+            continue
+        names = ", ".join(list(held)[:3]) + (", ..." if len(held) > 3 else "")
+        if keys & leaves:
+            why = (
+                "gets a gradient from the loss: its graph reads them with need_grad=False (layers "
+                "built with fix_parameters=True), so update() would apply steps that move nothing. "
+                "Build the layers to train without fix_parameters=True"
+            )
+        else:
+            why = (
+                "is in the graph of the loss: update() would apply steps that move nothing the "
+                "loss uses. Give the updater the solver whose parameters the loss was built from "
+                "(solver.set_parameters with the scope that built the loss)"
+            )
+        warnings.warn(
+            f"none of {who.format(n=len(held))} ({names}) {why}",
+            UserWarning,
+            stacklevel=4,
+        )

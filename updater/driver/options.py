@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence
 import nnabla as nn
 
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
-from .arguments import check_variables
+from .arguments import check_variables, warn_unchecked_lacking
 from .checks import PATHS
 from .recording.options import Probes, check_probes
 from .solver_group import SolverGroup, check_solver
@@ -281,7 +281,8 @@ class UpdaterOptions:
         (),
         "list of nnabla.Variable, default (): inputs that may hold inf on purpose (a -inf "
         "attention mask), left out of the bad-data check; each must feed the graph of ``loss`` "
-        "(else ``ValueError``).",
+        "(else ``ValueError``); a ``loss`` assigned later keeps them (those its graph lacks no "
+        "longer matter; a warning names them).",
         lambda name, value, record: check_variables(name, value, inputs_of=record.loss),
         shared=_shapes,
     )
@@ -306,12 +307,13 @@ class UpdaterOptions:
             object.__setattr__(self, f.name, _check(f, getattr(self, f.name), self))
 
     def replaced(self, **changes) -> UpdaterOptions:
-        """A copy with ``changes``, each checked (``unchecked_inputs`` again when the loss
-        changes); the other options are taken as they are."""
+        """A copy with ``changes``, each checked; the other options are taken as they are. A new
+        ``loss`` keeps ``unchecked_inputs`` as they are, as nnabla's updater takes a new loss:
+        those the new graph lacks no longer matter (a warning names them)."""
         new = object.__new__(UpdaterOptions)
         new.__dict__.update(self.__dict__)
         if "loss" in changes and "unchecked_inputs" not in changes:
-            changes["unchecked_inputs"] = self.unchecked_inputs
+            warn_unchecked_lacking(self.unchecked_inputs, changes["loss"])
         for f in dataclasses.fields(self):  # in the fields' order: a check sees those before
             if f.name in changes:
                 object.__setattr__(new, f.name, _check(f, changes.pop(f.name), new))

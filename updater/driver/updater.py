@@ -9,6 +9,7 @@ built from the options record (:mod:`updater.driver.options`) by :mod:`updater.d
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
 import nnabla as nn
 import numpy as np
 
-from ..common.validation import check_int
 from ..policy import ScaleState
 from ..policy.presets import as_policy
 from . import saved_state
@@ -24,9 +24,8 @@ from .arguments import (
     LEGACY_DEFAULTS,
     check_scale,
     check_seed_holds,
-    legacy_setting,
+    legacy_property,
     policy_from_arguments,
-    with_legacy_setting,
 )
 from .arrays import seed_dtype
 from .assembly import assemble
@@ -211,23 +210,10 @@ class DynamicLossScalingUpdater:
     def scale(self, value) -> None:
         self._state = self._state._replace(scale=np.float64(check_scale(self.policy, value)))
 
-    @property
-    def scaling_factor(self) -> float:
-        """Growth multiplier (and backoff divisor) of the policy."""
-        return float(legacy_setting(self.policy, "scaling_factor"))
-
-    @scaling_factor.setter
-    def scaling_factor(self, value) -> None:
-        self.policy = with_legacy_setting(self.policy, "scaling_factor", value)
-
-    @property
-    def N(self) -> int:
-        """Consecutive finite steps before the policy grows the scale."""
-        return int(legacy_setting(self.policy, "N"))
-
-    @N.setter
-    def N(self, value) -> None:
-        self.policy = with_legacy_setting(self.policy, "N", check_int("N", value, 1))
+    scaling_factor = legacy_property(
+        "scaling_factor", float, "Growth multiplier (and backoff divisor) of the policy."
+    )
+    N = legacy_property("N", int, "Consecutive finite steps before the policy grows the scale.")
 
     @property
     def param_names(self) -> List[str]:
@@ -385,6 +371,19 @@ class DynamicLossScalingUpdater:
         self.policy, self._state = saved_state.loaded_state(
             state, self._seed_type, self.policy, self._counters
         )
+
+    def __copy__(self) -> DynamicLossScalingUpdater:
+        """``copy.copy(updater)``: an independent updater, as nnabla's shallow copy is: the same
+        options (solver, loss, data feeder, ...: shared, as nnabla's copy shares them), its own
+        scale state, counters, history, pending iteration and collaborators."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._counters = dataclasses.replace(self._counters)
+        new._history = deque(self._history, maxlen=self._history.maxlen)
+        new._order = self._order.copied()
+        new._outside = None  # made for the copy by _assemble
+        new._assemble()
+        return new
 
     def __repr__(self) -> str:
         return (

@@ -11,6 +11,11 @@ Layout (all arrays, no pickles):
   ``params`` (default: nnabla's registry, ``nn.get_parameters(grad_only=False)``) under their
   names there, and every other parameter the solver holds (e.g. a learnable temperature made
   with ``nn.Variable`` and given to ``solver.set_parameters``) under the solver's name;
+- ``state/<name>``: every other state the updater tracks and puts back after a skipped step
+  (:func:`updater.runtime.entries.checkpoint_state`: what nnabla's functions in the loss's graph
+  write, as BatchNormalization statistics made with ``nn.Variable``, named by the function that
+  writes them, ``state/BatchNormalization[0]/mean``; and the option ``forward_state``,
+  ``state/forward_state[0]``), in its own dtype (float64 stays float64; float16 as float32);
 - ``solver/<param name>/<state name>``: each solver state array (e.g. Momentum's ``m``). A state
   the solver never wrote (nnabla creates them with a lazy ``zero()``; they stay so until the first
   applied update, and for ever for parameters without gradients such as BatchNormalization's
@@ -38,6 +43,10 @@ import numpy as np
 from ..common.npz import NpzContent, read_npz, write_npz
 from ..common.validation import check_bool
 from ..common.writing import write_file
+from .entries import Entry, checkpoint_parameters, checkpoint_state, model_entries
+
+__all__ = ["CheckpointMismatchError", "LoadReport", "load_checkpoint", "save_checkpoint"]
+__all__ += ["checkpoint_parameters", "checkpoint_state"]  # their home: updater.runtime.entries
 
 if TYPE_CHECKING:
     from ..driver.updater import DynamicLossScalingUpdater
@@ -57,54 +66,22 @@ class CheckpointMismatchError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _values(array: nn.NdArray) -> np.ndarray:
+def _values(array: nn.NdArray, kind: str = "float") -> np.ndarray:
+    """The values of ``array``: float64 as float64, other floats as float32 (float16 exactly);
+    with ``kind`` "number", integers in their own dtype."""
     if array.zeroing:  # zero() and no write since (possibly never allocated: no dtype yet)
         return np.zeros(array.shape, dtype=np.float32)
     try:
-        dtype = np.float64 if array.dtype == np.float64 else np.float32
+        dtype = np.dtype(array.dtype)
     except RuntimeError:  # fill()ed and never allocated: no dtype yet, its value reads as any
-        dtype = np.float32
+        dtype = np.dtype(np.float32)
+    if dtype != np.float64 and not (kind == "number" and dtype.kind in "iu"):
+        dtype = np.dtype(np.float32)
     return np.asarray(array.get_data("r", dtype=dtype))  # written before any training runs
 
 
 def _write(array: nn.NdArray, values: np.ndarray) -> None:
     array.cast(values.dtype)[...] = values
-
-
-def checkpoint_parameters(
-    updater, params: Mapping[str, nn.Variable] | None = None
-) -> Dict[str, nn.Variable]:
-    """The parameters a checkpoint holds, by the names it holds them under.
-
-    Args:
-        updater (DynamicLossScalingUpdater): its solver's parameters are always included.
-        params (mapping name -> nnabla.Variable or None, default None): the named parameters;
-            None means ``nn.get_parameters(grad_only=False)`` (all of the current scope).
-
-    Returns:
-        dict name -> nnabla.Variable: ``params`` under their names, then each parameter of
-        ``updater.solver`` that is none of them under the solver's name.
-
-    Raises:
-        TypeError: a value of ``params`` is not an ``nnabla.Variable``.
-        ValueError: a solver parameter outside ``params`` has the name of another Variable
-            in ``params``.
-    """
-    named = dict(nn.get_parameters(grad_only=False) if params is None else params)
-    for name, var in named.items():
-        if not isinstance(var, nn.Variable):
-            raise TypeError(f"params[{name!r}] must be an nnabla.Variable, got {var!r}")
-    known = set(named.values())  # nnabla Variables compare equal when they are the same one
-    for name, var in updater.solver.get_parameters().items():
-        if var in known:
-            continue
-        if name in named:
-            raise ValueError(
-                f"the solver's parameter {name!r} is another Variable than the parameter "
-                f"{name!r} of params (or nnabla's registry); pass params naming each once"
-            )
-        named[name] = var
-    return named
 
 
 def save_checkpoint(
@@ -124,16 +101,17 @@ def save_checkpoint(
         params (mapping name -> nnabla.Variable or None, default None): parameters to save by
             name; None saves ``nn.get_parameters(grad_only=False)`` (all of the current scope).
             Every other parameter the solver holds is saved too, by the solver's name
-            (:func:`checkpoint_parameters`).
+            (:func:`checkpoint_parameters`), and every other state the updater tracks
+            (:func:`checkpoint_state`).
         overwrite (bool, default False): replace a file at ``path`` that this package did
             not write (a checkpoint it wrote, e.g. the previous save, is replaced anyway).
 
     Returns:
         Path: the path written.
 
-    A parameter holding inf/NaN (typically a running statistic a float16 batch overflowed) is
-    saved as it is, with a warning naming it: :func:`load_checkpoint` refuses such values
-    unless ``allow_nonfinite=True``.
+    A parameter or state holding inf/NaN (typically a running statistic a float16 batch
+    overflowed) is saved as it is, with a warning naming it: :func:`load_checkpoint` refuses
+    such values unless ``allow_nonfinite=True``.
 
     Raises:
         OSError: the write failed (e.g. a full disk); the message names ``path``, and a
@@ -144,10 +122,10 @@ def save_checkpoint(
     path = Path(path)
     arrays: Dict[str, np.ndarray] = {"format_version": np.array(FORMAT_VERSION)}
     bad = []
-    for name, var in checkpoint_parameters(updater, params).items():
-        arrays[f"param/{name}"] = _values(var.data)
-        if what := _nonfinite(arrays[f"param/{name}"]):
-            bad.append(f"{name} ({what})")
+    for key, entry in model_entries(updater, params).items():
+        arrays[key] = _values(entry.var.data, entry.kind)
+        if what := _nonfinite(arrays[key]):
+            bad.append(f"{key.partition('/')[2]} ({what})")
     if bad:
         logger.warning(
             "save_checkpoint(%s): %s hold inf/NaN; load_checkpoint refuses them unless "
@@ -187,12 +165,12 @@ def _some(names: List[str], limit: int = 12) -> str:
     return f"{names[:limit]}{more}"
 
 
-def _shapes(named: Mapping[str, nn.Variable], states) -> Dict[str, tuple]:
+def _shapes(entries: Mapping[str, Entry], states) -> Dict[str, tuple]:
     """The shape of each entry a checkpoint of the current model holds, by entry name, with
     its label for messages."""
     shapes = {k: ((), f"array {k!r}") for k in ("format_version", "updater_state")}
-    for name, var in named.items():
-        shapes[f"param/{name}"] = (tuple(var.shape), f"parameter {name!r}")
+    for key, entry in entries.items():
+        shapes[key] = (tuple(entry.var.shape), entry.label)
     for name, state in states.items():
         shapes[f"solver_t/{name}"] = ((), f"array 'solver_t/{name}'")
         for key, var in state.pstate.items():
@@ -277,7 +255,8 @@ def load_checkpoint(
     The graph, solver and updater must already exist (built as for the saved run); values are
     written into them in place. Strict loading requires the file and the current model to hold
     the same parameters (:func:`checkpoint_parameters`: ``params`` and every parameter the
-    solver holds, so each solver state gets its parameter's value) and, per parameter, the same
+    solver holds, so each solver state gets its parameter's value), the same other state
+    (:func:`checkpoint_state`, put back in its saved dtype) and, per parameter, the same
     solver state names (a checkpoint of Adam, with ``mean`` and ``var``, does not load into
     Momentum, with ``m``). A parameter's solver state (its arrays and step count) loads as a
     whole or not at all. The whole file is read and checked (dtypes, shapes, finite values, the
@@ -292,8 +271,8 @@ def load_checkpoint(
             entry missing from the file or not found in the current graph or solver; False
             loads the entries that match, logs a warning naming the others and returns them in
             the report.
-        allow_nonfinite (bool, default False): load parameters and solver states holding inf
-            or NaN; by default they are refused, by name.
+        allow_nonfinite (bool, default False): load parameters, state and solver states
+            holding inf or NaN; by default they are refused, by name.
         max_bytes (int or None, default None): the most bytes the file may unpack to, checked
             before unpacking (:func:`updater.common.npz.read_npz`); None: half the physical
             memory.
@@ -316,18 +295,17 @@ def load_checkpoint(
     """
     strict = check_bool("strict", strict)
     allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)
-    named = checkpoint_parameters(updater, params)
+    entries = model_entries(updater, params)
     states = updater.solver.get_states()
-    z = read_npz(path, "checkpoint", max_bytes, _select(_shapes(named, states)))
+    z = read_npz(path, "checkpoint", max_bytes, _select(_shapes(entries, states)))
     updater_state = _updater_state(z)
     missing: List[str] = []
-    param_arrays = {}
-    for name in named:
-        if f"param/{name}" in z:
-            label = f"parameter {name!r}"
-            param_arrays[name] = z.array(f"param/{name}", "float", label)
+    model_arrays = {}
+    for key, entry in entries.items():
+        if key in z:
+            model_arrays[key] = z.array(key, entry.kind, entry.label)
         else:
-            missing.append(f"param/{name}")
+            missing.append(key)
     solver_values, steps = {}, {}
     for name, state in states.items():
         prefix = f"solver/{name}/"
@@ -345,7 +323,7 @@ def load_checkpoint(
                 f"solver step count of {name!r} is {steps[name]}, expected 0 to {SOLVER_T_MAX}"
             )
     _check_squares(z, getattr(updater.solver, "name", ""), solver_values)
-    used = {f"param/{n}" for n in param_arrays} | {f"solver_t/{n}" for n in steps}
+    used = set(model_arrays) | {f"solver_t/{n}" for n in steps}
     used |= {f"solver/{n}/{k}" for n, k in solver_values}
     unexpected = sorted(set(z.declared) - used - {"updater_state", "format_version"})
     missing.sort()
@@ -356,7 +334,7 @@ def load_checkpoint(
             f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
         )
     if not allow_nonfinite:
-        labelled = {f"parameter {n!r}": v for n, v in param_arrays.items()}
+        labelled = {entries[k].label: v for k, v in model_arrays.items()}
         labelled.update({f"solver state '{n}/{k}'": v for (n, k), v in solver_values.items()})
         bad = [f"{label} holds {what}" for label, v in labelled.items() if (what := _nonfinite(v))]
         if bad:
@@ -369,8 +347,8 @@ def load_checkpoint(
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as e:
         reason = e.args[0] if isinstance(e, KeyError) and e.args else e  # e.g. 10**400: overflow
         raise z.error(f"updater state rejected: {reason}") from e
-    for name, values in param_arrays.items():
-        _write(named[name].data, values)
+    for key, values in model_arrays.items():
+        _write(entries[key].var.data, values)
     for (name, key), values in solver_values.items():
         _write(states[name].pstate[key].data, values)
     for name, t in steps.items():
