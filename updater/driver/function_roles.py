@@ -324,7 +324,7 @@ def state_entries(loss, roles=STATE_ROLES) -> Dict[str, nn.Variable]:
         for i, (v, role) in enumerate(zip(func.inputs, input_roles(func))):
             if role in roles and v.parent is None and hash(v) not in seen:
                 seen[hash(v)] = None
-                names = names or _input_names(kind, func.info.args, len(func.inputs))
+                names = names or input_names(kind, func.info.args, len(func.inputs))
                 found[f"{kind}[{k}]/{names[i]}"] = v
 
     loss.visit(visit)
