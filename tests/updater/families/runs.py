@@ -16,9 +16,12 @@ Batch ``k`` of a part is the same everywhere: a part's stream feeds batch ``k`` 
 
 from __future__ import annotations
 
+import logging
 import pickle
 import subprocess
 import sys
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -64,6 +67,7 @@ class Facts:
     grads_finite: bool  # not solver.check_inf_or_nan_grad()
     loss_finite: bool
     state_finite: bool  # the values the forward pass wrote (running statistics) are finite
+    forward_finite: bool  # every output of every function of the forward pass is finite
 
     @property
     def verdict(self) -> str:
@@ -107,11 +111,13 @@ def record_fields(record) -> Dict[str, Any]:
 
 @dataclass
 class Run:
-    """A run's steps and final values; ``error``: what stopped it (a build or a step raising)."""
+    """A run's steps and final values; ``error``: what stopped it (a build or a step raising);
+    ``warnings``: what the updater warned (``UserWarning``) or logged (level WARNING and up)."""
 
     steps: List[Step] = field(default_factory=list)
     final: Dict = field(default_factory=dict)
     error: str | None = None
+    warnings: List[str] = field(default_factory=list)
 
 
 def values(variable) -> np.ndarray:
@@ -121,14 +127,17 @@ def values(variable) -> np.ndarray:
 
 def plain_facts(family, part, k: int, scale: float) -> Facts:
     """Zero the part's gradients, feed batch ``k``, forward, ``backward(scale)``, as a plain
-    nnabla loop does; read the facts; put back what the forward wrote (found by comparing every
-    parameter of the family, running statistics included, before and after), so the updater's
-    step that follows starts from the same state."""
+    nnabla loop does; read the facts (:class:`Facts`); put back what the forward wrote (found
+    by comparing every parameter of the family, running statistics included, before and
+    after), so the updater's step that follows starts from the same state."""
     before = {name: values(v) for name, v in family.params.items()}
     part.solver.zero_grad()
     part.feed(k)
-    part.loss.forward(clear_no_need_grad=True)
+    part.loss.forward(clear_no_need_grad=False)  # keeps every output to look at
     loss_finite = bool(np.isfinite(part.loss.d).all())
+    outputs = []
+    part.loss.visit(lambda f: outputs.extend(f.outputs))
+    forward_finite = all(np.isfinite(v.d).all() for v in outputs)
     after = {name: values(v) for name, v in family.params.items()}
     written = [n for n in before if not np.array_equal(before[n], after[n], equal_nan=True)]
     state_finite = all(np.isfinite(after[n]).all() for n in written)
@@ -136,7 +145,7 @@ def plain_facts(family, part, k: int, scale: float) -> Facts:
     grads_finite = not part.solver.check_inf_or_nan_grad()
     for name in written:
         family.params[name].data.cast(np.float32)[...] = before[name]
-    return Facts(scale, grads_finite, loss_finite, state_finite)
+    return Facts(scale, grads_finite, loss_finite, state_finite, forward_finite)
 
 
 def snapshot(family, updaters) -> Dict:
@@ -179,19 +188,40 @@ def checkpoint(folder: Path, path: str, part: str) -> Path:
 def path_run(name: str, path: str, folder: Path) -> Run:
     """Ours on ``path`` (module doc); checkpoints in ``folder``."""
     run = Run()
-    try:
-        family = FAMILIES[name]("half")
-        updaters = ours(family, path)
+    with warned(run.warnings):
+        try:
+            family = FAMILIES[name]("half")
+            updaters = ours(family, path)
 
-        def save(upds):
-            for part, upd in zip(family.parts, upds):
-                save_checkpoint(checkpoint(folder, path, part.name), upd, params=family.params)
+            def save(upds):
+                for part, upd in zip(family.parts, upds):
+                    save_checkpoint(checkpoint(folder, path, part.name), upd, params=family.params)
 
-        run.steps = train(family, updaters, 0, save)
-        run.final = snapshot(family, updaters)
-    except Exception as e:  # reported by the tests that read the run
-        run.error = f"{type(e).__name__}: {e}"
+            run.steps = train(family, updaters, 0, save)
+            run.final = snapshot(family, updaters)
+        except Exception as e:  # reported by the tests that read the run
+            run.error = f"{type(e).__name__}: {e}"
     return run
+
+
+@contextmanager
+def warned(found: List[str]):
+    """Collect into ``found`` the ``UserWarning``s raised and the records the ``updater``
+    loggers write at level WARNING and above, while in the block."""
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            found.append(f"{record.name}: {record.getMessage()}")
+
+    handler, logger = Collect(logging.WARNING), logging.getLogger("updater")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            yield
+        found.extend(f"UserWarning: {w.message}" for w in caught if w.category is UserWarning)
+    finally:
+        logger.removeHandler(handler)
 
 
 def resume(name: str, path: str, folder: Path) -> Run:

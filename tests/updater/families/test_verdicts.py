@@ -41,9 +41,12 @@ def describe(step) -> str:
 
 @pytest.mark.parametrize("name,path", CELLS)
 def test_no_false_bad_batch(matrix, name, path):
-    """No step is a bad batch where nnabla shows a finite loss and finite state (every batch of
-    the matrix is clean data: ignored labels, ids in the table, finite inputs)."""
+    """No step is a bad batch where nnabla shows a finite loss and finite state. Every batch of
+    the matrix is clean data (ignored labels, ids in their table, inputs in range), as nnabla
+    computes it: every value of its forward pass is finite."""
     run = run_of(matrix, name, path)
+    unclean = [describe(s) for s in run.steps if not s.facts.forward_finite]
+    assert not unclean, "a batch is not clean: a value of nnabla's forward pass is inf/NaN"
     false = [describe(s) for s in run.steps if s.verdict == BAD_BATCH != s.facts.verdict]
     assert not false, "\n".join(false)
 
@@ -81,3 +84,10 @@ def test_every_verdict_equals_the_plain_nnabla_loop(matrix, name, path):
         or s.record["attempts"] != 1  # skip mode: one attempt per step
     ]
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("name,path", CELLS)
+def test_a_clean_run_warns_nothing(matrix, name, path):
+    """No guard warns (``UserWarning``) or logs a warning on these runs: every solver's
+    parameters are in its loss's graph, and no loss or state becomes inf/NaN."""
+    assert run_of(matrix, name, path).warnings == []
