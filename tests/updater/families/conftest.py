@@ -34,8 +34,11 @@ class Matrix:
         return self._once(("nnabla", name), lambda: runs.nnabla_run(name))
 
     def float_run(self, name: str) -> runs.Run:
-        applied = [(s.part, s.batch) for s in self.nnabla_run(name).steps]
-        return self._once(("float", name), lambda: runs.float_run(name, applied))
+        def compute():
+            applied = [(s.part, s.batch) for s in self.nnabla_run(name).steps]
+            return runs.float_run(name, applied)
+
+        return self._once(("float", name), compute)
 
     def resumed(self, name: str) -> dict:
         for path in runs.PATHS:  # their checkpoints

@@ -182,6 +182,7 @@ def train(family, updaters, start: int, save=None) -> List[Step]:
 
 
 def checkpoint(folder: Path, path: str, part: str) -> Path:
+    """The checkpoint file of ``part`` in the run on ``path``."""
     return folder / f"{path}-{part}.ckpt.npz"
 
 
@@ -267,7 +268,6 @@ def nnabla_run(name: str) -> Run:
                 record = {"scale": upd.scale, "update_applied": True}
                 k = upd.data_feeder.calls - 1
                 run.steps.append(Step(part.name, i, k, None, record, float(part.loss.d)))
-        run.final = {"params": {n: values(v) for n, v in family.params.items()}}
     except Exception as e:
         run.error = f"{type(e).__name__}: {e}"
     return run
