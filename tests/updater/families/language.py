@@ -38,9 +38,8 @@ class IdsThroughHalfError(AssertionError):
 def language_model(type_config: str = "half") -> Family:
     """ids (2, 4) -> Embed(70000, 2) of ``ids[:, :-1]`` (no position embedding: the causal
     mask orders the tokens) -> one causal single-head attention block with a residual ->
-    Affine to 70000 logits per token ->
-    softmax cross-entropy (axis 2) against ``ids[:, 1:]``, whose padded entry is -1; the mean
-    over the 6 tokens times 8; Adam.
+    Affine to 70000 logits per token -> softmax cross-entropy (axis 2) against ``ids[:, 1:]``,
+    whose padded entry is -1; the mean over the 6 tokens times 8; Adam.
 
     Raises:
         IdsThroughHalfError: ``type_config="half"`` and the rewrite computes a function on the

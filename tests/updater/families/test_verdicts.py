@@ -4,8 +4,10 @@ Every family trains :data:`~tests.updater.families.runs.STEPS` steps on every ``
 path from the scale 2**15, which every family's backward overflows; before each step a plain
 nnabla forward/backward of the same batch at the same scale tells the facts (gradients inf/NaN
 or not, loss finite or not, forward-written state finite or not), and the verdict they call for
-is the one rule of :func:`updater.driver.records.verdict`. A run that raised fails every test of
-its cell with the error.
+(:attr:`~tests.updater.families.runs.Facts.verdict`) is the rule of
+:func:`updater.driver.records.verdict`, with issue 48's rule that state a forward pass made
+inf/NaN is a bad batch whatever the gradients. A run that raised fails every test of its cell
+with the error.
 """
 
 import pytest
