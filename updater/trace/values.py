@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 from ..common.npz import MAX_TEXT
 
 EXP_MIN = -80
