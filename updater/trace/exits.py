@@ -18,6 +18,7 @@ EXITING: List[bool] = []
 """True once the interpreter exits."""
 _HOOKS: List[weakref.finalize] = []  # the exit hooks of the recorders made, alive or done
 _TERMINATED: List[bool] = []  # a SIGTERM arrived
+_WATCHING: List[bool] = []  # _at_exit is registered
 _INSTALLED: List[int] = []  # the process that installed the SIGTERM handler
 
 
@@ -33,12 +34,13 @@ def watch_exit(hook: weakref.finalize) -> None:
     before them). In the main thread, with SIGTERM's default action in place, SIGTERM is
     handled from now on (a handler the program set is left alone)."""
     _HOOKS[:] = [h for h in _HOOKS if h.alive] + [hook]
-    if not EXITING and not _INSTALLED:
-        _INSTALLED.append(os.getpid())
+    if not _WATCHING:
+        _WATCHING.append(True)
         atexit.register(_at_exit)
-        if threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm)
+    main = threading.current_thread() is threading.main_thread()
+    if main and not _INSTALLED and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        _INSTALLED.append(os.getpid())
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signum, frame) -> None:

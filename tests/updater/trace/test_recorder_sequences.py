@@ -126,3 +126,19 @@ def test_sigterm_at_a_random_moment_writes_the_trace_then_ends_by_sigterm(tmp_pa
         assert proc.returncode == -signal.SIGTERM, (trial, wait)
         assert not parts_dir(path).exists(), (trial, wait)
         assert Trace.load(path).steps >= seen, (trial, wait, seen)
+
+
+def test_a_sigterm_handler_the_program_set_is_left_alone(tmp_path):
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(ROOT)!r})
+import numpy as np
+from updater.trace.recorder import GradientRecorder
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))  # the program's own
+rec = GradientRecorder({str(tmp_path / "g.npz")!r})
+rec.record(0, [np.ones(4, np.float16)], 8.0)
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert Trace.load(tmp_path / "g.npz").steps == 1  # written at exit, as always
