@@ -230,5 +230,8 @@ def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):
     policy.check_state(scale_state)
     problem = unreachable_counters({k: int(state["counters"][k]) for k in counters})
     if problem:
-        raise ValueError(f"saved counters no run reaches: {problem}")
+        raise ValueError(
+            f"saved counters no run reaches: {problem}; the state was changed after it was "
+            "saved: load another one"
+        )
     return policy, scale_state
