@@ -142,3 +142,24 @@ os.kill(os.getpid(), signal.SIGTERM)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
     assert Trace.load(tmp_path / "g.npz").steps == 1  # written at exit, as always
+
+
+def test_sigkill_at_a_random_moment_after_a_close_loses_no_written_step(tmp_path):
+    """Recording goes on in parts after a close() merged 25 steps: a SIGKILL at any moment
+    leaves, after recover(), every step written so far (the merged ones and each part)."""
+    rng = random.Random(9)
+    for trial in range(12):
+        path = tmp_path / f"t{trial}.npz"
+        proc = _start(path, steps=60, write_every=10, close_at=24, pause=0.004)
+        assert proc.stdout.readline() == "0\n"
+        wait = rng.uniform(0.05, 0.5)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        seen = 1 + sum(x.isdigit() for x in proc.communicate(timeout=60)[0].split())
+        if part_files(path) or parts_dir(path).exists():
+            GradientRecorder.recover(path)
+        durable = 25 + 10 * ((seen - 25) // 10) if seen >= 25 else 0
+        steps = Trace.load(path).steps if path.exists() else 0
+        assert durable <= steps <= seen + 1 and not parts_dir(path).exists(), (trial, seen)
