@@ -22,7 +22,7 @@ import argparse
 import sys
 import textwrap
 
-from sim.cli import report, simulate, sweep, train, tune
+from sim.cli import interrupt, report, simulate, sweep, train, tune
 from sim.cli.options import FORMATTER, CommandParser
 from sim.cli.parsing import log, parse_args, setup_logging
 from sim.cli.settings import HELP_WIDTH
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Entry point of ``dls``; returns the exit status (argument errors exit with 2). A name
+    """Entry point of ``dls``; returns the exit status (argument errors exit with 2; Ctrl-C
+    130, with one line naming the files written before, :mod:`sim.cli.interrupt`). A name
     with bytes the terminal's encoding cannot show (a path that is not UTF-8) prints with
     replacement characters."""
     for stream in (sys.stdout, sys.stderr):
@@ -78,8 +79,14 @@ def main(argv=None) -> int:
     setup_logging(args.verbosity)
     shown = {k: v for k, v in vars(args).items() if k not in ("handler", "subparser", "policies")}
     log.debug("dls %s with %s", args.command, shown)
+    before = interrupt.outputs_now(args)
     try:
         return args.handler(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, what was written, no traceback
+        written = interrupt.written_since(before, args)
+        sys.stdout.flush()
+        print(interrupt.interrupted_line(args.command, written), file=sys.stderr, flush=True)
+        return interrupt.INTERRUPTED
     except UnsafeOutputError as e:  # an output found unsafe once the work told its names
         args.subparser.error(str(e))
     except OSError as e:  # a write that failed (a full disk): the old file is intact

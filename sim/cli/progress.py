@@ -111,22 +111,24 @@ class StageProgress:
             position=1 if self._overall is not None else 0,
         )
 
-    def close(self) -> None:
-        """The command is done: complete the overall bar (left on screen) or say so."""
+    def close(self, done: bool = True) -> None:
+        """The command is done: complete the overall bar (left on screen) or say so; with
+        ``done=False`` (it stopped: an error, Ctrl-C) only close the bar, saying nothing."""
         elapsed = seconds_text(time.monotonic() - self._t0)
         if self._logs is not None:
             self._logs.__exit__(None, None, None)
             self._logs = None
         if self._overall is not None:
-            self._overall.n = self.total or self.index
-            self._overall.set_postfix_str(f"done in {elapsed}", refresh=True)
+            if done:
+                self._overall.n = self.total or self.index
+                self._overall.set_postfix_str(f"done in {elapsed}", refresh=True)
             self._overall.close()
             self._overall = None
-        elif not self.tty and not self.quiet and self.index:
+        elif done and not self.tty and not self.quiet and self.index:
             print(f"dls {self.command}: done in {elapsed}", file=self.stream, flush=True)
 
     def __enter__(self) -> StageProgress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, error, *exc) -> None:
+        self.close(done=error is None)

@@ -128,6 +128,30 @@ class NpzContent:
             raise self.error(f"array {name!r} is nested too deeply to be read") from None
 
 
+MAX_TEXT = 2**16
+"""The most characters one text value of a file this package reads may hold (a name, a JSON
+updater state): a longer one is refused before it is inflated."""
+
+
+def dtype_problem(dtype: np.dtype) -> str | None:
+    """What is wrong with an array's declared ``dtype`` for a file this package reads, or None:
+    the kinds :class:`NpzContent` takes (bool, int, float of at most 8 bytes, text of at most
+    :data:`MAX_TEXT` characters), checked from the header before anything is inflated (a 0-d
+    ``<U268435456``, ``V1073741824`` or ``S1073741824`` would cost a GiB)."""
+    if dtype.hasobject:
+        return "holds pickled Python objects"
+    if dtype.kind == "U" and dtype.itemsize <= 4 * MAX_TEXT:
+        return None
+    if dtype.kind in "biuf" and dtype.itemsize <= 8:
+        return None
+    if dtype.kind == "U":
+        return (
+            f"declares text of {dtype.itemsize // 4:,} characters, more than the {MAX_TEXT:,} "
+            "a file of this package holds"
+        )
+    return f"has dtype {dtype.str}, which no file of this package holds"
+
+
 def memory_bytes() -> int:
     """The machine's physical memory in bytes (8 GiB where the system does not say)."""
     try:
@@ -145,7 +169,8 @@ def read_npz(
     """Read the arrays of the ``.npz`` archive at ``path``, never unpickling.
 
     Nothing is decompressed before the archive's declared sizes are checked: their sum against
-    ``max_bytes``, each array's header against its entry's size, and the declared shapes by
+    ``max_bytes``, each array's header against its entry's size, its dtype
+    (:func:`dtype_problem`: a kind and itemsize this package writes), and the declared shapes by
     ``select``, so a small file that unpacks to gigabytes (a decompression bomb) is refused at
     once.
 
@@ -168,8 +193,8 @@ def read_npz(
             names it).
         ValueError: the file is empty, truncated or not an ``.npz`` archive, a single ``.npy``
             array, holds an entry twice, would unpack to more than ``max_bytes``, or holds an
-            array that is damaged, pickled or not a NumPy array (the message names the file and
-            the problem).
+            array that is damaged, pickled, of a dtype this package never writes or not a NumPy
+            array (the message names the file and the problem).
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "cut.npz"
@@ -258,8 +283,9 @@ def _read_archive(
             key = name[: -len(".npy")]
             if key != NPZ_MARKER:
                 declared[key] = _entry(archive, name, key, fail, _declared)
-                if declared[key][1].hasobject:
-                    raise fail(f"array {key!r} holds pickled Python objects")
+                problem = dtype_problem(declared[key][1])
+                if problem:
+                    raise fail(f"array {key!r} {problem}")
         try:
             wanted = set(declared if select is None else select(declared))
         except ValueError as e:

@@ -21,6 +21,7 @@ from ..common.validation import check_int, check_positive
 from ..policy.policies import DynamicScale, ScaleState, policy_from_dict
 from ..policy.presets import as_policy
 from .arrays import graph_leaves
+from .records import COUNTER_MAX, unreachable_counters
 
 LEGACY_DEFAULTS = {"scale": 8.0, "scaling_factor": 2.0, "N": 2000}
 """nnabla's defaults, used for the legacy arguments not given when one of them is."""
@@ -43,15 +44,16 @@ def check_seedable(name: str, value) -> float:
     return value
 
 
-def policy_bounds(policy):
-    """``(min_scale, max_scale)`` of a policy; a policy without one gets 0 or inf."""
-    return getattr(policy, "min_scale", 0.0), getattr(policy, "max_scale", math.inf)
-
-
 def check_scale(policy, value, name: str = "scale") -> float:
-    """A scale ``policy`` may hold: seedable and within the policy's bounds."""
+    """A scale ``policy`` may hold: seedable and within the policy's bounds
+    (:meth:`updater.policy.base.Policy.bounds`: a static policy holds its own scale only)."""
     value = check_seedable(name, value)
-    low, high = policy_bounds(policy)
+    low, high = policy.bounds()
+    if low == high != value:
+        raise ValueError(
+            f"{name} must be {low!r}, the only scale {policy!r} holds, got {value!r}; for "
+            f"another fixed scale use StaticScale(scale={value!r})"
+        )
     if not low <= value <= high:
         raise ValueError(
             f"{name} must be in [min_scale, max_scale] = [{low!r}, {high!r}] of "
@@ -97,7 +99,8 @@ def check_seed_holds(policy, seed_type) -> None:
     """``ValueError`` when the policy's scale or ``max_scale`` is above the largest backward
     seed of ``seed_type`` (the loss's precision), where the seed would be inf."""
     precision = np.dtype(seed_type).name
-    for name, value in (("max_scale", policy_bounds(policy)[1]), ("scale", policy.init().scale)):
+    highest = getattr(policy, "max_scale", math.inf)
+    for name, value in (("max_scale", highest), ("scale", policy.init().scale)):
         if math.isfinite(value) and value > SEED_MAX[precision]:
             raise ValueError(
                 f"{name} {float(value)!r} is above {SEED_MAX[precision]!r}, the largest backward "
@@ -260,13 +263,12 @@ def checked_state(state: Dict[str, Any], version: int, counters: Sequence[str]):
     counts = {"good_steps": saved["good_steps"], "hysteresis_left": saved["hysteresis_left"]}
     counts.update({k: state["counters"][k] for k in counters})
     for name, value in counts.items():
-        check_int(f"saved {name}", value, 0)
+        check_int(f"saved {name}", value, 0, COUNTER_MAX)
     policy.check_state(scale_state)
-    c = state["counters"]
-    if c["updates_applied"] + c["skips"] != c["steps"] or c["consecutive_nonfinite"] > c["skips"]:
+    problem = unreachable_counters({k: int(state["counters"][k]) for k in counters})
+    if problem:
         raise ValueError(
-            f"saved counters contradict each other: updates_applied {c['updates_applied']} + "
-            f"skips {c['skips']} must equal steps {c['steps']}, and consecutive_nonfinite "
-            f"{c['consecutive_nonfinite']} cannot exceed skips"
+            f"saved counters no run reaches: {problem}; the state was changed after it was "
+            "saved: load another one"
         )
     return policy, scale_state

@@ -5,6 +5,7 @@ gradient raises."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Dict
 
 APPLIED, OVERFLOW, BAD_BATCH = "applied", "overflow", "bad batch"
 
@@ -103,6 +104,38 @@ COUNTERS = (
     "passes",
 )
 """The counters ``state_dict()["counters"]`` saves."""
+COUNTER_MAX = 2**63 - 1
+"""The most a saved counter may hold (NumPy's int64; no run counts that many calls)."""
+
+
+def unreachable_counters(c: Dict[str, int]) -> str | None:
+    """What no run reaches in the saved counters ``c`` (:data:`COUNTERS`, each an int in
+    ``[0, COUNTER_MAX]``), naming the fields; None when they agree. Every call applies an
+    update or skips; a skipped call had a non-finite attempt (``overflows`` counts them all);
+    every attempt runs at least one forward/backward round (``passes``)."""
+    attempts = c["updates_applied"] + c["overflows"]
+    rules = (
+        (
+            c["updates_applied"] + c["skips"] == c["steps"],
+            f"updates_applied {c['updates_applied']} + skips {c['skips']} must equal steps "
+            f"{c['steps']}",
+        ),
+        (
+            c["consecutive_nonfinite"] <= c["skips"],
+            f"consecutive_nonfinite {c['consecutive_nonfinite']} cannot exceed skips {c['skips']}",
+        ),
+        (
+            c["skips"] <= c["overflows"],
+            f"skips {c['skips']} cannot exceed overflows {c['overflows']} (a skipped call had "
+            "a non-finite attempt)",
+        ),
+        (
+            c["passes"] >= attempts,
+            f"passes {c['passes']} must be at least updates_applied + overflows = {attempts} "
+            "(each attempt runs a forward/backward round)",
+        ),
+    )
+    return next((problem for holds, problem in rules if not holds), None)
 
 
 class NonFiniteGradientsError(FloatingPointError):

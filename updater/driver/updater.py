@@ -203,7 +203,8 @@ class DynamicLossScalingUpdater:
     @property
     def scale(self) -> float:
         """The loss scale the next ``update()`` starts from (the seed is its rounding); 1.0
-        when ``enabled=False``."""
+        when ``enabled=False``. Assignable within the policy's bounds (a ``StaticScale``: its
+        own scale only), else ``ValueError``."""
         return float(self._state.scale) if self._options.enabled else 1.0
 
     @scale.setter

@@ -88,6 +88,11 @@ class Policy:
     def _validate(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def bounds(self) -> tuple:
+        """``(lowest, highest)``: the scales this policy ever holds, ``[min_scale, max_scale]``
+        (0 and inf for a policy without them); a loaded or assigned scale outside is refused."""
+        return getattr(self, "min_scale", 0.0), getattr(self, "max_scale", float("inf"))
+
     def settings(self) -> Dict[str, Any]:
         """Return the settings as a plain dict of Python numbers."""
         return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in asdict(self).items()}

@@ -75,6 +75,10 @@ class StaticScale(Policy):
     def _validate(self):
         check_positive("scale", self.scale)
 
+    def bounds(self) -> tuple:
+        """``(scale, scale)``: the one scale a static policy holds."""
+        return self.scale, self.scale
+
     def init(self, shape=()) -> ScaleState:
         """Return the initial state, broadcast to ``shape`` (``()`` for one run)."""
         return make_state(np.full(shape, self.scale), np.zeros(shape), np.ones(shape))

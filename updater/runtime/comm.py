@@ -39,15 +39,16 @@ in their next collective forever. Constructing an :class:`MPICommunicator` there
 :func:`abort_on_exception` (an unhandled exception on any rank prints its traceback and ends the
 whole job with a non-zero exit status) and an exit watch (:mod:`updater.runtime.exit_watch`):
 a rank that ends (``sys.exit(0)``, fewer steps, the end of its script) tells the others, and a
-rank waiting for it in ``all_reduce`` or ``barrier`` (run non-blocking, polling for that word)
-aborts the job ``exit_grace`` seconds later, naming it. A rank that is in none of these
-collectives is never aborted: it may work on after the others ended (rank 0 evaluating and
-saving) as long as it needs, and the ended ranks wait for it.
+rank waiting for it in ``all_reduce``, ``barrier`` or ``check_same`` (the updater's settings
+check at its first update; all run non-blocking, polling for that word) aborts the job
+``exit_grace`` seconds later, naming it. A rank in none of these collectives is never aborted:
+it may work on after the others ended (rank 0 evaluating, saving) as long as it needs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pickle
 import sys
 import time
 from typing import Any, Mapping
@@ -63,7 +64,6 @@ _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "
     "pip install -e .[mpi]"
 )
-"""Seconds :func:`abort_on_exception` waits between printing the traceback and MPI_Abort."""
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
 
 
@@ -94,10 +94,10 @@ class MPICommunicator:
         check_arguments (bool, default True): check on every ``all_reduce`` call, with one
             extra two-word reduction, that all ranks passed the same shapes, dtypes and flags,
             and raise ``ValueError`` on every rank when not. False skips it.
-        exit_grace (float, default 60.0): seconds a rank waiting in ``all_reduce`` or
-            ``barrier`` keeps waiting after another rank ended, before it aborts the job (the
-            ended rank may have ended right after its part of that collective; see the module
-            doc); > 0. It does not limit how long a rank works outside these collectives.
+        exit_grace (float, default 60.0): seconds a rank waiting in ``all_reduce``,
+            ``barrier`` or ``check_same`` keeps waiting after another rank ended, before it
+            aborts the job (that rank may have ended right after its part of the collective;
+            see the module doc); > 0. It does not limit a rank's work outside them.
 
     Attributes:
         rank (int): this process's rank in ``comm``, in [0, size).
@@ -199,10 +199,11 @@ class MPICommunicator:
             self._reduce_packed(arrays, division)
 
     def check_same(self, settings: Mapping[str, Any], what: str = "settings") -> None:
-        """Collective (one ``allgather``): ``ValueError`` on every rank, naming the first
-        setting that differs (in the order of rank 0's ``settings``), unless every rank passed
-        equal ``settings``."""
-        every = self._comm.allgather(dict(settings)) if self.size > 1 else []
+        """Collective (an ``allgather``, under the exit watch: a rank that ended before it
+        aborts the job after ``exit_grace``, named): ``ValueError`` on every rank, naming the
+        first setting that differs (in the order of rank 0's ``settings``), unless every rank
+        passed equal ``settings``."""
+        every = self._allgather(dict(settings), f"the check of the {what}") if self.size > 1 else []
         for rank, other in enumerate(every):
             for key in [*every[0], *(k for k in other if k not in every[0])]:
                 if other.get(key) != every[0].get(key):
@@ -226,11 +227,23 @@ class MPICommunicator:
         self._allreduce(words, self._MPI.MAX)
         if words[0] == digest and words[1] == ~digest:  # max(h) == h and max(~h) == ~min(h)
             return
-        signatures = self._comm.allgather(signature)
+        signatures = self._allgather(signature, "all_reduce")
         reference = signatures[0]
         for rank, other in enumerate(signatures):
             if other != reference:
                 raise ValueError(_mismatch_message(0, reference, rank, other))
+
+    def _allgather(self, value, what: str) -> list:
+        """mpi4py's ``allgather`` (every rank's ``value``, by rank), non-blocking under the
+        exit watch: the sizes, then the pickled values (of this job's own ranks)."""
+        data = np.frombuffer(pickle.dumps(value), np.uint8)
+        sizes = np.zeros(self.size, np.int64)
+        self._watch.wait(self._comm.Iallgather(np.array([data.size], np.int64), sizes), what)
+        counts, starts = sizes.tolist(), (np.cumsum(sizes) - sizes).tolist()
+        gathered = np.empty(sum(counts), np.uint8)
+        spec = [gathered, counts, starts, self._MPI.BYTE]
+        self._watch.wait(self._comm.Iallgatherv(data, spec), what)
+        return [pickle.loads(gathered[a : a + n].tobytes()) for a, n in zip(starts, counts)]
 
     def _allreduce(self, buffer, op) -> None:
         """``MPI_Allreduce`` in place, non-blocking under the exit watch (a rank that ended

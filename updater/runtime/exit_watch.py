@@ -2,7 +2,8 @@
 the end of its script while the others still train).
 
 The watch acts only on a rank that waits in one of
-:class:`updater.runtime.comm.MPICommunicator`'s collectives (``all_reduce``, ``barrier``).
+:class:`updater.runtime.comm.MPICommunicator`'s collectives (``all_reduce``, ``barrier``,
+``check_same``: the updater's settings check at its first update).
 A rank that ends tells every other rank so (a small message on a duplicate of the
 communicator), then waits for every rank to end too, as long as they take (a rank that works
 on, e.g. rank 0 evaluating and saving after training, is never aborted). A rank waiting in a

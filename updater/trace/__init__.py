@@ -3,7 +3,7 @@
 :mod:`updater.trace.layers`, :mod:`updater.trace.flush`, :mod:`updater.trace.forward`), what it
 holds per step (:mod:`updater.trace.values`), its parts written during a run
 (:mod:`updater.trace.parts`) and the recorder that writes it (:mod:`updater.trace.recorder`, its
-rows :mod:`updater.trace.rows`)."""
+rows :mod:`updater.trace.rows`, how a recording process ends :mod:`updater.trace.exits`)."""
 
 from .archive import FORMAT_VERSION
 from .format import Trace

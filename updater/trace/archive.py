@@ -16,9 +16,15 @@ the optional per-layer arrays (version-1 and -2 files load without layers); 4 ad
 added ``finite_scale`` (older files load with it all 0: not known) and the optional forward
 headroom (``forward_peak``, ``forward_where``); 6 added ``every`` (older files load with 1: their
 recorder's ``every`` was not stored)."""
-CORE_SHAPES = {"zeros": ("steps",), "absmax": ("steps",), "nonfinite": ("steps",)}
-"""The declared shapes of the arrays every trace has besides ``counts`` (as
-:attr:`updater.trace.group.Group.SHAPES`)."""
+SINGLE = ("format_version", "exp_min", "exp_max", "name", "every", "overflow_probed")
+CORE_SHAPES = {
+    "zeros": ("steps",),
+    "absmax": ("steps",),
+    "nonfinite": ("steps",),
+    **{key: () for key in SINGLE},
+}
+"""The declared shapes of the arrays a trace has besides ``counts`` and its groups' (as
+:attr:`updater.trace.group.Group.SHAPES`; ``()``: a single value)."""
 
 
 def trace_arrays(trace, groups) -> dict:
@@ -92,7 +98,7 @@ def _check_shapes(declared: dict, shapes: dict) -> set:
     """For :func:`updater.common.npz.read_npz`: ``ValueError`` unless every declared array has
     its shape in ``shapes`` (the steps and binades of ``counts``, the length of another array:
     :attr:`updater.trace.group.Group.SHAPES`), so nothing larger than the trace says it is gets
-    inflated; the names to read."""
+    inflated; the names to read (the trace's own)."""
     found = {k: tuple(shape) for k, (shape, _) in declared.items()}
     if len(found.get("counts", (0, 0))) != 2:
         raise ValueError(f"array 'counts' has shape {found['counts']}, expected (steps, binades)")
@@ -109,7 +115,9 @@ def _check_shapes(declared: dict, shapes: dict) -> set:
             sizes[d] if d in sizes else found.get(d, (None,))[0] if d else None for d in template
         ]
         fits = len(shape) == len(want) and all(w in (None, n) for w, n in zip(want, shape))
+        if not fits and not template:
+            raise ValueError(f"array {key!r} has shape {shape}, expected a single value")
         if not fits:
             shown = tuple(n if w is None else w for w, n in zip(want, shape + (None,) * len(want)))
             raise ValueError(f"{key} must have shape {shown}, got {shape}")
-    return set(declared)
+    return set(declared) & ({"counts"} | set(shapes))  # another array is never inflated

@@ -2,11 +2,15 @@
 file in the folder ``<trace path>.parts``, written atomically; merging them (in order) gives the
 trace, written atomically to its path. NumPy only.
 
-Crash-safe merge: the merged trace is durable (fsynced, its folder too) before the file
-``merged`` is written (durably) into the parts folder, and only then are the parts removed. A
-merge interrupted at any moment (SIGKILL, Ctrl-C) is finished by the next one: with ``merged``
-present the trace is complete and only the leftover parts are removed; without it every part is
-still there and they are merged again.
+Each part holds the id of its recording (``recording``, one per recorder): the parts of
+another recording are never merged into this one.
+
+Crash-safe merge: the merged trace is durable (fsynced, its folder too) and read back before
+the file ``merged`` is written (durably) into the parts folder, naming the parts merged and the
+trace's steps; only then are the parts removed. A merge interrupted at any moment (SIGKILL,
+Ctrl-C) is finished by the next one: with ``merged`` present, and the trace holding the steps it
+names, only the parts it names are removed; any other ``merged`` is stale and removed alone,
+and the parts, all still there, are merged again.
 
 One writer per trace path: :class:`PartsLock` takes an exclusive ``flock`` on the file ``lock``
 in the parts folder (held by a recorder from its construction to its close, and by a merge).
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import weakref
 from pathlib import Path
@@ -23,7 +28,9 @@ from typing import List, Union
 
 import numpy as np
 
+from ..common.npz import read_npz, write_npz
 from ..common.writing import atomic_write, check_target, sync_folder
+from .archive import trace_arrays
 from .format import GROUPS, Trace
 
 try:
@@ -33,7 +40,10 @@ except ImportError:  # pragma: no cover - not POSIX: no lock
 
 LOCK_NAME = "lock"
 MERGED_NAME = "merged"
-"""Written into the parts folder once the merged trace is durable: the parts left are done."""
+"""Written into the parts folder once the merged trace is durable: the parts it names are
+done."""
+RECORDING = "recording"
+"""The array of a part that holds its recording's id."""
 
 
 def parts_dir(path: Union[str, Path]) -> Path:
@@ -119,35 +129,51 @@ def _unlock(path: Path, fd: int | None) -> None:
     folder = parts_dir(path)
     with contextlib.suppress(OSError):
         if os.fstat(fd).st_ino == os.stat(folder / LOCK_NAME).st_ino:
+            for temp in folder.glob("*.part"):  # a write a signal stopped left it; only the
+                temp.unlink()  # lock's holder writes here, and it writes no more
             os.unlink(folder / LOCK_NAME)
     with contextlib.suppress(OSError):
         folder.rmdir()  # only if empty
     os.close(fd)
 
 
-def load_parts(path: Union[str, Path]) -> List[Trace]:
-    """The parts of the trace at ``path``, read in order and checked to be of one recording
-    (each group's :meth:`~updater.trace.group.Group.stranger`: per-layer statistics in all or
-    none, flush curves of one width); a ``ValueError`` naming the first part that is not."""
+def load_parts(path: Union[str, Path], recording: str | None = None) -> List[Trace]:
+    """The parts of the trace at ``path``, read in order and checked to be of one recording:
+    one id (``recording`` when given, else the id most parts hold) and each group's
+    :meth:`~updater.trace.group.Group.stranger` (per-layer statistics in all or none, flush
+    curves of one width); a ``ValueError`` naming the first part that is not."""
     files = part_files(path)
     traces = [Trace.load(f) for f in files]
-    for group in GROUPS if traces else ():
-        found = group.stranger([getattr(t, group.KEY) for t in traces])
-        if found is not None:
-            raise ValueError(
-                f"trace part {files[found[0]]}: {found[1]} than {files[0].name}: parts of "
-                f"different recordings are mixed in {parts_dir(path)}; move the others out and "
-                "merge again"
-            )
+    ids = [recording_of(f) for f in files]
+    own = recording if recording is not None else max(ids, key=ids.count, default="")
+    found = next(((i, "of another recording") for i, x in enumerate(ids) if x != own), None)
+    for group in GROUPS if found is None else ():
+        odd = group.stranger([getattr(t, group.KEY) for t in traces]) if traces else None
+        if odd is not None:
+            found = (odd[0], f"{odd[1]} than {files[0].name}")
+            break
+    if found is not None:
+        raise ValueError(
+            f"trace part {files[found[0]]}: {found[1]}: parts of different recordings are "
+            f"mixed in {parts_dir(path)}; move the others out and merge again"
+        )
     return traces
 
 
-def write_part(path: Union[str, Path], index: int, trace: Trace) -> Path:
-    """Write ``trace`` as part number ``index`` of the trace at ``path``."""
+def recording_of(part: Path) -> str:
+    """The recording id the part file ``part`` holds ("" in parts written before ids)."""
+    z = read_npz(part, "trace part", select=lambda declared: {RECORDING} & set(declared))
+    return z.scalar(RECORDING, "text") if RECORDING in z else ""
+
+
+def write_part(path: Union[str, Path], index: int, trace: Trace, recording: str = "") -> Path:
+    """Write ``trace`` as part number ``index`` of the trace at ``path``, of the recording
+    whose id is ``recording``."""
     folder = parts_dir(path)
     folder.mkdir(exist_ok=True)
     part = folder / f"part-{index:08d}.npz"
-    atomic_write(part, trace.write_to)  # the recorder's own working file: no manifest
+    arrays = {**trace_arrays(trace, GROUPS), RECORDING: recording}
+    atomic_write(part, lambda f: write_npz(f, arrays, compress=True))  # no manifest: ours
     return part
 
 
@@ -174,40 +200,63 @@ def _one_every(traces: List[Trace]) -> int:
     return found[0]
 
 
-def merge_parts(path: Union[str, Path], name: str | None = None) -> Path:
-    """Write the trace at ``path`` from its parts, then remove them (see the module doc: a merge
+def merge_parts(
+    path: Union[str, Path], name: str | None = None, recording: str | None = None
+) -> Path:
+    """Write the trace at ``path`` from its parts (of the recording ``recording``; None: the
+    one most parts are of), read it back, then remove them (see the module doc: a merge
     interrupted earlier is finished, never redone with fewer parts); return ``path``.
 
     The caller holds the path's :class:`PartsLock`; releasing it removes the folder.
 
     Raises:
         FileNotFoundError: ``path`` has no parts.
-        ValueError: a part is damaged or of another recording (named).
+        ValueError: a part is damaged or of another recording (named), or the trace written
+            does not read back as merged.
     """
     if finish_merge(path):
         return Path(path)
-    if not part_files(path):
+    files = part_files(path)
+    if not files:
         raise FileNotFoundError(f"{parts_dir(path)} holds no trace parts to merge")
-    traces = load_parts(path)
-    merged = concat_traces(traces, traces[0].name if name is None else name).save(path)
-    sync_folder(merged.parent)  # the merged trace's name is durable before ...
-    atomic_write(parts_dir(path) / MERGED_NAME, lambda f: f.write(b"parts merged\n"))
+    traces = load_parts(path, recording)
+    merged = concat_traces(traces, traces[0].name if name is None else name)
+    written = merged.save(path)
+    sync_folder(written.parent)  # the merged trace's name is durable before ...
+    if Trace.load(written).steps != merged.steps:
+        raise ValueError(f"{written} does not read back as the {merged.steps} steps merged")
+    done = {"recording": recording_of(files[0]), "steps": merged.steps}
+    done["parts"] = [f.name for f in files]
+    atomic_write(parts_dir(path) / MERGED_NAME, lambda f: f.write(json.dumps(done).encode()))
     sync_folder(parts_dir(path))  # ... the mark that lets the parts go
     finish_merge(path)
-    return merged
+    return written
 
 
 def finish_merge(path: Union[str, Path]) -> bool:
-    """Remove the parts of ``path`` a finished merge left (``merged`` written) and return
-    True; False when no merge finished (the parts, if any, are still to merge)."""
+    """Remove the parts of ``path`` a finished merge left and return True: ``merged`` names
+    them and their recording, and the trace at ``path`` holds the steps it names. Else False
+    (the parts, if any, are still to merge), removing a stale ``merged`` alone."""
     folder = parts_dir(path)
-    if not (folder / MERGED_NAME).is_file():
+    mark = folder / MERGED_NAME
+    if not mark.is_file():
         return False
-    for f in part_files(path):
-        f.unlink()
-    sync_folder(folder)
-    (folder / MERGED_NAME).unlink()
-    return True
+    try:
+        done = json.loads(mark.read_bytes())
+        left = part_files(path)
+        finished = (
+            {f.name for f in left} <= set(done["parts"])
+            and all(recording_of(f) == done["recording"] for f in left)
+            and Trace.load(path).steps == done["steps"]
+        )
+    except (OSError, ValueError, TypeError, KeyError):
+        finished = False
+    if finished:
+        for f in part_files(path):
+            f.unlink()
+        sync_folder(folder)
+    mark.unlink()
+    return finished
 
 
 def recover_parts(path: Union[str, Path]) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import secrets
 import time
 import weakref
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 from ..common.float16 import FORWARD_NEAR_FACTOR
 from ..common.validation import check_bool, check_int, check_number, check_positive
 from .deprecated_probes import deprecated_probes
+from .exits import watch_exit
 from .format import Trace
 from .parts import (
     PartsLock,
@@ -28,13 +30,11 @@ from .parts import (
     concat_traces,
     finish_merge,
     load_parts,
-    merge_parts,
     part_files,
     parts_dir,
     recover_parts,
-    write_part,
 )
-from .rows import RecordedStep, step_row, trace_of, warn_forward, watch_exit, write_at_exit
+from .rows import Held, step_row, warn_forward, write_at_exit
 from .values import check_label, layer_columns
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,9 @@ class GradientRecorder:
     scale in float64 (so values flushed to zero in float16 stay zero, and the histogram shows what
     the model's gradients were after float16 rounding). The trace is written on :meth:`close`,
     on leaving a ``with`` block, or at interpreter exit (or when the recorder is garbage
-    collected) if steps were recorded since the last write.
+    collected) if steps were recorded since the last write; recording after :meth:`close`
+    continues the same trace. A SIGTERM (a job scheduler's time limit) is handled as Ctrl-C is:
+    the trace is written, then the process ends by SIGTERM (:mod:`updater.trace.exits`).
 
     Memory and crashes: each recorded step is held in memory (about 1.2 KB, plus 968 bytes per
     parameter array with ``per_parameter``) until written. With ``write_every`` (or
@@ -169,35 +171,23 @@ class GradientRecorder:
         self.path = check_trace_path(path)
         self.name = check_label("name", name if name is not None else self.path.stem)
         self.per_parameter = check_bool("per_parameter", per_parameter)
-        self._rows: List[RecordedStep] = []
-        self._layer_names: List[str] | None = [] if self.per_parameter else None
-        self.steps: List[int] = []
-        self._lock = [PartsLock(self.path)]  # emptied while released (after close)
+        layer_names: List[str] | None = [] if self.per_parameter else None
+        lock = PartsLock(self.path)
         finish_merge(self.path)  # an interrupted merge's leftovers: the trace is complete
         if part_files(self.path):
-            self._lock.pop().release()
+            lock.release()
             raise ValueError(
                 f"{parts_dir(self.path)} holds the parts of an interrupted recording: merge them "
                 f"into {self.path} with GradientRecorder.recover({str(self.path)!r}), or remove "
                 "the folder"
             )
+        recording = secrets.token_hex(8)
+        self._held = Held(self.path, self.name, layer_names, self.every, recording, lock=[lock])
+        self._rows, self._lock, self._layer_names = self._held.rows, self._held.lock, layer_names
+        self.steps: List[int] = []
         self._last_write = time.monotonic()
-        self._merged = False  # close() merged parts into path: later parts continue that trace
-        # shared with the exit hook, which holds no self: rows in the file, parts written
-        self._written, self._parts = [0], [0]
-        self._exit_hook = weakref.finalize(
-            self,
-            write_at_exit,
-            self._rows,
-            self._written,
-            self._parts,
-            self._lock,
-            self.path,
-            self.name,
-            self._layer_names,
-            self.every,
-        )
-        watch_exit()
+        self._exit_hook = weakref.finalize(self, write_at_exit, self._held)
+        watch_exit(self._exit_hook)
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
@@ -299,20 +289,10 @@ class GradientRecorder:
             self._write_part()
 
     def _write_part(self) -> None:
-        """Write the rows since the last write as the next part (atomically) and drop them; a
-        trace merged by an earlier :meth:`close` becomes the first part again."""
-        if self._parts[0] == 0 and self._merged:
-            write_part(self.path, 0, Trace.load(self.path))
-            self._parts[0] = 1
-        write_part(self.path, self._parts[0], self._recent())
-        self._parts[0] += 1
-        self._rows.clear()
+        """Write the rows since the last write as the next part (atomically) and drop them."""
+        self._held.write_part()
         self.steps.clear()
-        self._written[0] = 0
         self._last_write = time.monotonic()
-
-    def _recent(self) -> Trace:
-        return trace_of(self._rows, self.name, self._layer_names, self.every)
 
     @staticmethod
     def recover(path: Union[str, Path]) -> Path:
@@ -329,32 +309,35 @@ class GradientRecorder:
         return recover_parts(path)
 
     def trace(self) -> Trace:
-        """Return the steps recorded so far as a :class:`Trace` (the parts written included)."""
-        parts = load_parts(self.path)
-        if not parts:
-            return self._recent()
-        return concat_traces(parts + ([self._recent()] if self._rows else []), self.name)
+        """Return the steps recorded so far as a :class:`Trace` (those written included)."""
+        held = self._held
+        if held.parts:
+            earlier = load_parts(self.path, held.recording)
+        else:
+            earlier = [Trace.load(self.path)] if held.merged else []
+        if not earlier:
+            return held.recent()
+        return concat_traces(earlier + ([held.recent()] if self._rows else []), self.name)
 
     def close(self) -> Path | None:
         """Write the trace (atomically), release the path's lock and return the path; None when
         nothing was recorded. With parts written, the rest becomes the last part and the parts
-        are merged.
+        are merged; a later :meth:`record` continues the same trace.
 
         Raises:
             OSError: the write failed (a full disk); the lock and the steps are kept (a later
                 ``close()`` or the exit hook tries again).
         """
-        if self._parts[0]:
-            if self._rows:
-                self._write_part()
-            path = merge_parts(self.path, self.name)
-            self._parts[0], self._merged = 0, True
-        elif not self._rows:
+        held = self._held
+        if held.parts or self._rows:
+            path = held.write()
+            if not self._rows:  # merged: the steps are in the file
+                self.steps.clear()
+        elif held.merged:
+            path = self.path  # nothing recorded since the last close
+        else:
             logger.warning("GradientRecorder %s recorded no steps; nothing written", self.path)
             path = None
-        else:
-            path = self.trace().save(self.path)
-            self._written[0] = len(self._rows)
         if self._lock:
             self._lock.pop().release()
         return path
@@ -365,7 +348,7 @@ class GradientRecorder:
         options = [o for o in ("per_parameter", "overflow_probed") if getattr(self, o)]
         parts = [f"{str(self.path)!r}", f"name={self.name!r}", f"every={self.every}"]
         parts += [f"{o}=True" for o in options]
-        parts += [f"steps_held={len(self._rows)}", f"parts_written={self._parts[0]}"]
+        parts += [f"steps_held={len(self._rows)}", f"parts_written={self._held.parts}"]
         return f"GradientRecorder({', '.join(parts)}{'' if self._lock else ', closed'})"
 
     def __enter__(self) -> GradientRecorder:

@@ -1,20 +1,21 @@
 """A recorder's rows (one :class:`RecordedStep` per recorded step): the trace they make
-(:func:`trace_of`) and the exit hook that writes what a recorder never closed recorded
-(:func:`write_at_exit`)."""
+(:func:`trace_of`), what a recorder shares with its exit hook (:class:`Held`: the rows, the
+parts written, their writing and merging) and the exit hook that writes what a recorder never
+closed recorded (:func:`write_at_exit`)."""
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Tuple
 
 import numpy as np
 
 from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
+from .exits import EXITING
 from .format import Trace
 from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
 from .thresholds import check_step
@@ -135,57 +136,88 @@ def trace_of(
     )
 
 
-_EXITING: List[bool] = []  # True once the interpreter exits
-_WATCHING: List[bool] = []
+@dataclass
+class Held:
+    """What a recorder shares with its exit hook, which holds no reference to the recorder.
+
+    Attributes:
+        path (Path), name (str), layer_names (list or None), every (int): the recorder's.
+        recording (str): the recording's id, written into each part.
+        rows (list of RecordedStep): the steps recorded since the last part.
+        lock (list): the path's :class:`updater.trace.parts.PartsLock` while it is held.
+        written (int): rows already in the file at ``path`` (written without parts).
+        parts (int): parts written since the last merge.
+        merged (bool): the file at ``path`` holds the steps a ``close()`` merged, which the
+            next parts continue.
+    """
+
+    path: Path
+    name: str
+    layer_names: List[str] | None
+    every: int
+    recording: str
+    rows: List[RecordedStep] = field(default_factory=list)
+    lock: list = field(default_factory=list)
+    written: int = 0
+    parts: int = 0
+    merged: bool = False
+
+    def recent(self) -> Trace:
+        """The trace of :attr:`rows`."""
+        return trace_of(self.rows, self.name, self.layer_names, self.every)
+
+    def write_part(self) -> None:
+        """Write :attr:`rows` as the next part and drop them; the trace a ``close()`` merged
+        becomes part 0 first, so that the next merge keeps its steps."""
+        if self.parts == 0 and self.merged:
+            write_part(self.path, 0, Trace.load(self.path), self.recording)
+            self.parts = 1
+        write_part(self.path, self.parts, self.recent(), self.recording)
+        self.parts += 1
+        self.rows.clear()
+        self.written = 0
+
+    def write(self) -> Path:
+        """Write every step recorded to ``path``: with parts (or after a merge) the rows
+        become the last part and the parts are merged; else the rows are the trace."""
+        if self.parts or (self.merged and self.rows):
+            if self.rows:
+                self.write_part()
+            merge_parts(self.path, self.name, self.recording)
+            self.parts, self.merged = 0, True
+        else:
+            self.recent().save(self.path)
+            self.written = len(self.rows)
+        return self.path
+
+    def pending(self) -> bool:
+        """Whether steps are recorded that ``path`` does not hold yet."""
+        return bool(self.parts or len(self.rows) > self.written)
 
 
-def watch_exit() -> None:
-    """Note the interpreter's exit before the exit hooks run: call it after making a
-    ``weakref.finalize`` (``atexit`` runs the last registered first, and finalizers run from
-    the hook ``weakref`` registered when the first one was made)."""
-    if not _WATCHING:
-        _WATCHING.append(True)
-        atexit.register(_EXITING.append, True)
-
-
-def write_at_exit(
-    rows: List[RecordedStep],
-    written: List[int],
-    parts: List[int],
-    lock: list,
-    path: Path,
-    name: str,
-    layer_names: List[str] | None,
-    every: int = 1,
-) -> None:
+def write_at_exit(held: Held) -> None:
     """A recorder's exit hook: write the steps recorded since its last write, if any, merge
     the parts written (or finish a merge a Ctrl-C interrupted) and release the lock. A failure
     is printed to stderr, loudly, with what was lost and what is left; at interpreter exit the
-    process then exits with status 1. Its arguments are the recorder's state, shared since the
-    hook holds no reference to the recorder."""
+    process then exits with status 1."""
+    rows, path = held.rows, held.path
     try:
-        if parts[0]:
-            if rows:
-                write_part(path, parts[0], trace_of(rows, name, layer_names, every))
-            if not finish_merge(path) and part_files(path):  # else a merge completed
-                merge_parts(path, name)
-                logger.info("GradientRecorder merged its parts into %s at exit", path)
-        elif len(rows) > written[0]:
-            trace_of(rows, name, layer_names, every).save(path)
-            logger.info("GradientRecorder wrote %d steps to %s at exit", len(rows), path)
+        if not finish_merge(path) and held.pending():
+            held.write()
+            logger.info("GradientRecorder wrote %s at exit", path)
     except Exception as e:
         kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
         sys.stderr.write(
             f"ERROR: GradientRecorder could not write {path} at exit, {len(rows)} recorded "
             f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
         )
-        if _EXITING:  # at interpreter exit: the exit status says it too
+        if EXITING:  # at interpreter exit: the exit status says it too
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)
         return
-    if lock:
-        lock.pop().release()
+    if held.lock:
+        held.lock.pop().release()
 
 
 def warn_forward(path: Path, step: int, peak: float, where: str) -> None:

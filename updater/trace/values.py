@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.npz import MAX_TEXT
+
 EXP_MIN = -80
 """Binade of the first histogram bin (values below 2**EXP_MIN are counted there)."""
 EXP_MAX = 40
@@ -42,9 +44,9 @@ def binade_histogram(values) -> tuple:
 
 
 def check_label(what: str, text) -> str:
-    """``text`` if it is printable text (a name shown in tables and messages), else
-    ``TypeError``/``ValueError`` naming ``what``: no newlines, ANSI escapes or other control
-    characters.
+    """``text`` if it is printable text (a name shown in tables and messages) of at most
+    :data:`updater.common.npz.MAX_TEXT` characters, else ``TypeError``/``ValueError`` naming
+    ``what``: no newlines, ANSI escapes or other control characters.
 
     >>> check_label("name", "fc1/affine/W")
     'fc1/affine/W'
@@ -55,6 +57,8 @@ def check_label(what: str, text) -> str:
         raise ValueError(
             f"{what} must be printable text (no newlines or control characters), got {text!r}"
         )
+    if len(text) > MAX_TEXT:  # what a trace file may hold (updater.common.npz.dtype_problem)
+        raise ValueError(f"{what} must hold at most {MAX_TEXT:,} characters, got {len(text):,}")
     return text
 
 

@@ -100,7 +100,7 @@ BROKEN = {
     "a state nested too deeply": (
         set_array(
             "updater_state",
-            np.array('{"format_version": 1, "x": ' + "[" * 10**5 + "]" * 10**5 + "}"),
+            np.array('{"format_version": 1, "x": ' + "[" * 3 * 10**4 + "]" * 3 * 10**4 + "}"),
         ),
         "array 'updater_state' is nested too deeply",
     ),

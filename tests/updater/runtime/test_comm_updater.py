@@ -178,3 +178,15 @@ def test_a_recorder_on_one_rank_changes_no_rank_s_training(tmp_path, mode):
     for without, recorded in zip(load_ranks(tmp_path / "same", 2), load_ranks(tmp_path / mode, 2)):
         for key in without:
             assert np.array_equal(without[key].view(np.uint8), recorded[key].view(np.uint8)), key
+
+
+def test_a_rank_that_ends_before_its_first_update_stops_the_others_after_the_grace(tmp_path):
+    """Issue 50, class 7: rank 1 builds the updater and ends before its first update; rank 0's
+    first update waited for ever in the settings check's allgather (still blocked at 90 s).
+    Now it aborts the job the exit grace (2 s here) after rank 1 ended, naming it."""
+    status, out, seconds = run_job("rank_ends_before_update.py", 2, tmp_path, 2, limit_s=90)
+    assert status != 0, out
+    assert "rank 1 ended while rank 0 waits for it in the check of the updater settings" in out
+    assert (tmp_path / "rank0.started").exists() and (tmp_path / "rank1.started").exists()
+    assert not (tmp_path / "rank0.finished").exists()
+    assert seconds < 60, seconds

@@ -67,7 +67,7 @@ def test_a_kill_after_the_merged_trace_is_written_loses_no_step(tmp_path):
     assert not parts_dir(path).exists() and Trace.load(path).steps == STEPS
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_a_signal_at_a_random_moment_of_close_loses_no_step(tmp_path, sig):
     full = _start(tmp_path / "full.npz")
     duration = float(full.stdout.readline())
