@@ -159,7 +159,10 @@ def test_sigkill_at_a_random_moment_after_a_close_loses_no_written_step(tmp_path
             proc.kill()
         seen = 1 + sum(x.isdigit() for x in proc.communicate(timeout=60)[0].split())
         if part_files(path) or parts_dir(path).exists():
-            GradientRecorder.recover(path)
+            try:
+                GradientRecorder.recover(path)
+            except FileNotFoundError:  # killed before its first part: nothing was written
+                assert not path.exists() and seen <= 11, (trial, seen)
         durable = 25 + 10 * ((seen - 25) // 10) if seen >= 25 else 0
         steps = Trace.load(path).steps if path.exists() else 0
         assert durable <= steps <= seen + 1 and not parts_dir(path).exists(), (trial, seen)
