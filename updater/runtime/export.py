@@ -85,6 +85,7 @@ def export_parameters(
             lambda f: nn.save_parameters(f, params, extension=path.suffix),
             overwrite,
             inputs=[checkpoint],
+            kind=path.suffix[1:],
         )
     finally:
         nnabla_log.removeFilter(quiet)
