@@ -135,8 +135,9 @@ def npz_proof(kind: str, archive: zipfile.ZipFile) -> bytes:
     return f"written by {MARK}; {kind}; sha256 {_layout_digest(kind, archive.infolist())}".encode()
 
 
-def _zip_comment(f: BinaryIO, size: int) -> bytes | None:
-    """The comment of the zip archive ``f`` (read from its last 64 KiB), or None."""
+def zip_comment(f: BinaryIO, size: int) -> bytes | None:
+    """The comment of the zip archive ``f`` of ``size`` bytes (read from its last 64 KiB), or
+    None when it has no end record or a comment cut short (a truncated file)."""
     tail = min(size, 22 + 0xFFFF)
     f.seek(size - tail)
     data = f.read(tail)
@@ -148,7 +149,7 @@ def _zip_comment(f: BinaryIO, size: int) -> bytes | None:
 
 
 def _npz_kind(f: BinaryIO, size: int) -> str | None:
-    found = _NPZ_PROOF.fullmatch(_zip_comment(f, size) or b"")
+    found = _NPZ_PROOF.fullmatch(zip_comment(f, size) or b"")
     if not found:
         return None  # a user's zip or NumPy's own .npz: decided without reading further
     kind = found.group(1).decode()

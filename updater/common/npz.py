@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable, Dict, Iterable, Mapping, Tuple, Unio
 
 import numpy as np
 
-from .identity import MARK, NPZ_MARKER, npz_proof
+from .identity import MARK, NPZ_MARKER, npz_proof, zip_comment
 from .names import shown
 
 # ---------------------------------------------------------------- .npz archives
@@ -242,6 +242,8 @@ def _read_archive(
     f.seek(0)
     try:
         archive = zipfile.ZipFile(f)
+        if zip_comment(f, os.fstat(f.fileno()).st_size) is None:  # zipfile keeps a cut comment
+            raise zipfile.BadZipFile("the comment is cut short")
     except (zipfile.BadZipFile, EOFError, ValueError):
         raise fail("truncated or not an .npz archive (no zip directory at its end)") from None
     with archive:
