@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.broken_files import damage
 from tests.updater.runtime.test_checkpoint import build
 from updater.common.writing import UnsafeOutputError, write_text
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
@@ -46,6 +47,13 @@ def test_a_copy_of_a_checkpoint_made_with_numpy_is_the_users_and_still_loads(tmp
     _refused(lambda: save_checkpoint(mine, upd), mine, "not written by dls")
     _, _, fresh = build()
     assert load_checkpoint(mine, fresh).updater_state == upd.state_dict()
+
+
+def test_a_checkpoint_whose_bytes_were_edited_is_the_users(tmp_path, trained):
+    _, upd = trained
+    path = save_checkpoint(tmp_path / "run.ckpt.npz", upd)
+    damage(path)  # 8 bytes flipped inside a stored array: the directory and comment survive
+    _refused(lambda: save_checkpoint(path, upd), path, "not written by dls")
 
 
 def _as_written_before(path):
