@@ -78,7 +78,12 @@ class UnsafeOutputError(FileExistsError):
 
 
 def check_target(
-    path: PathLike, overwrite: bool = False, inputs: Iterable[PathLike] = (), *, kind: str
+    path: PathLike,
+    overwrite: bool = False,
+    inputs: Iterable[PathLike] = (),
+    *,
+    kind: str,
+    hint: str = "--force/overwrite=True replaces it",
 ) -> Path:
     """Raise :class:`UnsafeOutputError` unless :func:`write_file` may write ``path`` as a
     ``kind`` of file.
@@ -92,6 +97,8 @@ def check_target(
             (``"checkpoint"``, ``"csv"``, ``"png"``...) or another file suffix (``"jpg"``,
             ``"h5"``: such a file cannot prove who wrote it, and only ``overwrite`` replaces
             one).
+        hint (str, default "--force/overwrite=True replaces it"): the way to replace the
+            file, which a refusal names (a caller without ``overwrite`` says its own).
 
     Returns:
         Path: ``path``.
@@ -127,31 +134,26 @@ def check_target(
         what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise UnsafeOutputError(f"{shown(path)}: {what}; give a file name")
     elif not overwrite:
-        _check_replaceable(path, info, kind)
+        _check_replaceable(path, info, kind, hint)
     return path
 
 
-_REPLACE = "not replacing it (--force/overwrite=True replaces it)"
-
-
-def _check_replaceable(path: Path, info: os.stat_result, kind: str) -> None:
-    """Raise :class:`UnsafeOutputError` unless the regular file ``path`` (``info``: its
-    lstat) proves that dls wrote it as a ``kind`` and may be written by this user."""
+def _check_replaceable(path: Path, info: os.stat_result, kind: str, hint: str) -> None:
+    """Raise :class:`UnsafeOutputError` (naming ``hint``) unless the regular file ``path``
+    (``info``: its lstat) proves that dls wrote it as a ``kind`` and this user may write it."""
     found = kind_of(path)
     if found is None and kind not in KINDS:
         why = f"exists, and {kind_label(kind)} cannot show that dls wrote it"
-        raise UnsafeOutputError(f"{shown(path)}: {why}; {_REPLACE}")
-    if found is None:
-        raise UnsafeOutputError(f"{shown(path)}: not written by dls; {_REPLACE}")
-    if found != kind:
-        what = f"{kind_label(found)} written by dls, not {kind_label(kind)}"
-        raise UnsafeOutputError(f"{shown(path)}: {what}; {_REPLACE}")
-    if _read_only(info):
-        mode = f"mode {stat.S_IMODE(info.st_mode):04o}"
-        raise UnsafeOutputError(
-            f"{shown(path)}: read-only ({mode}); not replacing it "
-            "(chmod u+w it, or --force/overwrite=True replaces it keeping its mode)"
-        )
+    elif found is None:
+        why = "not written by dls"
+    elif found != kind:
+        why = f"{kind_label(found)} written by dls, not {kind_label(kind)}"
+    elif _read_only(info):
+        why = f"read-only (mode {stat.S_IMODE(info.st_mode):04o})"
+        hint = f"chmod u+w makes it writable; {hint}"
+    else:
+        return
+    raise UnsafeOutputError(f"{shown(path)}: {why}; not replacing it ({hint})")
 
 
 def _read_only(info: os.stat_result) -> bool:

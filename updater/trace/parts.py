@@ -62,7 +62,8 @@ def check_trace_path(path: Union[str, Path]) -> Path:
         problem = (errno.ENOTDIR, f"{parts_dir(path)} is a file, not the folder of its parts")
     if problem:
         raise OSError(problem[0], f"cannot record a trace to {path}: {problem[1]}")
-    return check_target(path, kind="trace")  # not a link, nor a file dls did not write as a trace
+    hint = "remove it, or record to another path"  # a recorder has no overwrite
+    return check_target(path, kind="trace", hint=hint)  # not a link, nor a user's file
 
 
 class PartsLock:
