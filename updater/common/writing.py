@@ -279,12 +279,17 @@ def _temp_path(path: Path) -> Path:
     folder's longest name (``NAME_MAX``, 255 bytes on most file systems), and this writer's
     suffix."""
     suffix = f".{_TOKEN}.{_HOST}.{_NAMESPACE}.{os.getpid()}.{secrets.token_hex(4)}.part"
-    try:
-        longest = os.pathconf(path.parent, "PC_NAME_MAX")
-    except (AttributeError, OSError, ValueError):
-        longest = 255
-    room = max(1, longest - len(os.fsencode(suffix)))
+    room = max(1, name_max(path.parent) - len(os.fsencode(suffix)))
     return path.parent / (os.fsdecode(os.fsencode(path.name)[:room]) + suffix)
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name ``folder``'s file system takes, in bytes (``NAME_MAX``; 255
+    where the system does not say)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):
+        return 255
 
 
 def _alive(pid: int) -> bool:

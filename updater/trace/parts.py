@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import weakref
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.writing import atomic_write, check_target, sync_folder
+from ..common.writing import atomic_write, check_target, name_max, sync_folder
 from .format import GROUPS, Trace
 
 try:
@@ -37,8 +38,16 @@ MERGED_NAME = "merged"
 
 
 def parts_dir(path: Union[str, Path]) -> Path:
-    """The folder of the parts of the trace at ``path``."""
-    return Path(f"{path}.parts")
+    """The folder of the parts of the trace at ``path``: ``<path>.parts``; when that name would
+    be longer than the file system takes (a trace name of 250-255 bytes), the trace's name cut
+    to fit, then 8 hex digits of its SHA-256, then ``.parts``."""
+    path = Path(path)
+    name = os.fsencode(path.name)
+    room = name_max(path.parent)
+    if len(name) + len(b".parts") <= room:
+        return Path(f"{path}.parts")
+    digest = hashlib.sha256(name).hexdigest()[:8]
+    return path.parent / f"{os.fsdecode(name[: room - 15])}.{digest}.parts"
 
 
 def part_files(path: Union[str, Path]) -> List[Path]:

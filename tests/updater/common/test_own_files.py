@@ -116,6 +116,16 @@ def test_names_up_to_the_longest_the_file_system_takes_are_written(tmp_path, len
     assert sorted(os.listdir(tmp_path)) == sorted([trace.name, report.name])  # no temporary
 
 
+@pytest.mark.parametrize("length", [250, 255])
+def test_a_recorder_writes_parts_and_trace_under_names_up_to_the_longest(tmp_path, length):
+    path = tmp_path / ("g" * (length - 4) + ".npz")
+    rec = GradientRecorder(path, write_every=2)  # parts in a folder beside the trace
+    for step in range(5):
+        rec.record(step, [np.full(4, 1e-3, np.float16)], 1.0)
+    rec.close()
+    assert Trace.load(path).steps == 5 and os.listdir(tmp_path) == [path.name]
+
+
 def test_a_name_one_byte_too_long_fails_naming_the_file(tmp_path):
     path = tmp_path / ("t" * 252 + ".npz")
     with pytest.raises(OSError, match=r"cannot write .*t\.npz: File name too long"):
