@@ -26,6 +26,7 @@ the SHA-256 of the text) count as the package's for replacing.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import re
 import stat
@@ -157,34 +158,32 @@ def _npz_kind(f: BinaryIO, size: int) -> str | None:
         with zipfile.ZipFile(f) as archive:
             if _layout_digest(kind, archive.infolist()).encode() != found.group(2):
                 return None
-            if not all(_crc_holds(f, archive, m) for m in archive.infolist()):
-                return None
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                with memoryview(data) as view:  # no copy: the CRC-32 reads the mapping
+                    if not all(_crc_holds(view, archive, m) for m in archive.infolist()):
+                        return None
     except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error):
         return None
     return kind
 
 
-def _crc_holds(f: BinaryIO, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bool:
-    """Whether ``member``'s data matches its CRC-32: a stored member read raw in large
-    blocks (zipfile's reader is several times slower), others through zipfile."""
+def _crc_holds(view: memoryview, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bool:
+    """Whether ``member``'s data matches its CRC-32: a stored member read from the mapped
+    file ``view`` (zipfile's reader is several times slower), others through zipfile."""
     if member.compress_type != zipfile.ZIP_STORED:
         with archive.open(member) as entry:  # raises BadZipFile on a CRC mismatch
             while entry.read(1 << 22):
                 pass
         return True
-    f.seek(member.header_offset)
-    head = f.read(30)
+    at = member.header_offset
+    head = bytes(view[at : at + 30])
     if len(head) < 30 or head[:4] != b"PK\x03\x04":
         return False
-    name, extra = struct.unpack("<HH", head[26:30])
-    f.seek(member.header_offset + 30 + name + extra)
-    crc, left = 0, member.compress_size
-    while left > 0:
-        block = f.read(min(left, 1 << 22))
-        if not block:
-            return False
-        crc, left = zlib.crc32(block, crc), left - len(block)
-    return crc == member.CRC
+    start = at + 30 + sum(struct.unpack("<HH", head[26:30]))
+    if start + member.compress_size > len(view):
+        return False
+    with view[start : start + member.compress_size] as data:
+        return zlib.crc32(data) == member.CRC
 
 
 # ---------------------------------------------------------------- figures
