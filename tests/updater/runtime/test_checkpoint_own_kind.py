@@ -108,3 +108,15 @@ def test_a_checkpoint_keeps_its_mode_and_a_read_only_one_is_refused(tmp_path, tr
     _refused(lambda: save_checkpoint(path, upd), path, "read-only (mode 0444)")
     save_checkpoint(path, upd, overwrite=True)
     assert stat.S_IMODE(path.stat().st_mode) == 0o444
+
+
+def test_a_recorder_closing_over_a_checkpoint_saved_since_refuses(tmp_path, trained):
+    _, upd = trained
+    path = tmp_path / "run.npz"
+    rec = GradientRecorder(path)  # nothing there yet
+    rec.record(0, [np.full(4, 1e-3, np.float16)], 1.0)
+    save_checkpoint(path, upd)  # the same name, by mistake
+    before = path.read_bytes()
+    with pytest.raises(UnsafeOutputError, match="a checkpoint written by dls, not a gradient"):
+        rec.close()
+    assert path.read_bytes() == before
