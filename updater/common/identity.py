@@ -53,11 +53,13 @@ KINDS = {
     "svg": "an SVG figure",
 }
 """Every kind of file whose content can prove that this package wrote it, and its label."""
+NPZ_KINDS = ("checkpoint", "trace", "measured run")
+"""The kinds written as ``.npz`` archives (:func:`updater.common.npz.write_npz`)."""
 
 _PROOF_MAX = 64 * 2**20  # a figure or text larger than this is nobody's report: not read
 _ZEROS = "0" * 64
 _NPZ_PROOF = re.compile(
-    rb"written by nnabla-dls; (checkpoint|trace|measured run); sha256 ([0-9a-f]{64})"
+    f"written by {MARK}; ({'|'.join(NPZ_KINDS)}); sha256 ([0-9a-f]{{64}})".encode()
 )
 _DOC_PROOF = re.compile(rb"written by nnabla-dls; (pdf|svg) sha256 ([0-9a-f]{64})")
 _PNG_PROOF = re.compile(rb"written-by\0nnabla-dls; png sha256 ([0-9a-f]{64})")
@@ -131,8 +133,8 @@ def _layout_digest(kind: str, members: Iterable[zipfile.ZipInfo]) -> str:
 def npz_proof(kind: str, archive: zipfile.ZipFile) -> bytes:
     """The zip comment proving that this package wrote ``archive`` (open for writing, every
     member written) as a ``kind`` (one of ``checkpoint``, ``trace``, ``measured run``)."""
-    if kind not in ("checkpoint", "trace", "measured run"):
-        raise ValueError(f"kind must be 'checkpoint', 'trace' or 'measured run', got {kind!r}")
+    if kind not in NPZ_KINDS:
+        raise ValueError(f"kind must be one of {NPZ_KINDS}, got {kind!r}")
     return f"written by {MARK}; {kind}; sha256 {_layout_digest(kind, archive.infolist())}".encode()
 
 

@@ -126,9 +126,10 @@ def check_target(
         raise OSError(e.errno, f"cannot write {shown(path)}: {e.strerror or e}") from None
     if stat.S_ISLNK(info.st_mode):
         if not overwrite:
+            link = f"a symbolic link (to {shown(os.readlink(path))})"
             raise UnsafeOutputError(
-                f"{shown(path)}: a symbolic link (to {shown(os.readlink(path))}); dls never "
-                "writes through a link (--force/overwrite=True replaces the link itself)",
+                f"{shown(path)}: {link}; dls never writes through a link ({hint}: the link "
+                "itself, never its target)"
             )
     elif not stat.S_ISREG(info.st_mode):
         what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
