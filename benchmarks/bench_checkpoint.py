@@ -2,8 +2,10 @@
 arrays (the arrays the checkpoint holds, read back from it), into the same folder, alternated
 (median of the repeats). The goal: at most 1.5x.
 
-``save_checkpoint`` also reads the values from nnabla, writes the marker member, a temporary
-file renamed over the target and an fsync of the folder; it hashes nothing.
+``save_checkpoint`` also reads the values from nnabla, checks the proof of the checkpoint it
+replaces (reads it back: the CRC-32 of every array, a SHA-256 of its layout), writes the marker
+member and its own proof (the zip comment), a temporary file renamed over the target and an
+fsync of the folder.
 """
 
 from __future__ import annotations

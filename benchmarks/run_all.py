@@ -24,6 +24,7 @@ from benchmarks import (
     bench_updater,
 )
 from benchmarks.common import benchmark_provenance
+from updater.common.names import shown
 from updater.common.writing import write_text
 
 
@@ -118,7 +119,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, text, overwrite=args.force)
-    print(f"wrote {out}")
+    print(f"wrote {shown(out)}")
 
 
 if __name__ == "__main__":

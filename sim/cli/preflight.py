@@ -16,6 +16,8 @@ from sim.replay.headroom import forward_headroom_warning
 from sim.replay.run import MAX_JITTER, memory_estimate
 from sim.traces.families import Trace, make_trace
 from sim.traces.named import family_name, recorded_trace_file
+from updater.common.identity import kind_by_suffix
+from updater.common.names import shown
 from updater.common.writing import UnsafeOutputError, check_target
 
 TRACE_HINT = "expected an .npz trace written by GradientRecorder or Trace.save"
@@ -61,18 +63,18 @@ def load_trace(parser, spec: str) -> Trace:
     except ValueError as e:
         parser.error(f"--{e}")
     if path.exists() and not (path.is_dir() or path.is_file()):  # reading a FIFO would block
-        parser.error(f"--trace {spec}: not a regular file ({TRACE_HINT})")
+        parser.error(f"--trace {shown(spec)}: not a regular file ({TRACE_HINT})")
     try:
         trace = Trace.load(path)
     except FileNotFoundError:
-        parser.error(f"--trace {spec}: trace file not found")
+        parser.error(f"--trace {shown(spec)}: trace file not found")
     except IsADirectoryError:
-        parser.error(f"--trace {spec}: is a folder, not a trace file ({TRACE_HINT})")
+        parser.error(f"--trace {shown(spec)}: is a folder, not a trace file ({TRACE_HINT})")
     except OSError as e:
-        parser.error(f"--trace {spec}: cannot read it: {e.strerror}")
+        parser.error(f"--trace {shown(spec)}: cannot read it: {e.strerror}")
     except ValueError as e:  # the loader names the file; the option already does
-        problem = str(e).replace(f"gradient trace {path}: ", "", 1)
-        parser.error(f"--trace {spec}: {problem} ({TRACE_HINT})")
+        problem = str(e).replace(f"gradient trace {shown(path)}: ", "", 1)
+        parser.error(f"--trace {shown(spec)}: {problem} ({TRACE_HINT})")
     warning = forward_headroom_warning(trace)
     if warning is not None:
         print(f"warning: {warning}", file=sys.stderr)
@@ -89,27 +91,30 @@ def _check_writable(parser, option: str, path: str, folder: Path) -> None:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as e:
-        parser.error(f"{option} {path}: cannot write into {folder}: {e.strerror}")
+        parser.error(f"{option} {shown(path)}: cannot write into {shown(folder)}: {e.strerror}")
 
 
-def check_output_file(parser, option: str, path: str, force: bool = False, inputs=()) -> None:
+def check_output_file(
+    parser, option: str, path: str, force: bool = False, inputs=(), *, kind: str
+) -> None:
     """An output file: its folder must exist and be writable; and
-    :func:`updater.common.writing.check_target` must accept it (not a folder, a link, an input,
-    or a file dls did not write unless ``force``)."""
+    :func:`updater.common.writing.check_target` must accept it as a ``kind`` (not a folder, a
+    link, an input, or unless ``force`` a file dls did not write as a ``kind``, or a read-only
+    one)."""
     if not path:
         parser.error(f"{option}: needs a file name, got {path!r}")
     p = Path(path)
     if p.is_dir():
-        parser.error(f"{option} {path}: is a folder; give a file name")
+        parser.error(f"{option} {shown(path)}: is a folder; give a file name")
     folder = p.parent
     if not folder.exists():
-        parser.error(f"{option} {path}: folder {folder} does not exist (create it first)")
+        parser.error(
+            f"{option} {shown(path)}: folder {shown(folder)} does not exist (create it first)"
+        )
     if not folder.is_dir():
-        parser.error(f"{option} {path}: {folder} is a file, not a folder")
-    if p.exists() and not os.access(p, os.W_OK):
-        parser.error(f"{option} {path}: the file exists and is read-only")
+        parser.error(f"{option} {shown(path)}: {shown(folder)} is a file, not a folder")
     try:
-        check_target(p, force, inputs)
+        check_target(p, force, inputs, kind=kind)
     except UnsafeOutputError as e:
         parser.error(f"{option} {e}")
     _check_writable(parser, option, path, folder)
@@ -123,21 +128,21 @@ def check_output_dir(parser, option: str, path: str, names=(), force: bool = Fal
         parser.error(f"{option}: needs a folder name, got {path!r}")
     p = Path(path)
     if p.exists() and not p.is_dir():
-        parser.error(f"{option} {path}: is an existing file, not a folder")
+        parser.error(f"{option} {shown(path)}: is an existing file, not a folder")
     existing = next(a for a in (p.absolute(), *p.absolute().parents) if a.exists())
     if not existing.is_dir():
-        parser.error(f"{option} {path}: cannot create it: {existing} is a file")
+        parser.error(f"{option} {shown(path)}: cannot create it: {shown(existing)} is a file")
     _check_writable(parser, option, path, existing)
     for name in names:
         try:
-            check_target(p / name, force)
+            check_target(p / name, force, kind=kind_by_suffix(name))
         except UnsafeOutputError as e:
-            parser.error(f"{option} {path}: {e}")
+            parser.error(f"{option} {shown(path)}: {e}")
 
 
 def check_figure(parser, option: str, path: str, force: bool = False, inputs=()) -> None:
     """A figure file: an output file whose extension names a format matplotlib writes."""
-    check_output_file(parser, option, path, force, inputs)
+    check_output_file(parser, option, path, force, inputs, kind=kind_by_suffix(path))
     from sim.plots.common import check_figure_path  # its extension names a format matplotlib writes
 
     try:

@@ -8,6 +8,7 @@ from sim.cli.options import FORMATTER, finish
 from sim.cli.preflight import check_output_dir
 from sim.cli.progress import StageProgress
 from sim.traces.real import SHIPPED
+from updater.common.names import shown
 
 
 def add_parser(subparsers) -> None:
@@ -64,5 +65,5 @@ def run(args) -> int:
     with StageProgress("report", quiet=args.verbosity < 0) as progress:
         result = build_report(args.out, config, progress=progress, overwrite=args.force)
     for path in result["files"]:
-        print(f"wrote {path}")
+        print(f"wrote {shown(path)}")
     return 0

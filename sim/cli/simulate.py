@@ -13,6 +13,7 @@ from sim.tables import terminal_text
 from sim.traces.families import FAMILIES
 from sim.traces.named import family_name, trace_file
 from sim.traces.real import MODELS
+from updater.common.names import shown
 from updater.policy.presets import names
 
 
@@ -111,5 +112,5 @@ def run(args) -> int:
         from sim.plots.trajectories import plot_trajectory
 
         save_figure(plot_trajectory(result), args.plot, overwrite=args.force)
-        print(f"wrote {args.plot}")
+        print(f"wrote {shown(args.plot)}")
     return 0

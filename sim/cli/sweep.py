@@ -18,6 +18,7 @@ from sim.report.tables import describe_policy, format_value, na_notes, summary_t
 from sim.tables import terminal_text
 from sim.traces.families import FAMILIES, make_trace
 from sim.traces.named import family_name, trace_file
+from updater.common.names import shown
 from updater.common.writing import write_text
 from updater.policy.presets import names
 
@@ -113,7 +114,7 @@ def run(args) -> int:
         print(note)
     if args.csv is not None:
         write_csv(args.csv, rows, columns, args.force, inputs)
-        print(f"wrote {args.csv}")
+        print(f"wrote {shown(args.csv)}")
     return 0
 
 
@@ -133,7 +134,7 @@ def _traces(args) -> tuple:
         parser.error("--runs must be at least the number of recordings of one model")
     inputs = [trace_file(s) for s in args.trace if family_name(s) is None]
     if args.csv is not None:
-        check_output_file(parser, "--csv", args.csv, args.force, inputs)
+        check_output_file(parser, "--csv", args.csv, args.force, inputs, kind="csv")
     return families, recorded, inputs
 
 

@@ -9,6 +9,7 @@ from sim.cli.options import FORMATTER, finish
 from sim.cli.preflight import TRAIN_MAX_STEP_RUNS, check_output_dir, check_work
 from sim.cli.progress import StageProgress
 from sim.report.provenance import provenance
+from updater.common.names import shown
 from updater.common.writing import write_text
 
 
@@ -66,5 +67,5 @@ def run(args) -> int:
         f"{demo.format_table(rows)}\n\n![scale trajectories]({demo.PLOT_NAME})\n",
         overwrite=args.force,
     )
-    print(f"wrote {path}")
+    print(f"wrote {shown(path)}")
     return 0

@@ -16,6 +16,7 @@ checks a path before any work.
 
 from __future__ import annotations
 
+import io
 import math
 import shutil
 from pathlib import Path
@@ -26,19 +27,19 @@ from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from updater.common.identity import FIGURE_KEYWORDS, MARK, PNG_KEY
+from updater.common.identity import figure_keywords, prove_figure
 from updater.common.writing import write_file
 
 DPI = 100
 """Dots per inch of new figures and of :func:`save_figure`."""
 
 _METADATA = {
-    "png": {"Software": None, PNG_KEY: MARK},
-    "pdf": {"Creator": None, "Producer": None, "CreationDate": None, "Keywords": FIGURE_KEYWORDS},
-    "svg": {"Creator": None, "Date": None, "Keywords": FIGURE_KEYWORDS},
+    "png": {"Software": None},
+    "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    "svg": {"Creator": None, "Date": None},
 }
-"""No matplotlib version (a rerun writes the same bytes); the marker that dls wrote the file
-(:mod:`updater.common.identity`)."""
+"""No matplotlib version (a rerun writes the same bytes); PDF and SVG get the keywords that
+hold their proof (:func:`updater.common.identity.figure_keywords`)."""
 
 
 # ---------------------------------------------------------------- figure files
@@ -95,7 +96,9 @@ def save_figure(
     did not write is replaced only with ``overwrite=True``).
 
     PNG, PDF and SVG files carry no matplotlib version, so a rerun writes the same PNG bytes,
-    and say that dls wrote them (a PNG text chunk, PDF and SVG keywords).
+    and prove that dls wrote them (a digest of their bytes in a PNG text chunk, PDF and SVG
+    keywords: :mod:`updater.common.identity`); a figure replaces only a figure of its format
+    that proves so.
 
     Args:
         fig (Figure): the figure.
@@ -105,7 +108,15 @@ def save_figure(
     """
     fmt = check_figure_path(path)
     meta = _METADATA.get(fmt)
-    return write_file(path, lambda f: fig.savefig(f, dpi=dpi, format=fmt, metadata=meta), overwrite)
+    if fmt in ("pdf", "svg"):
+        meta = {**meta, "Keywords": figure_keywords(fmt)}
+
+    def write(f) -> None:
+        drawn = io.BytesIO()
+        fig.savefig(drawn, dpi=dpi, format=fmt, metadata=meta)
+        f.write(prove_figure(drawn.getvalue(), fmt))
+
+    return write_file(path, write, overwrite, kind=fmt)
 
 
 # ---------------------------------------------------------------- new figures, legends
@@ -118,6 +129,17 @@ def new_axes(ax, figsize):
         return ax.figure, ax
     fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     return fig, fig.add_subplot()
+
+
+def literal(name: str) -> str:
+    r"""``name`` (a trace's, a layer's, a run's: anything a user chose) as figure text shows it
+    literally: each ``$`` escaped, so no name starts mathtext (a trace named ``$x^{$`` is drawn
+    as it is, not parsed).
+
+    >>> literal("$x^{$")
+    '\\$x^{\\$'
+    """
+    return str(name).replace("$", r"\$")
 
 
 def legend_note(ax, text: str) -> None:

@@ -23,6 +23,7 @@ from sim.plots.common import (
     DPI,
     is_pow2,
     legend_note,
+    literal,
     log2_ticks,
     log10_share_ticks,
     new_axes,
@@ -122,7 +123,7 @@ def plot_histogram(
     where = "all steps" if step is None else f"step {step + 1} of {trace.steps}"
     if step is not None and trace.every > 1:
         where = f"recorded {where} (training step {step * trace.every + 1})"
-    title = title if title is not None else f"{trace.name}: gradient magnitudes, {where}"
+    title = title if title is not None else f"{literal(trace.name)}: gradient magnitudes, {where}"
     strip.set_title(title)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(
@@ -204,6 +205,7 @@ def plot_underflow_vs_scale(
     scales = np.exp2(k.astype(float))
     stacked: Dict[float, int] = {}
     for i, (label, src) in enumerate(sources.items()):
+        label = literal(label)
         share = underflow_curve(src, k)
         limit = first_overflow_scale(src)
         zero = np.flatnonzero(share <= 0)

@@ -14,7 +14,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MultipleLocator
 
 from sim.casting.underflow import pooled_flushed_share
-from sim.plots.common import DPI, legend_note, legend_right, log2_ticks, log10_share_ticks
+from sim.plots.common import (
+    DPI,
+    legend_note,
+    legend_right,
+    literal,
+    log2_ticks,
+    log10_share_ticks,
+)
 from sim.plots.style import nth_look
 from sim.replay.layers import (
     TOLERANCE,
@@ -136,7 +143,7 @@ def _panel(ax, trace: Trace, k: np.ndarray, tolerance: float, needs: Dict) -> No
     ax.grid(True, which="major", alpha=0.3)
     ax.set_ylabel("share of nonzero gradient\nvalues flushed to zero")
     ax.set_title(
-        f"{trace.name}: {len(curves)} parameter arrays, {whole.steps} of {trace.steps} "
+        f"{literal(trace.name)}: {len(curves)} parameter arrays, {whole.steps} of {trace.steps} "
         "recorded steps clean (pooled)",
         fontsize="medium",
         loc="left",
@@ -161,7 +168,7 @@ def _curve(ax, k, share, need_reason, tolerance, label, kw) -> None:
     """One line (ending where the share is 0) and its need marker."""
     need, reason = need_reason
     text = f"n/a ({reason})" if need is None else f"$2^{{{need}}}$"
-    ax.plot(k, np.where(share > 0, share, np.nan), label=f"{label}: {text}", **kw)
+    ax.plot(k, np.where(share > 0, share, np.nan), label=f"{literal(label)}: {text}", **kw)
     at = np.flatnonzero(k == need)
     if at.size and share[at[0]] > 0:
         ax.plot([need], [share[at[0]]], "o", color=kw["color"], ms=6, zorder=3)

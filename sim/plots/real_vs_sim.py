@@ -10,7 +10,7 @@ from typing import Iterable, Union
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from sim.plots.common import legend_right, log2_ticks, new_axes
+from sim.plots.common import legend_right, literal, log2_ticks, new_axes
 from sim.replay.result import RunResult
 
 
@@ -48,7 +48,9 @@ def plot_real_vs_simulated(
     steps = np.arange(1, result.steps + 1)
     low, mid, high = np.percentile(np.log2(result.scale), [5, 50, 95], axis=1)
     ax.fill_between(steps, low, high, color="0.85", step="mid", label="simulated, 5-95%")
-    ax.step(steps, mid, where="mid", color="0.35", label=f"simulated, median ({result.label})")
+    ax.step(
+        steps, mid, where="mid", color="0.35", label=f"simulated, median ({literal(result.label)})"
+    )
     ax.step(np.arange(1, len(real) + 1), np.log2(real), where="mid", color="C3", label=label)
     ax.yaxis.set_major_formatter(log2_ticks())  # the lines are log2 of the scale
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -56,6 +58,7 @@ def plot_real_vs_simulated(
     ax.set_xlim(1, max(result.steps, len(real)))
     ax.set_xlabel("training step (1 = first)")
     ax.set_ylabel("loss scale")
-    ax.set_title(f"loss scale: real run and simulation on {result.trace_name}", fontsize="medium")
+    title = f"loss scale: real run and simulation on {literal(result.trace_name)}"
+    ax.set_title(title, fontsize="medium")
     legend_right(ax)
     return ax

@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence, Union
 import numpy as np
 from matplotlib.figure import Figure
 
-from sim.plots.common import DPI, legend_right, new_axes
+from sim.plots.common import DPI, legend_right, literal, new_axes
 from sim.plots.style import policy_look
 from sim.replay.metrics import METRICS
 from sim.replay.result import RunResult
@@ -90,7 +90,7 @@ def plot_policy_comparison(
             color=c,
             ms=6,
             capsize=3,
-            label=label,
+            label=literal(label),
         )
         for xi, vi in zip(xj, v):
             if vi == 0 and yscale == "log":
@@ -110,7 +110,9 @@ def plot_policy_comparison(
         if i:
             ax.axvline(i - 0.5, color="0.85", lw=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels(families, rotation=20, ha="right", rotation_mode="anchor")
+    ax.set_xticklabels(
+        [literal(f) for f in families], rotation=20, ha="right", rotation_mode="anchor"
+    )
     ax.set_xlim(-0.5, len(families) - 0.5)
     ax.set_xlabel("trace family")
     ax.set_ylabel(f"{METRIC_LABELS[metric].split(' (')[0]} ({yscale} axis)")

@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, MaxNLocator, MultipleLocator
 
-from sim.plots.common import DPI, legend_right, log2_ticks, new_axes
+from sim.plots.common import DPI, legend_right, literal, log2_ticks, new_axes
 from sim.plots.style import BAD_BATCH, BAND_COLOR, OVERFLOW, SMOOTHING_SHARE, policy_look
 from sim.replay.result import RunResult
 
@@ -173,7 +173,7 @@ def _legend_handles(results: Sequence[RunResult], jumpy: bool) -> list:
     handles = []
     for i, r in enumerate(results):
         look = policy_look(r.label, i)
-        handles.append(Line2D([], [], color=look.color, ls=look.ls, lw=2, label=r.label))
+        handles.append(Line2D([], [], color=look.color, ls=look.ls, lw=2, label=literal(r.label)))
     if jumpy:
         handles.append(Line2D([], [], color="0.3", lw=0.4, label="every step (thin)"))
     handles.append(Patch(color=BAND_COLOR, label="safe band [safe/2, safe]"))
@@ -225,7 +225,7 @@ def plot_trajectory(
         )
     _style_axes(ax, _span([result], runs[0]), result.steps)
     which = ", ".join(str(r + 1) for r in runs)
-    head = f"{result.label} on {result.trace_name}, run {which} of {result.runs}"
+    head = f"{literal(result.label)} on {literal(result.trace_name)}, run {which} of {result.runs}"
     ax.set_title(title if title is not None else f"{head}\n{'; '.join(notes)}", fontsize="medium")
     ax.set_xlabel("training step (1 = first)")
     ax.set_ylabel("loss scale")
@@ -269,7 +269,7 @@ def plot_trajectory_panels(results: Sequence[RunResult], run: int = 0, figsize=N
     for ax, group in zip(axes, groups):
         notes = _draw(ax, group, run, window)
         s = group[0].scale[:, run]
-        names = ", ".join(r.label for r in group)
+        names = ", ".join(literal(r.label) for r in group)
         if np.ptp(s) == 0:
             what = f"flat at $2^{{{math.log2(s[0]):.0f}}}$"
         else:

@@ -169,7 +169,12 @@ class MeasuredRun:
         }
         if self.stick == "probed":
             arrays.update(overflow_scale=self.overflow_scale, finite_scale=self.finite_scale)
-        return write_file(path, lambda f: write_npz(f, arrays, compress=True), overwrite)
+        return write_file(
+            path,
+            lambda f: write_npz(f, arrays, "measured run", compress=True),
+            overwrite,
+            kind="measured run",
+        )
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> MeasuredRun:

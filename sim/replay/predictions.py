@@ -24,6 +24,7 @@ from sim.replay.pool import TracePool, simulate_pooled
 from sim.replay.run import simulate
 from sim.replay.spread import LEVEL, interval_half_width, prediction_interval
 from sim.traces.real import CHECK_ORDERS
+from updater.common.names import shown
 from updater.trace import Trace
 
 PREDICTED = ("skipped", "below_half_safe", "mean_flushed")
@@ -132,18 +133,19 @@ def _measured_run(runs_dir, model: str, label: str, order: int, steps: int) -> M
         found = _orders_saved(runs_dir, model, label)
         if found:  # the call from before checked runs had their own batch order
             raise ValueError(
-                f"no measured run {path}: {runs_dir} has {model}'s {label} run in batch order(s) "
-                f"{', '.join(map(str, found))}: call prediction_rows(..., orders={tuple(found)})"
+                f"no measured run {shown(path)}: {shown(runs_dir)} has {model}'s {label} run in "
+                f"batch order(s) {', '.join(map(str, found))}: call "
+                f"prediction_rows(..., orders={tuple(found)})"
             )
         raise ValueError(
-            f"no measured run {path}: save a sim.replay.measured.MeasuredRun of {model} under "
-            f"{label} in batch order {order} there (for the shipped models python -m "
+            f"no measured run {shown(path)}: save a sim.replay.measured.MeasuredRun of {model} "
+            f"under {label} in batch order {order} there (for the shipped models python -m "
             "sim.nnabla_studies.real_traces makes them all)"
         )
     run = MeasuredRun.load(path)
     if run.steps != steps:
         raise ValueError(
-            f"{path} has {run.steps} steps but the trace {model} has {steps}: "
+            f"{shown(path)} has {run.steps} steps but the trace {model} has {steps}: "
             "record both with the same python -m sim.nnabla_studies.real_traces run"
         )
     return run

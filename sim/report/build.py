@@ -33,6 +33,7 @@ from sim.report.figures import figure_plan, write_figures
 from sim.report.provenance import provenance
 from sim.report.text import render
 from sim.traces.real import RECORDINGS
+from updater.common.identity import kind_by_suffix
 from updater.common.writing import check_target, write_text
 
 __all__ = ["QUICK", "ReportConfig", "build_report", "choose"]
@@ -77,7 +78,7 @@ def build_report(
     real = {model: pool.traces[0] for model, pool in pools.items()}  # the first recordings
     traces = {**make_traces(config), **real}
     for name in [*figure_plan(traces), "README.md"]:
-        check_target(out / name, overwrite)
+        check_target(out / name, overwrite, kind=kind_by_suffix(name))
     out.mkdir(parents=True, exist_ok=True)
     # per trace: compare, 3 sweeps; figures; SSD; predictions
     tell(progress, "start", 4 * len(traces) + 2 + bool(real))

@@ -32,6 +32,7 @@ from sim.traces.families import (
 )
 from sim.traces.real import MODEL_NOTES, MODELS, RECORDINGS, SHIPPED, trace_path, traces_dir
 from updater.common.float16 import LARGEST_SEED_POWER
+from updater.common.names import shown
 from updater.policy import DynamicScale, HeadroomScale
 from updater.policy.presets import PRESETS
 from updater.trace import Trace
@@ -169,9 +170,9 @@ def check_real_traces(config: ReportConfig) -> None:
     missing = [p.name for p in wanted if not p.is_file()]
     if missing:
         raise FileNotFoundError(
-            f"{folder} lacks {', '.join(missing)}: record them with "
+            f"{shown(folder)} lacks {', '.join(missing)}: record them with "
             "python -m sim.nnabla_studies.real_traces "
-            f"--out {folder}, or leave the real models out (dls report --real-traces none)"
+            f"--out {shown(folder)}, or leave the real models out (dls report --real-traces none)"
         )
 
 

@@ -66,3 +66,26 @@ def test_a_path_with_an_undecodable_byte_prints_after_writing(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"wrote " + os.fsencode(tmp_path) + b"/s?.csv" in proc.stdout
     assert os.path.exists(out)
+
+
+def test_a_trace_named_like_mathtext_is_plotted_as_it_is(tmp_path):
+    path = Trace.from_steps([np.full(8, 1e-3)] * 30, name="$x^{$").save(tmp_path / "t.npz")
+    plot = tmp_path / "p.png"
+    command = [DLS, "simulate", "--trace", path, "--runs", "2", "--plot", plot]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"wrote {plot}" and plot.stat().st_size > 0
+
+
+def test_escape_sequences_in_a_file_name_never_reach_the_terminal(tmp_path):
+    out = tmp_path / "s\x1b[2J\x1b]0;title\x07.csv"
+    shown = f"{tmp_path}/s\\x1b[2J\\x1b]0;title\\x07.csv"
+    command = [DLS, "sweep", "--grid", "hysteresis=1,2", "--runs", "1", "--csv", out]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == f"wrote {shown}"
+    out.write_text("mine\n")  # now the user's: refused, the name escaped in the error line
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith(
+        f"dls sweep: error: --csv {shown}: not written by dls"
+    )
+    assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr

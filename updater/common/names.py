@@ -3,12 +3,32 @@ matched case-insensitively, and a "did you mean" from :mod:`difflib` (the standa
 closest-match rule) when a name is unknown.
 
 One rule for every name: policies, subcommands, options, trace families and shipped traces.
+And one rule for showing a name the user chose (a file's path) in a terminal line or an
+exception message: :func:`shown`.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Sequence
+import os
+from typing import Sequence, Union
+
+
+def shown(name: Union[str, bytes, os.PathLike]) -> str:
+    r"""``name`` (a path, or any name a user chose) as a terminal line or a message shows it:
+    each byte the file system's encoding cannot decode as ``?`` (as a text file holds it),
+    each control character (an ESC sequence, a newline, a bidirectional override) escaped
+    as Python writes it (``\x1b``, ``\n``, ``\u202e``); anything else as it is.
+
+    >>> shown("run\x1b[2J.npz"), shown(os.fsdecode(b"g\xff.npz")), shown("caf\u00e9")
+    ('run\\x1b[2J.npz', 'g?.npz', 'café')
+    """
+    text = os.fsdecode(os.fspath(name))
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else "?" if "\udc80" <= c <= "\udcff" else repr(c)[1:-1] for c in text
+    )
 
 
 def match_name(given: str, choices: Sequence[str]) -> str | None:

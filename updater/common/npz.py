@@ -23,22 +23,25 @@ from typing import Any, BinaryIO, Callable, Dict, Iterable, Mapping, Tuple, Unio
 
 import numpy as np
 
-from .identity import MARK, NPZ_MARKER
+from .identity import MARK, NPZ_MARKER, npz_proof, zip_comment
+from .names import shown
 
 # ---------------------------------------------------------------- .npz archives
 
 
-def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) -> None:
+def write_npz(f: BinaryIO, arrays: Mapping[str, Any], kind: str, compress: bool = False) -> None:
     """Write ``arrays`` to the open binary file ``f`` as an ``.npz`` archive, as ``np.savez``
     does (never pickling), with the marker member ``written_by_dls.npy`` first
-    (:mod:`updater.common.identity`; :func:`read_npz` leaves it out). Unlike ``np.savez``, a
-    write that fails (a full disk) leaves no half-closed zip behind to print
-    ``Exception ignored in: ZipFile.__del__`` later.
+    (:func:`read_npz` leaves it out) and the zip comment proving that this package wrote it
+    as a ``kind`` (:mod:`updater.common.identity`). Unlike ``np.savez``, a write that fails (a
+    full disk) leaves no half-closed zip behind to print ``Exception ignored in:
+    ZipFile.__del__`` later.
 
     Args:
         f (binary file): open for writing, e.g. the one
             :func:`updater.common.writing.write_file` passes.
         arrays (mapping str -> array-like): the arrays by name (the archive's entries).
+        kind (str): ``"checkpoint"``, ``"trace"`` or ``"measured run"``.
         compress (bool, default False): deflate the entries, as ``np.savez_compressed``.
     """
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
@@ -48,6 +51,7 @@ def write_npz(f: BinaryIO, arrays: Mapping[str, Any], compress: bool = False) ->
         for name, value in marked.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
                 np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
+        archive.comment = npz_proof(kind, archive)
         archive.close()
     except BaseException:
         with contextlib.suppress(Exception):
@@ -89,7 +93,7 @@ class NpzContent:
 
     def error(self, problem: str) -> ValueError:
         """``ValueError("<what> <path>: <problem>")``, to raise."""
-        return ValueError(f"{self.what} {self.path}: {problem}")
+        return ValueError(f"{self.what} {shown(self.path)}: {problem}")
 
     def require(self, *names: str, hint: str = "") -> None:
         """Raise :meth:`error` naming the arrays of ``names`` the file lacks (``hint`` appended)."""
@@ -221,7 +225,7 @@ def read_npz(
             arrays, declared = _read_archive(f, lambda p: _fail(path, what, p), limit, select)
             return NpzContent(path, what, arrays, declared)
     except OSError as e:
-        raise OSError(e.errno, f"cannot read {what} {path}: {e.strerror or e}") from None
+        raise OSError(e.errno, f"cannot read {what} {shown(path)}: {e.strerror or e}") from None
 
 
 _SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
@@ -249,7 +253,7 @@ def _declared(archive: zipfile.ZipFile, name: str) -> Tuple[tuple, np.dtype]:
 
 
 def _fail(path: Path, what: str, problem: str) -> ValueError:
-    return ValueError(f"{what} {path}: {problem}")
+    return ValueError(f"{what} {shown(path)}: {problem}")
 
 
 def _read_archive(
@@ -263,6 +267,8 @@ def _read_archive(
     f.seek(0)
     try:
         archive = zipfile.ZipFile(f)
+        if zip_comment(f, os.fstat(f.fileno()).st_size) is None:  # zipfile keeps a cut comment
+            raise zipfile.BadZipFile("the comment is cut short")
     except (zipfile.BadZipFile, EOFError, ValueError):
         raise fail("truncated or not an .npz archive (no zip directory at its end)") from None
     with archive:

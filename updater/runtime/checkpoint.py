@@ -140,7 +140,9 @@ def save_checkpoint(
             arrays[f"solver/{name}/{key}"] = _values(var.data)
         arrays[f"solver_t/{name}"] = np.array(state.t, dtype=np.int64)
     arrays["updater_state"] = np.array(json.dumps(updater.state_dict()))
-    return write_file(path, lambda f: write_npz(f, arrays), overwrite)
+    return write_file(
+        path, lambda f: write_npz(f, arrays, "checkpoint"), overwrite, kind="checkpoint"
+    )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Union
 
 import nnabla as nn
 
+from ..common.names import shown
 from ..common.npz import read_npz
 from ..common.writing import write_file
 from .checkpoint import _nonfinite, _updater_state
@@ -85,8 +86,9 @@ def export_parameters(
             lambda f: nn.save_parameters(f, params, extension=path.suffix),
             overwrite,
             inputs=[checkpoint],
+            kind=path.suffix[1:],
         )
     finally:
         nnabla_log.removeFilter(quiet)
-    _log.info("Parameter save (%s): %s", path.suffix, path)
+    _log.info("Parameter save (%s): %s", path.suffix, shown(path))
     return written

@@ -223,11 +223,11 @@ class Trace:
         """Write the trace to ``path`` (.npz) with :func:`updater.common.writing.write_file`
         (atomic; a file dls did not write is replaced only with ``overwrite=True``); return
         the path."""
-        return write_file(path, self.write_to, overwrite)
+        return write_file(path, self.write_to, overwrite, kind="trace")
 
     def write_to(self, f: BinaryIO) -> None:
         """Write the trace's ``.npz`` archive into the open binary file ``f``."""
-        write_npz(f, trace_arrays(self, GROUPS), compress=True)
+        write_npz(f, trace_arrays(self, GROUPS), "trace", compress=True)
 
     @classmethod
     def load(cls, path: Union[str, Path], max_bytes: int | None = None) -> Trace:

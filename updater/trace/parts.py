@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import weakref
@@ -29,7 +30,7 @@ from typing import List, Union
 import numpy as np
 
 from ..common.npz import read_npz, write_npz
-from ..common.writing import atomic_write, check_target, sync_folder
+from ..common.writing import atomic_write, check_target, name_max, sync_folder
 from .archive import trace_arrays
 from .format import GROUPS, Trace
 
@@ -47,8 +48,16 @@ RECORDING = "recording"
 
 
 def parts_dir(path: Union[str, Path]) -> Path:
-    """The folder of the parts of the trace at ``path``."""
-    return Path(f"{path}.parts")
+    """The folder of the parts of the trace at ``path``: ``<path>.parts``; when that name would
+    be longer than the file system takes (a trace name of 250-255 bytes), the trace's name cut
+    to fit, then 8 hex digits of its SHA-256, then ``.parts``."""
+    path = Path(path)
+    name = os.fsencode(path.name)
+    room = name_max(path.parent)
+    if len(name) + len(b".parts") <= room:
+        return Path(f"{path}.parts")
+    digest = hashlib.sha256(name).hexdigest()[:8]
+    return path.parent / f"{os.fsdecode(name[: room - 15])}.{digest}.parts"
 
 
 def part_files(path: Union[str, Path]) -> List[Path]:
@@ -72,7 +81,8 @@ def check_trace_path(path: Union[str, Path]) -> Path:
         problem = (errno.ENOTDIR, f"{parts_dir(path)} is a file, not the folder of its parts")
     if problem:
         raise OSError(problem[0], f"cannot record a trace to {path}: {problem[1]}")
-    return check_target(path)  # not a link, not a file dls did not write
+    hint = "remove it, or record to another path"  # a recorder has no overwrite
+    return check_target(path, kind="trace", hint=hint)  # not a link, nor a user's file
 
 
 class PartsLock:
@@ -173,7 +183,7 @@ def write_part(path: Union[str, Path], index: int, trace: Trace, recording: str 
     folder.mkdir(exist_ok=True)
     part = folder / f"part-{index:08d}.npz"
     arrays = {**trace_arrays(trace, GROUPS), RECORDING: recording}
-    atomic_write(part, lambda f: write_npz(f, arrays, compress=True))  # no manifest: ours
+    atomic_write(part, lambda f: write_npz(f, arrays, "trace", compress=True))  # a working file
     return part
 
 

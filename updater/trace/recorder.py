@@ -20,6 +20,7 @@ from typing import List, Union
 import numpy as np
 
 from ..common.float16 import FORWARD_NEAR_FACTOR
+from ..common.names import shown
 from ..common.validation import check_bool, check_int, check_number, check_positive
 from .deprecated_probes import deprecated_probes
 from .exits import watch_exit
@@ -111,7 +112,8 @@ class GradientRecorder:
         every (int, default 1): record every ``every``-th ``update()`` call (>= 1); the trace
             stores it (``Trace.every``) and the simulator replays each recorded step ``every``
             times, on the training clock.
-        name (str or None, default None): trace name; the file stem when None.
+        name (str or None, default None): trace name; when None the file's stem as
+            :func:`updater.common.names.shown` shows it (an undecodable byte as ``?``).
         per_parameter (bool, default False): also keep one histogram per gradient array.
         write_every (int or None, default None): write the trace in parts every this many
             recorded steps (>= 1), dropping them from memory (see below); None: only on close.
@@ -169,7 +171,7 @@ class GradientRecorder:
         self._forward_warned = False
         self.probe_passes = 0
         self.path = check_trace_path(path)
-        self.name = check_label("name", name if name is not None else self.path.stem)
+        self.name = check_label("name", name if name is not None else shown(self.path.stem))
         self.per_parameter = check_bool("per_parameter", per_parameter)
         layer_names: List[str] | None = [] if self.per_parameter else None
         lock = PartsLock(self.path)

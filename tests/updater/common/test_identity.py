@@ -1,6 +1,6 @@
-"""A file says by its own content that dls wrote it (updater/common/identity.py): copies keep
+"""A file proves by its own content that dls wrote it (updater/common/identity.py): copies keep
 their identity, edits lose it, no bookkeeping file decides, no lock is waited on; real files
-and real processes."""
+and real processes. The proofs per kind: test_own_files.py."""
 
 import csv
 import hashlib
@@ -14,17 +14,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from updater.common.identity import LEGACY_MANIFEST, written_by_dls
+from updater.common.identity import written_by_dls
 from updater.common.npz import read_npz, write_npz
 from updater.common.writing import UnsafeOutputError, write_file, write_text
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
+X = {"x": np.arange(3)}
+
+
 def test_a_copy_alone_in_another_folder_is_still_replaced(tmp_path):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     for name, write in (
-        ("t.npz", lambda p: write_file(p, lambda f: write_npz(f, {"x": np.arange(3)}))),
+        ("t.npz", lambda p: write_file(p, lambda f: write_npz(f, X, "trace"), kind="trace")),
         ("r.md", lambda p: write_text(p, "# report\n")),
         ("s.csv", lambda p: write_text(p, "a,b\n1,2\n", csv=True)),
     ):
@@ -38,9 +41,9 @@ def test_a_copy_alone_in_another_folder_is_still_replaced(tmp_path):
 def test_an_npz_of_numpy_itself_is_not_ours_and_ours_reads_without_the_marker(tmp_path):
     np.savez(tmp_path / "users.npz", x=np.arange(3))
     with pytest.raises(UnsafeOutputError, match="not written by dls"):
-        write_file(tmp_path / "users.npz", lambda f: write_npz(f, {"x": np.arange(2)}))
-    path = write_file(tmp_path / "ours.npz", lambda f: write_npz(f, {"x": np.arange(2)}))
-    assert list(read_npz(path, "test file").arrays) == ["x"]
+        write_file(tmp_path / "users.npz", lambda f: write_npz(f, X, "trace"), kind="trace")
+    path = write_file(tmp_path / "ours.npz", lambda f: write_npz(f, X, "trace"), kind="trace")
+    assert list(read_npz(path, "test file").arrays) == ["x"]  # the marker member left out
 
 
 def test_a_csv_keeps_its_columns_and_an_edited_cell_makes_it_the_users(tmp_path):
@@ -53,23 +56,16 @@ def test_a_csv_keeps_its_columns_and_an_edited_cell_makes_it_the_users(tmp_path)
         write_text(path, "a,b\n6,7\n", csv=True)
 
 
-def test_saving_to_a_file_named_like_the_old_manifest_keeps_what_was_saved(tmp_path):
-    path = write_file(tmp_path / LEGACY_MANIFEST, lambda f: write_npz(f, {"x": np.arange(4)}))
-    assert read_npz(path, "test file").arrays["x"].tolist() == [0, 1, 2, 3]
-    assert os.listdir(tmp_path) == [LEGACY_MANIFEST]
-
-
-def test_a_file_an_earlier_version_listed_in_its_manifest_is_still_replaced(tmp_path):
-    old, edited = tmp_path / "old.md", tmp_path / "edited.md"
-    old.write_text("old report\n"), edited.write_text("old report\n")
+def test_a_file_an_earlier_version_listed_in_its_manifest_is_the_users_now(tmp_path):
+    old = tmp_path / "old.md"
+    old.write_text("old report\n")
     digest = hashlib.sha256(b"old report\n").hexdigest()
-    manifest = {"files": {"old.md": digest, "edited.md": digest}}
-    (tmp_path / LEGACY_MANIFEST).write_text(json.dumps(manifest))
-    edited.write_text("old report, my edit\n")
-    write_text(old, "new report")  # listed unchanged: the package's
-    with pytest.raises(UnsafeOutputError, match="not written by dls"):
-        write_text(edited, "new report")
-    assert (tmp_path / LEGACY_MANIFEST).read_text() == json.dumps(manifest)  # never written
+    manifest = {"files": {"old.md": digest}}
+    (tmp_path / ".dls-written.json").write_text(json.dumps(manifest))
+    with pytest.raises(UnsafeOutputError, match="old.md: not written by dls"):
+        write_text(old, "new report")  # a list beside it proves nothing of its content
+    assert old.read_text() == "old report\n"
+    assert (tmp_path / ".dls-written.json").read_text() == json.dumps(manifest)  # never written
 
 
 WRITE = """
@@ -90,24 +86,6 @@ def _run_write(folder: Path) -> subprocess.CompletedProcess:
     script = WRITE.format(root=str(ROOT), folder=str(folder))
     command = [sys.executable, "-c", script]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
-
-
-@pytest.mark.parametrize("kind", ["folder", "fifo", "dev-zero", "nested-json"])
-def test_a_broken_old_manifest_neither_fails_nor_blocks_a_write(tmp_path, kind):
-    manifest = tmp_path / LEGACY_MANIFEST
-    if kind == "folder":
-        manifest.mkdir()
-    elif kind == "fifo":
-        os.mkfifo(manifest)
-    elif kind == "dev-zero":
-        manifest.symlink_to("/dev/zero")
-    else:
-        manifest.write_text("[" * 100_000 + "]" * 100_000)
-    (tmp_path / "users.md").write_text("mine\n")
-    proc = _run_write(tmp_path)
-    assert proc.returncode == 0 and proc.stdout == "refused\n", proc.stderr
-    assert (tmp_path / "new.md").read_text().startswith("new\n<!-- written by nnabla-dls")
-    assert (tmp_path / "users.md").read_text() == "mine\n"
 
 
 HOLD = """

@@ -76,7 +76,7 @@ def test_a_folder_or_special_file_is_refused(tmp_path, kind):
     path = tmp_path / "out"
     path.mkdir() if kind == "folder" else os.mkfifo(path)
     with pytest.raises(UnsafeOutputError, match="a folder|not a regular file"):
-        check_target(path, overwrite=True)
+        check_target(path, overwrite=True, kind="markdown")
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
@@ -88,5 +88,5 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match=r"cannot write .*fig.png: No space left on device"):
-        write_file(path, fail)
+        write_file(path, fail, kind="markdown")
     assert path.read_bytes() == old and _listing(tmp_path) == ["fig.png"]
