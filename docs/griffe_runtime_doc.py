@@ -1,7 +1,7 @@
 """A griffe extension for the API reference: the updater's docstring as Python has it.
 
 ``DynamicLossScalingUpdater``'s ``Args`` list its options from the options record
-(``updater.driver.options.attach_options`` fills the ``{options}`` line when the module is
+(``updater.driver.attributes.attach_options`` fills the ``{options}`` line when the module is
 imported), so the source's docstring holds a placeholder that griffe, reading the source, would
 render as is."""
 
