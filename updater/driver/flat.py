@@ -91,7 +91,9 @@ class FlatGraphs:
             if output is not None:
                 output.visit(lambda f: count.__setitem__(0, count[0] + 1))
             present = tuple(bool(v) for v in views)
-            graph = self._graphs[kind] = _Graph(key, present, extra, output, count[0])
+            graph = self._graphs[kind] = _Graph(
+                arrays=key, present=present, inputs=extra, output=output, functions=count[0]
+            )
         return graph
 
     @staticmethod
