@@ -19,11 +19,10 @@ def _without_nnabla_calls(u, solver, loss) -> None:
     concatenating graphs a forward that runs nothing), so only its Python remains."""
     check = u._work.check
     check.solver = solver
-    stand_in = copy.copy(u._options)  # the record the collaborators read, with the stand-ins
+    stand_in = copy.copy(u._live.record)  # the record the collaborators read, with the stand-ins
     for name, value in (("solver", solver), ("loss", loss)):
         object.__setattr__(stand_in, name, value)
-    for part in (u._work, u._rounds, u._forward_state, u._attempts):
-        part.options = stand_in
+    u._live.record = stand_in
     if getattr(check, "flat", None) is not None:
         check.flat.forward = lambda graph: graph.output.data
 

@@ -1,9 +1,11 @@
-"""A griffe extension for the API reference: the updater's docstring as Python has it.
+"""A griffe extension for the API reference: the updater's docstring and defaults as Python has
+them.
 
 ``DynamicLossScalingUpdater``'s ``Args`` list its options from the options record
-(``updater.driver.options.attach_options`` fills the ``{options}`` line when the module is
+(``updater.driver.attributes.attach_options`` fills the ``{options}`` line when the module is
 imported), so the source's docstring holds a placeholder that griffe, reading the source, would
-render as is."""
+render as is; and its typed signature writes ``DEFAULT`` for each option's default, which the
+same function replaces with the record's."""
 
 import inspect
 
@@ -12,9 +14,20 @@ import griffe
 _RUNTIME = {"updater.driver.updater.DynamicLossScalingUpdater"}
 
 
+def _runtime(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
 class RuntimeDocstring(griffe.Extension):
     def on_class_instance(self, *, cls: griffe.Class, **kwargs) -> None:
         if cls.path in _RUNTIME and cls.docstring is not None:
-            module, _, name = cls.path.rpartition(".")
-            obj = getattr(__import__(module, fromlist=[name]), name)
-            cls.docstring.value = inspect.cleandoc(obj.__doc__)
+            cls.docstring.value = inspect.cleandoc(_runtime(cls.path).__doc__)
+
+    def on_function_instance(self, *, func: griffe.Function, **kwargs) -> None:
+        owner, _, name = func.path.rpartition(".")
+        if owner in _RUNTIME and name == "__init__":
+            runtime = inspect.signature(_runtime(owner)).parameters
+            for parameter in func.parameters:
+                if str(parameter.default) == "DEFAULT":
+                    parameter.default = repr(runtime[parameter.name].default)

@@ -8,6 +8,7 @@ checkpoint helpers load lazily on first use, so ``import updater.policy`` never 
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from .common.moved import alias_moved
 from .policy import (
@@ -67,6 +68,25 @@ _LAZY = {
     "LoadReport": "updater.runtime.checkpoint",
     "SolverGroup": "updater.driver.solver_group",
 }
+
+if TYPE_CHECKING:  # what static tools see of _LAZY (tests/updater/driver/test_typed.py: they agree)
+    from .driver.forward_state import NonFiniteStatisticsError as NonFiniteStatisticsError
+    from .driver.recording.options import Probes as Probes
+    from .driver.records import NonFiniteGradientsError as NonFiniteGradientsError
+    from .driver.records import StepRecord as StepRecord
+    from .driver.solver_group import SolverGroup as SolverGroup
+    from .driver.updater import DynamicLossScalingUpdater as DynamicLossScalingUpdater
+    from .policy.presets import PRESETS as PRESETS
+    from .policy.presets import make_policy as make_policy
+    from .runtime.checkpoint import LoadReport as LoadReport
+    from .runtime.checkpoint import load_checkpoint as load_checkpoint
+    from .runtime.checkpoint import save_checkpoint as save_checkpoint
+    from .runtime.comm import MPICommunicator as MPICommunicator
+    from .runtime.comm import abort_on_exception as abort_on_exception
+    from .runtime.context import get_context as get_context
+    from .runtime.export import export_parameters as export_parameters
+    from .trace import Trace as Trace
+    from .trace.recorder import GradientRecorder as GradientRecorder
 
 __all__ = [
     "DynamicScale",

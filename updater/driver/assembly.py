@@ -1,20 +1,20 @@
-"""The collaborators of :class:`updater.DynamicLossScalingUpdater`, built from its options record
-(:class:`updater.driver.options.UpdaterOptions`) and its policy: at construction, and again at the
-next step after an option they are built from (or the policy) was assigned. They share the
-updater's :class:`Counters`; each takes the record and reads the options it uses from it, only
-those it is built from (:data:`updater.driver.options.REBUILDS`; the updater reads the others
-live), so none keeps a setting of its own."""
+"""The collaborators of :class:`updater.DynamicLossScalingUpdater`, built from its options
+(:class:`updater.driver.options.LiveOptions`) and its policy: at construction, and again at the
+next step after an option that chooses a structure (:data:`updater.driver.options.REBUILDS`) was
+assigned, or an option or a policy that changes the finite check's path (:func:`check_path`).
+They share the updater's :class:`Counters` and its :class:`LiveOptions`, whose record each reads
+at each use, so none keeps a setting of its own."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import List, NamedTuple
 
 from .arrays import seed_dtype
 from .attempts import Attempts
-from .checks import choose_check
+from .checks import choose_check, resolve_path
 from .forward_state import ForwardState
 from .gradient_work import GradientWork
-from .options import UpdaterOptions
+from .options import LiveOptions, UpdaterOptions
 from .recording import Recording
 from .records import Counters, Monitor
 from .rounds import Rounds
@@ -31,16 +31,47 @@ class Parts(NamedTuple):
     attempts: Attempts
 
 
-def assemble(o: UpdaterOptions, policy, counters: Counters) -> Parts:
-    """The collaborators for the options ``o`` and ``policy`` (module doc)."""
+def _sizes(o: UpdaterOptions) -> List[int]:
+    return [p.size for p in o.solver.get_parameters().values()]
+
+
+def _flag_only(o: UpdaterOptions, policy) -> bool:
+    """Whether steps read only the finite flag: no |g| max for the policy, no ``clip_grad_norm``,
+    no ``recorder``."""
+    return not (policy.needs_grad_absmax or o.clip_grad_norm is not None or o.recorder is not None)
+
+
+def check_path(o: UpdaterOptions, policy) -> str:
+    """The finite check's path (:func:`updater.driver.checks.resolve_path`) for the options ``o``
+    and ``policy``."""
+    sizes = _sizes(o)
+    return resolve_path(o.finite_check, _flag_only(o, policy), sum(sizes), len(sizes))
+
+
+def assemble(live: LiveOptions, policy, counters: Counters) -> Parts:
+    """The collaborators for the options ``live`` and ``policy`` (module doc)."""
+    o = live.record
     seed_type = seed_dtype(o.loss)
-    reads = policy.needs_grad_absmax or o.clip_grad_norm is not None or o.recorder is not None
-    sizes = [p.size for p in o.solver.get_parameters().values()]
-    check = choose_check(o.finite_check, not reads, sizes, o.solver, o.loss)
-    work = GradientWork(o, check)
-    state = ForwardState(o, check, counters)
-    rounds = Rounds(o, check, work.params, counters, lambda: state.written)
-    recording = None if o.recorder is None else Recording(o, rounds, work, state, seed_type)
-    attempts = Attempts(o, rounds, work, state, counters, seed_type, recording)
+    check = choose_check(o.finite_check, _flag_only(o, policy), _sizes(o), o.solver, o.loss)
+    work = GradientWork(live, check)
+    state = ForwardState(live, check, counters)
+    rounds = Rounds(live, check, work.params, counters, lambda: state.written)
+    recording = None if o.recorder is None else Recording(live, rounds, work, state, seed_type)
+    attempts = Attempts(
+        options=live,
+        rounds=rounds,
+        work=work,
+        forward_state=state,
+        counters=counters,
+        seed_type=seed_type,
+        recording=recording,
+    )
     monitor = None if o.monitor is None else Monitor(o.monitor)
-    return Parts(seed_type, monitor, work, state, rounds, attempts)
+    return Parts(
+        seed_type=seed_type,
+        monitor=monitor,
+        work=work,
+        forward_state=state,
+        rounds=rounds,
+        attempts=attempts,
+    )

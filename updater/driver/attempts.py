@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..policy import ScaleState
 from .arrays import backward_seed
-from .checks import NOT_CHECKED
-from .options import UpdaterOptions
+from .checks import NOT_CHECKED, Findings
+from .forward_state import StateCheck
+from .options import LiveOptions
 from .recording.hook import Attempted
 from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 
@@ -59,13 +60,36 @@ class Pending:
     state: ScaleState | None = None  # the state the last attempt started from
 
 
+class Judged(NamedTuple):
+    """An attempt judged (:meth:`Attempts._attempt`), on the facts agreed across workers.
+
+    Attributes:
+        found (Findings): what the finite check found.
+        finite (bool): the gradients are finite.
+        loss_finite (bool): the loss is finite.
+        outcome (str): the verdict (:func:`updater.driver.records.verdict`).
+        absmax (float or None): the largest |gradient| (inf when not finite); None: not asked.
+        new_state (ScaleState): the policy's state after the attempt.
+        checked (StateCheck or None): the state's check, when the verdict read it.
+    """
+
+    found: Findings
+    finite: bool
+    loss_finite: bool
+    outcome: str
+    absmax: float | None
+    new_state: ScaleState
+    checked: StateCheck | None
+
+
 class Attempts:
     """Runs the attempts of one iteration (module doc).
 
     Args:
-        options (UpdaterOptions): reads ``on_overflow`` ("skip" or "retry"), ``max_retries``
-            (retries per iteration in "retry" mode), ``restore_on_skip`` (a skipped step puts
-            back what its forward pass wrote) and ``clip_grad_norm``.
+        options (LiveOptions): reads, at each use, ``on_overflow`` ("skip" or "retry"),
+            ``max_retries`` (retries per iteration in "retry" mode), ``restore_on_skip`` (a
+            skipped step puts back what its forward pass wrote), ``clip_grad_norm`` and
+            ``comm``.
         rounds (Rounds): the forward/backward rounds of an attempt.
         work (GradientWork): the all-reduce, the agreement and the finite check.
         forward_state (ForwardState): copies of the state the forward pass writes.
@@ -77,7 +101,7 @@ class Attempts:
 
     def __init__(
         self,
-        options: UpdaterOptions,
+        options: LiveOptions,
         rounds,
         work,
         forward_state,
@@ -98,7 +122,17 @@ class Attempts:
         """One attempt at seed 1 without any check (loss scaling off)."""
         self.rounds.run(1.0)
         self.work.all_reduce()
-        return Pending(1.0, True, None, None, 1, [], state, unscaled=True, state=state)
+        return Pending(
+            seed=1.0,
+            finite=True,
+            absmax=None,
+            loss_finite=None,
+            attempts=1,
+            bad=[],
+            new_state=state,
+            unscaled=True,
+            state=state,
+        )
 
     def run(self, policy, state: ScaleState, step: int, by_update: bool) -> Pending:
         """The attempts of iteration ``step`` from ``state`` under ``policy``; ``by_update``:
@@ -106,7 +140,7 @@ class Attempts:
         gradients, unscales in the checking pass ("numpy") or measures for clipping in the
         same read ("solver"). The failed attempts' policy advances are in the returned
         ``new_state``."""
-        o, recording = self.options, self.recording
+        o, recording = self.options.record, self.recording
         recorded = recording is not None and recording.wants(step)
         fuse = by_update and not recorded
         sumsq = fuse and o.clip_grad_norm is not None
@@ -119,14 +153,12 @@ class Attempts:
                 hook = recording.attempt_hook(step) if recorded else None
                 seed = backward_seed(state.scale, self.seed_type, policy)
                 loss_finite = self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
-                found, finite, loss_finite, outcome, absmax, new_state, checked = self._attempt(
-                    policy, state, step, seed, loss_finite, fuse, sumsq, before
-                )
-                retry = self._retries(outcome, new_state.scale, seed, policy, attempts)
-                self.counters.overflows += not finite
+                tried = self._attempt(policy, state, step, seed, loss_finite, fuse, sumsq, before)
+                retry = self._retries(tried.outcome, tried.new_state.scale, seed, policy, attempts)
+                self.counters.overflows += not tried.finite
                 if not retry:
                     break
-                state, overflow_scale = new_state, seed
+                state, overflow_scale = tried.new_state, seed
                 if before is not None:  # the retry starts from the statistics before the batch
                     before.restore()
                 elif moved is None:
@@ -135,40 +167,50 @@ class Attempts:
             if before is not None:  # no trace in the statistics (restore_on_skip)
                 before.restore()
             raise
-        applied, bad_batch = outcome == APPLIED, outcome == BAD_BATCH
+        found = tried.found
+        applied, bad_batch = tried.outcome == APPLIED, tried.outcome == BAD_BATCH
         if recorded:
-            done = Attempted(seed, finite, not bad_batch, overflow_scale, found.arrays)
-            recording.after(step, policy, done)
-        if applied and not loss_finite:
+            self._hand_over(step, policy, seed, tried, overflow_scale)
+        if applied and not tried.loss_finite:
             self._count_nonfinite_loss(step)
         if before is not None and not applied:  # a skipped step leaves the model as it was
             before.restore()
         if moved is not None:
             moved.restore()
         stays = applied or before is None  # the statistics this step wrote stay
-        if moved is not None:  # put back to the first attempt's: read again
-            checked = None
+        checked = tried.checked if moved is None else None  # put back to the first's: read again
         return Pending(
-            seed,
-            applied,
-            absmax,
-            loss_finite,
-            attempts,
-            found.bad,
-            new_state,
-            found.unscaled,
-            found.sumsq,
-            bad_batch,
-            self.forward_state.new_nonfinite(found, checked) if stays else [],
-            state,
+            seed=seed,
+            finite=applied,
+            absmax=tried.absmax,
+            loss_finite=tried.loss_finite,
+            attempts=attempts,
+            bad=found.bad,
+            new_state=tried.new_state,
+            unscaled=found.unscaled,
+            sumsq=found.sumsq,
+            bad_batch=bad_batch,
+            statistics=self.forward_state.new_nonfinite(found, checked) if stays else [],
+            state=state,
         )
+
+    def _hand_over(self, step: int, policy, seed: float, tried: Judged, overflow_scale) -> None:
+        """The attempts of a recorded step to the recording hook: the last at ``seed`` judged
+        ``tried``; ``overflow_scale``: the seed of the last earlier one that overflowed, or None."""
+        done = Attempted(
+            seed=seed,
+            finite=tried.finite,
+            good_batch=tried.outcome != BAD_BATCH,
+            overflow_scale=overflow_scale,
+            arrays=tried.found.arrays,
+        )
+        self.recording.after(step, policy, done)
 
     def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq, before):
         """After an attempt's rounds: the all-reduce, the check (fused with unscaling by
         ``1/seed`` with ``fuse``), the facts agreed across workers, the verdict and the
-        policy's advance: ``(findings, gradients finite, loss finite, verdict, |g| max, the
-        policy's new state, the state's check or None)``; ``before``: the copy of the state
-        taken before the batch (``restore_on_skip``), else None."""
+        policy's advance (:class:`Judged`); ``before``: the copy of the state taken before the
+        batch (``restore_on_skip``), else None."""
         rounds, work = self.rounds, self.work
         work.all_reduce()
         extras = rounds.extras(self.forward_state.checked_with_gradients())
@@ -184,7 +226,7 @@ class Attempts:
         state_ok = checked is None or not checked.made
         # across workers: a worker's batch bad whatever the agreed gradients (state it made
         # inf/NaN, or a bad input with its own gradients not finite) is bad for all
-        if self.options.comm is not None:
+        if self.options.record.comm is not None:
             finite, bad_loss, bad_batch = work.agree(
                 finite, not loss_finite, not (state_ok and (finite or inputs_ok))
             )
@@ -194,12 +236,20 @@ class Attempts:
             absmax = math.inf
         measured = absmax if policy.needs_grad_absmax else None
         new_state = policy.update(state, finite, measured, outcome == BAD_BATCH)
-        return found, finite, loss_finite, outcome, absmax, new_state, checked
+        return Judged(
+            found=found,
+            finite=finite,
+            loss_finite=loss_finite,
+            outcome=outcome,
+            absmax=absmax,
+            new_state=new_state,
+            checked=checked,
+        )
 
     def _retries(self, outcome: str, new_scale, seed: float, policy, attempts: int) -> bool:
         """Whether attempt number ``attempts`` at ``seed`` is retried: an overflow, in "retry"
         mode, within ``max_retries``, when the policy lowered the seed (to ``new_scale``)."""
-        o = self.options
+        o = self.options.record
         return (
             outcome == OVERFLOW
             and o.on_overflow == "retry"

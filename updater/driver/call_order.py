@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import inspect
 from typing import Any, Dict, Sequence
 
@@ -124,9 +125,24 @@ def same_values(array: nn.NdArray, kept: nn.NdArray) -> bool:
     return bool(np.array_equal(host_view(array).view(np.uint8), host_view(kept).view(np.uint8)))
 
 
+def refuse_unknown_keywords(cls) -> None:
+    """Wrap ``cls.__init__`` (the updater's, whose signature names every argument it takes) so
+    that a keyword it does not take raises :func:`refuse_arguments`'s ``TypeError`` (PyTorch's
+    names answered, else the closest name) instead of Python's; the signature stays."""
+    init = cls.__init__
+    accepted = list(inspect.signature(init).parameters)[1:]
+    known = frozenset(accepted)
+
+    @functools.wraps(init)
+    def checked_init(self, *args, **kwargs):
+        refuse_arguments({k: v for k, v in kwargs.items() if k not in known}, accepted)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = checked_init
+
+
 def hide_refused_arguments(cls) -> None:
     """The signature ``help(cls)`` and IDEs show for ``update()``: without ``new_scale`` (only
-    there to answer PyTorch's habit; ``__init__``'s is made by
-    :func:`updater.driver.options.attach_options`)."""
+    there to answer PyTorch's habit)."""
     update = inspect.signature(cls.update)
     cls.update.__signature__ = update.replace(parameters=list(update.parameters.values())[:1])

@@ -91,7 +91,9 @@ class FlatGraphs:
             if output is not None:
                 output.visit(lambda f: count.__setitem__(0, count[0] + 1))
             present = tuple(bool(v) for v in views)
-            graph = self._graphs[kind] = _Graph(key, present, extra, output, count[0])
+            graph = self._graphs[kind] = _Graph(
+                arrays=key, present=present, inputs=extra, output=output, functions=count[0]
+            )
         return graph
 
     @staticmethod
@@ -119,14 +121,20 @@ class FlatGraphs:
         ``slot``'s own array (exact for float16), which the next save into the same ``slot``
         overwrites; any other dtype (int64, float64, ...) in a copy of its own."""
         if not variables:
-            return SavedData([], None, [], self.context, {})
+            return SavedData(variables=[], copy=None, dtypes=[], context=self.context, own={})
         arrays = [v.data for v in variables]
         dtypes = [array_dtype(a) for a in arrays]
         flat = [a for a, d in zip(arrays, dtypes) if d in _IN_FLOAT32]
         own = {
             i: copy_array(a) for i, (a, d) in enumerate(zip(arrays, dtypes)) if d not in _IN_FLOAT32
         }
-        return SavedData(variables, self.concatenated(flat, slot), dtypes, self.context, own)
+        return SavedData(
+            variables=variables,
+            copy=self.concatenated(flat, slot),
+            dtypes=dtypes,
+            context=self.context,
+            own=own,
+        )
 
 
 _IN_FLOAT32 = (np.dtype(np.float16), np.dtype(np.float32))
@@ -301,7 +309,14 @@ class DeviceStats(FlatGraphs):
             value = next(values)
             inputs_bad = not (value > bound if what == "min" else value < bound) or inputs_bad
         absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
-        return DeviceReading(finite, absmax, sumsq, loss_bad, inputs_bad, statistics_bad)
+        return DeviceReading(
+            finite=finite,
+            absmax=absmax,
+            sumsq=sumsq,
+            loss_bad=loss_bad,
+            inputs_bad=inputs_bad,
+            statistics_bad=statistics_bad,
+        )
 
 
 def _range_parts(x: nn.Variable, low: float, high: float) -> list:

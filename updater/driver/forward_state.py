@@ -33,7 +33,7 @@ from .arrays import bad_indices, describe_inputs, grad_stats, host_view
 from .checks import NOT_CHECKED, FiniteCheck
 from .flat import FlatGraphs, SavedData, loss_context
 from .function_roles import BACKWARD_STATE, FORWARD_STATE, state_inputs, writer_names
-from .options import UpdaterOptions
+from .options import LiveOptions
 
 logger = logging.getLogger(__name__)
 
@@ -88,15 +88,15 @@ class ForwardState:
     statistics that became inf/NaN.
 
     Args:
-        options (UpdaterOptions): reads ``loss`` (whose graph writes the state, found on first
-            use), ``forward_state`` (state the graph does not show) and
+        options (LiveOptions): reads, at each use, ``loss`` (whose graph writes the state,
+            found on first use), ``forward_state`` (state the graph does not show) and
             ``on_nonfinite_statistics`` ("warn" or "raise").
         check (FiniteCheck): asked whether it reads the state with the gradients
             (:attr:`~updater.driver.checks.base.FiniteCheck.reads_statistics`).
         counters (Counters): its ``nonfinite_statistics`` counts the reported ones.
     """
 
-    def __init__(self, options: UpdaterOptions, check: FiniteCheck, counters):
+    def __init__(self, options: LiveOptions, check: FiniteCheck, counters):
         self.options = options
         self.check = check
         self.counters = counters
@@ -107,12 +107,12 @@ class ForwardState:
     @property
     def loss(self) -> nn.Variable:
         """The loss (the option)."""
-        return self.options.loss
+        return self.options.record.loss
 
     @property
     def given(self) -> List[nn.Variable]:
         """The option ``forward_state``: state that the graph does not show."""
-        return self.options.forward_state
+        return self.options.record.forward_state
 
     def _found(self):
         if self._written is None:
@@ -160,14 +160,14 @@ class ForwardState:
         written = self.written
         bad = self._nonfinite(found)
         if not bad:
-            return StateCheck([], [])
+            return StateCheck(nonfinite=[], made=[])
         forward = [i for i in bad if hash(written[i]) not in self._backward_writes()]
         if before is None:
             made = [written[i] for i in forward if hash(written[i]) not in self._reported]
         else:
             pieces = before.pieces()
             made = [written[i] for i in forward if _made_nonfinite(pieces[i], written[i].data)]
-        return StateCheck([written[i] for i in bad], made)
+        return StateCheck(nonfinite=[written[i] for i in bad], made=made)
 
     def _backward_writes(self) -> frozenset:
         """Hashes of the state only a backward pass writes (found on first use)."""
@@ -207,6 +207,6 @@ class ForwardState:
             "BatchNormalization's variance in the forward pass: updater.amp.rewrite(loss) "
             "computes BatchNormalization in float32"
         )
-        if self.options.on_nonfinite_statistics == "raise":
+        if self.options.record.on_nonfinite_statistics == "raise":
             raise NonFiniteStatisticsError(message, names=names, step=step)
         logger.warning(message)

@@ -14,7 +14,7 @@ import numpy as np
 from .arrays import graph_leaves, host_view
 from .checks import Ask, Extras, Findings, FiniteCheck, host_grads
 from .checks.base import NO_EXTRAS
-from .options import UpdaterOptions
+from .options import LiveOptions
 from .solver_group import SolverGroup
 
 
@@ -22,13 +22,14 @@ class GradientWork:
     """The solver's gradients in one step.
 
     Args:
-        options (UpdaterOptions): reads ``solver``, ``comm`` (all-reduces the gradients and the
-            agreement flag), ``grads`` (the gradients to all-reduce; empty: every gradient) and
-            ``average_grads`` (all-reduce with ``division=True``).
+        options (LiveOptions): reads, at each use, ``solver``, ``comm`` (all-reduces the
+            gradients and the agreement flag), ``grads`` (the gradients to all-reduce; empty:
+            every gradient), ``average_grads`` (all-reduce with ``division=True``) and
+            ``clip_grad_norm``.
         check (FiniteCheck): the finite check chosen for the run.
     """
 
-    def __init__(self, options: UpdaterOptions, check: FiniteCheck):
+    def __init__(self, options: LiveOptions, check: FiniteCheck):
         self.options = options
         self.check = check
         self._params: Dict[str, nn.Variable] | None = None
@@ -44,17 +45,17 @@ class GradientWork:
         ``zero_grad()`` read them); on the first step, a warning when none is in the loss's
         graph (:func:`warn_if_unreached`)."""
         if self._params is None:
-            solver = self.options.solver
+            solver = self.options.record.solver
             read = getattr(solver, "parameters_at_zero_grad", solver.get_parameters)
             self._params = read()
             if not self._reach_checked:  # once per solver and loss: they rebuild this object
                 self._reach_checked = True
-                warn_if_unreached(solver, self._params, self.options.loss)
+                warn_if_unreached(solver, self._params, self.options.record.loss)
         return self._params
 
     def all_reduce(self) -> None:
         """All-reduce :attr:`grads` (or every parameter gradient) when there is a ``comm``."""
-        o = self.options
+        o = self.options.record
         if o.comm is not None:
             reduced = o.grads or [p.grad for p in self.params().values()]
             o.comm.all_reduce(reduced, division=o.average_grads, inplace=False)
@@ -67,7 +68,7 @@ class GradientWork:
             self._flag = nn.NdArray.from_numpy_array(np.zeros(3, np.float32))
         flags = (0.0 if local_finite else 1.0, float(local_bad_loss), float(local_bad_batch))
         self._flag.cast(np.float32)[...] = flags
-        self.options.comm.all_reduce(self._flag, division=False, inplace=True)
+        self.options.record.comm.all_reduce(self._flag, division=False, inplace=True)
         total = host_view(self._flag)
         return bool(total[0] <= 0), bool(total[1] > 0), bool(total[2] > 0)
 
@@ -80,9 +81,14 @@ class GradientWork:
     ) -> Findings:
         """The finite check (:meth:`FiniteCheck.inspect`, :class:`Ask`), |g| max over the
         reduced gradients when only some are reduced."""
-        o = self.options
+        o = self.options.record
         absmax_over = o.grads if o.comm is not None and o.grads else ()
-        ask = Ask(need_absmax, absmax_over, unscale_by, need_sumsq)
+        ask = Ask(
+            need_absmax=need_absmax,
+            absmax_over=absmax_over,
+            unscale_by=unscale_by,
+            need_sumsq=need_sumsq,
+        )
         return self.check.inspect(self.params, ask, extras)
 
     def unscale(self, factor: float) -> None:
@@ -93,7 +99,8 @@ class GradientWork:
         """On unscaled gradients: clip their global L2 norm to the option ``clip_grad_norm`` with
         ``solver.scale_grad`` when it is not None (``sumsq``: their sum of squares if measured
         already, else measured now), apply ``weight_decay``, then ``solver.update()``."""
-        solver, clip_grad_norm = self.options.solver, self.options.clip_grad_norm
+        o = self.options.record
+        solver, clip_grad_norm = o.solver, o.clip_grad_norm
         if clip_grad_norm is not None:
             norm = math.sqrt(self.check.sumsq(self.params) if sumsq is None else sumsq)
             if norm > clip_grad_norm:

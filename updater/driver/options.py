@@ -1,6 +1,8 @@
 """The updater's options as one frozen record, :class:`UpdaterOptions`: each option once, with its
-default, its doc line, its check, whether the collaborators are built from it, and what the ranks
-of a data-parallel run compare of it.
+type, its default, its doc line, its check, whether it chooses a structure the collaborators are
+built with, and what the ranks of a data-parallel run compare of it. The updater holds its current
+record in a :class:`LiveOptions`, which its collaborators read at each use: assigning an option
+that chooses no structure builds nothing again.
 
 The scale and the policy (``scale``, ``scaling_factor``, ``N``, ``policy``, ``min_scale``,
 ``max_scale``) are not options here: they are the policy and its state
@@ -18,10 +20,7 @@ loss graph and communicator.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import textwrap
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence
 
 import nnabla as nn
@@ -131,14 +130,15 @@ def _recorder(name, value, _):
 def option(
     default,
     doc: str,
-    check: Callable[[Any, Any], Any],
+    check: Callable[[str, Any, Any], Any],
     shared: Callable | None = None,
-    builds: bool = True,
+    builds: bool = False,
 ):
     """A field of :class:`UpdaterOptions`: ``check(name, value, record)`` returns the value checked
     (the record holds the fields before it, checked); ``shared(value)`` is what the ranks compare
-    (None: not compared); ``builds``: the collaborators are built from it (a new value takes
-    effect by building them again at the next ``update()``)."""
+    (None: not compared); ``builds``: it chooses a structure the collaborators are built with (a
+    new value takes effect by building them again at the next ``update()``); the others are read
+    at each use."""
     meta = {"doc": doc, "check": check, "shared": shared, "builds": builds}
     if default is dataclasses.MISSING:
         return field(metadata=meta)
@@ -156,14 +156,17 @@ class UpdaterOptions:
     :meth:`replaced` (``TypeError``/``ValueError`` naming the option, the value and the range).
     The field docs are the constructor's ``Args``."""
 
-    solver: Any = option(
+    solver: nn.solvers.Solver | SolverGroup = option(
         dataclasses.MISSING,
         "nnabla.solvers.Solver or SolverGroup: with its parameters set.",
         _solver,
         shared=solver_fingerprint,
+        builds=True,
     )
-    loss: Any = option(dataclasses.MISSING, "nnabla.Variable: the scalar loss.", _loss)
-    data_feeder: Any = option(
+    loss: nn.Variable = option(
+        dataclasses.MISSING, "nnabla.Variable: the scalar loss.", _loss, builds=True
+    )
+    data_feeder: Callable[[], object] | None = option(
         None, "callable or None, default None: called before each forward.", _data_feeder
     )
     clear_buffer: bool = option(
@@ -174,13 +177,13 @@ class UpdaterOptions:
         "int, default 1: forward/backward rounds per update, >= 1.",
         _checker(check_int, 1),
         shared=_same,
+        builds=True,  # where the batch is checked (with the gradients with one round)
     )
-    weight_decay: Any = option(
+    weight_decay: float | None = option(
         None,
         "float or None, default None: ``solver.weight_decay`` after unscaling, >= 0.",
         _checker(check_number, 0.0, none_ok=True),
         shared=_same,
-        builds=False,
     )
     comm: Any = option(
         None,
@@ -188,8 +191,8 @@ class UpdaterOptions:
         ": nnabla's or :class:`updater.runtime.comm.MPICommunicator`.",
         _comm,
     )
-    grads: Any = option(
-        (),
+    grads: Sequence[nn.NdArray] | None = option(
+        None,
         "list of nnabla.NdArray or None, default None: gradients to all-reduce; empty or None: "
         "every current parameter gradient of the solver.",
         _grads,
@@ -213,7 +216,6 @@ class UpdaterOptions:
         ":class:`NonFiniteGradientsError` is raised, >= 1.",
         _checker(check_int, 1),
         shared=_same,
-        builds=False,
     )
     clip_grad_norm: float | None = option(
         None,
@@ -232,19 +234,20 @@ class UpdaterOptions:
         0,
         "int, default 0: keep the last ``history`` records in ``self.history``, >= 0.",
         _checker(check_int, 0),
-        builds=False,
     )
     monitor: nn.monitor.Monitor | None = option(
         None,
         "nnabla.monitor.Monitor or None, default None: writes ``loss_scale`` and "
         "``skipped_steps`` each step.",
         _monitor,
+        builds=True,
     )
     recorder: GradientRecorder | None = option(
         None,
         "GradientRecorder or None, default None: records gradient histograms (its probes enter "
         "no collective: each rank probes its own gradients).",
         _recorder,
+        builds=True,
     )
     probes: Probes | None = option(
         None,
@@ -252,6 +255,7 @@ class UpdaterOptions:
         "besides their gradients (:class:`updater.Probes`: overflow thresholds, flushing, the "
         "forward pass's headroom); None: nothing. Needs ``recorder``.",
         lambda name, value, record: check_probes(name, value, record.recorder),
+        builds=True,
     )
     finite_check: str = option(
         "auto",
@@ -261,6 +265,7 @@ class UpdaterOptions:
         '"numpy" or "nnabla" by model size and what the steps read). All decide exactly as '
         "``solver.check_inf_or_nan_grad()``.",
         _checker(check_choice, ("auto", *PATHS)),
+        builds=True,
     )
     enabled: bool = option(
         True,
@@ -285,6 +290,7 @@ class UpdaterOptions:
         "longer matter; a warning names them).",
         lambda name, value, record: check_variables(name, value, inputs_of=record.loss),
         shared=_shapes,
+        builds=True,
     )
     on_nonfinite_statistics: str = option(
         "warn",
@@ -300,6 +306,7 @@ class UpdaterOptions:
         "in the graph, never checked as data; no function's outputs.",
         _checker(check_variables, leaves=True),
         shared=_shapes,
+        builds=True,
     )
 
     def __post_init__(self) -> None:
@@ -352,39 +359,19 @@ OPTIONS = {f.name: f for f in dataclasses.fields(UpdaterOptions)}
 SHARED = tuple(f for f in OPTIONS.values() if f.metadata["shared"] is not None)
 """The options the ranks compare."""
 REBUILDS = frozenset(name for name, f in OPTIONS.items() if f.metadata["builds"])
-"""The options the collaborators are built from."""
+"""The options that choose a structure the collaborators are built with (the finite check's path
+and its graphs, the graph's inputs and state, the recorder's hook, the monitor's series)."""
 
 
-def args_doc(indent: str, width: int = 96) -> str:
-    """The ``Args`` entries of the options, for the updater's docstring."""
-    entries = []
-    for name, f in OPTIONS.items():
-        kind, _, text = f.metadata["doc"].partition(": ")
-        entry = f"{name} ({kind}): {text}"
-        entries.append(
-            textwrap.fill(entry, width, initial_indent=indent, subsequent_indent=indent + "    ")
-        )
-    return "\n".join(entries)
+class LiveOptions:
+    """The updater's options as they are now: the updater replaces :attr:`record` when an option
+    is assigned, and its collaborators, which hold this object, read ``record`` at each use.
 
+    Args:
+        record (UpdaterOptions): the options at construction.
+    """
 
-def attach_options(cls) -> None:
-    """Give ``cls`` (the updater) an attribute per option it does not define itself: reads the
-    record ``_options``, assigns through ``cls._set_option``; its docstring's ``{options}``
-    line the options' ``Args`` entries; and its ``__init__``'s signature, whose ``**options``
-    takes them, a keyword-only parameter per option not named before it."""
-    for name, f in OPTIONS.items():
-        if name not in vars(cls):
-            write = lambda self, value, name=name: self._set_option(name, value)  # noqa: E731
-            setattr(
-                cls, name, property(attrgetter(f"_options.{name}"), write, doc=f.metadata["doc"])
-            )
-    cls.__doc__ = cls.__doc__.replace(" " * 8 + "{options}", args_doc(" " * 8))
-    init = inspect.signature(cls.__init__)
-    named = [p for p in init.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    named += [
-        inspect.Parameter(name, keyword, default=f.default, annotation=f.type)
-        for name, f in OPTIONS.items()
-        if name not in init.parameters
-    ]
-    cls.__init__.__signature__ = init.replace(parameters=named)
+    __slots__ = ("record",)
+
+    def __init__(self, record: UpdaterOptions):
+        self.record = record

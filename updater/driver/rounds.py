@@ -25,7 +25,7 @@ from .arrays import (
 )
 from .checks import NOT_CHECKED, Extras, FiniteCheck
 from .checks.base import NO_EXTRAS, NotChecked
-from .options import UpdaterOptions
+from .options import LiveOptions
 from .outside_forward import updater_forward
 from .value_ranges import Range, input_ranges
 
@@ -34,7 +34,7 @@ class Rounds:
     """Runs the rounds of an attempt.
 
     Args:
-        options (UpdaterOptions): reads ``solver`` (zeroes the gradients), ``loss``,
+        options (LiveOptions): reads, at each use, ``solver`` (zeroes the gradients), ``loss``,
             ``data_feeder`` (called before each forward of a new batch), ``accum_grad`` (rounds
             per attempt), ``clear_buffer``, ``enabled`` (loss scaling on, else no loss or input
             is read) and ``unchecked_inputs`` (left out of the bad-data check).
@@ -48,7 +48,7 @@ class Rounds:
 
     def __init__(
         self,
-        options: UpdaterOptions,
+        options: LiveOptions,
         check: FiniteCheck,
         params: Callable[[], Dict[str, nn.Variable]],
         counters,
@@ -68,12 +68,12 @@ class Rounds:
         self._check_pending = False  # the one round's inputs are checked when first asked
         # the loss and the inputs are checked on the host, each round (one read of the loss,
         # one pass over the inputs), unless the check reads them with the gradients
-        self.batch_on_host = not check.reads_batch(options.accum_grad)
+        self.batch_on_host = not check.reads_batch(options.record.accum_grad)
 
     @property
     def loss(self) -> nn.Variable:
         """The loss (the option)."""
-        return self.options.loss
+        return self.options.record.loss
 
     @property
     def inputs_finite(self) -> bool:
@@ -98,7 +98,7 @@ class Rounds:
     def checked_inputs(self) -> List[nn.Variable]:
         """The inputs checked for bad data: the graph's inputs but ``unchecked_inputs``."""
         if self._checked is None:
-            skip = {hash(v) for v in self.options.unchecked_inputs}
+            skip = {hash(v) for v in self.options.record.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
             self._ranges = input_ranges(self.loss, self._checked)
             self._bounded = [(i, r.low, r.high) for i, r in enumerate(self._ranges) if r.bounded]
@@ -112,7 +112,7 @@ class Rounds:
             return NO_EXTRAS if statistics is None else Extras(statistics=statistics)
         inputs = self.checked_inputs()
         ranged = [(inputs[i].data, low, high) for i, low, high in self._bounded]
-        return Extras([v.data for v in inputs], ranged, statistics)
+        return Extras(inputs=[v.data for v in inputs], ranged=ranged, statistics=statistics)
 
     def _bad_indices(self, first: bool = False) -> List[int]:
         """Indices of the checked inputs bad as the graph sees them (host check; ``first``:
@@ -136,7 +136,7 @@ class Rounds:
         ``hook``: the forward's ``function_post_hook`` (None: none).
         Returns whether every round's loss was finite when read on the host
         (:attr:`batch_on_host`), else ``NOT_CHECKED``."""
-        o = self.options
+        o = self.options.record
         loss = o.loss if loss is None else loss
         rounds, feeder, clear = o.accum_grad, o.data_feeder, o.clear_buffer
         keep = keep and rounds > 1 and feeder is not None
@@ -176,13 +176,13 @@ class Rounds:
 
     def loss_finite(self) -> bool:
         """Whether the loss is finite now (one host read)."""
-        return host_all_finite(self.options.loss.data)
+        return host_all_finite(self.options.record.loss.data)
 
     def bad_input_names(self) -> List[str]:
         """The inputs that were bad, named by the function they feed and their shape, with the
         range they left (inf/NaN, or outside the values its readers take)."""
         leaves = self.checked_inputs()
-        if self.batch_on_host and self.options.accum_grad > 1:
+        if self.batch_on_host and self.options.record.accum_grad > 1:
             bad = [i for i in range(len(leaves)) if i in self._bad_inputs]
         else:  # one round: read them now (still the step's)
             bad = self._bad_indices()

@@ -35,7 +35,7 @@ def rank_settings(updater) -> Dict[str, Any]:
     state = updater.state_dict()
     parts = ("policy", "scale_state", "counters")
     flat = {f"{k}.{name}": v for k in parts for name, v in state[k].items()}
-    return {**flat, **updater._options.shared()}
+    return {**flat, **updater._live.record.shared()}
 
 
 def agree_settings(updater, comm) -> None:

@@ -3,16 +3,15 @@ iteration in three stages a script may also call: ``backward()``, ``unscale()``,
 
 It is composed of :class:`Rounds` (an attempt's forward/backward rounds), :class:`GradientWork`
 (all-reduce, agreement, the :class:`FiniteCheck` of the path), :class:`ForwardState` (what the
-forward pass writes) and :class:`Attempts` (an iteration's attempts), sharing :class:`Counters`,
-built from the options record (:mod:`updater.driver.options`) by :mod:`updater.driver.assembly`.
+forward pass writes) and :class:`Attempts` (an iteration's attempts), built by
+:mod:`updater.driver.assembly`, sharing :class:`Counters` and the live options.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Sequence
 
 import nnabla as nn
 import numpy as np
@@ -20,31 +19,23 @@ import numpy as np
 from ..policy import ScaleState
 from ..policy.presets import as_policy
 from . import saved_state
-from .arguments import (
-    LEGACY_DEFAULTS,
-    check_scale,
-    check_seed_holds,
-    legacy_property,
-    policy_from_arguments,
-)
+from .arguments import check_scale, check_seed_holds, legacy_property, policy_from_arguments
 from .arrays import seed_dtype
-from .assembly import assemble
-from .call_order import CallOrder, hide_refused_arguments, refuse_arguments, refuse_new_scale
-from .options import OPTIONS, REBUILDS, UpdaterOptions, attach_options
+from .assembly import assemble, check_path
+from .attributes import DEFAULT, UpdaterAttributes, attach_options
+from .call_order import CallOrder, hide_refused_arguments, refuse_new_scale, refuse_unknown_keywords
+from .options import OPTIONS, REBUILDS, LiveOptions, UpdaterOptions
 from .outside_forward import OutsideForward
 from .records import Counters, NonFiniteGradientsError, StepRecord
 
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..policy.base import Policy
+    from ..trace.recorder import GradientRecorder
+    from .recording.options import Probes
     from .solver_group import SolverGroup
 
 
-def _counter(name: str) -> property:
-    """A read-only attribute: the counter ``name`` (:class:`Counters`)."""
-    return property(attrgetter(f"_counters.{name}"), doc=f"The counter {name} (read-only).")
-
-
-class DynamicLossScalingUpdater:
+class DynamicLossScalingUpdater(UpdaterAttributes):
     """Run one mixed-precision training iteration per :meth:`update` call, with loss scaling.
 
     ``update()``: ``solver.zero_grad()``; ``accum_grad`` rounds of ``data_feeder()``,
@@ -99,34 +90,45 @@ class DynamicLossScalingUpdater:
         self,
         solver: nn.solvers.Solver | SolverGroup,
         loss: nn.Variable,
-        data_feeder: Callable[[], Any] | None = None,
+        data_feeder: Callable[[], object] | None = DEFAULT,
         scale: float | None = None,
         scaling_factor: float | None = None,
         N: int | None = None,
-        clear_buffer: bool = True,
-        accum_grad: int = 1,
-        weight_decay: float | None = None,
-        comm: Any = None,
-        grads: Sequence[nn.NdArray] | None = None,
+        clear_buffer: bool = DEFAULT,
+        accum_grad: int = DEFAULT,
+        weight_decay: float | None = DEFAULT,
+        comm: Any = DEFAULT,
+        grads: Sequence[nn.NdArray] | None = DEFAULT,
         *,
         policy: Policy | str | None = None,
         min_scale: float | None = None,
         max_scale: float | None = None,
-        **options,
+        on_overflow: str = DEFAULT,
+        max_retries: int = DEFAULT,
+        max_consecutive_nonfinite: int = DEFAULT,
+        clip_grad_norm: float | None = DEFAULT,
+        average_grads: bool = DEFAULT,
+        history: int = DEFAULT,
+        monitor: nn.monitor.Monitor | None = DEFAULT,
+        recorder: GradientRecorder | None = DEFAULT,
+        probes: Probes | None = DEFAULT,
+        finite_check: str = DEFAULT,
+        enabled: bool = DEFAULT,
+        restore_on_skip: bool = DEFAULT,
+        unchecked_inputs: Sequence[nn.Variable] = DEFAULT,
+        on_nonfinite_statistics: str = DEFAULT,
+        forward_state: Sequence[nn.Variable] = DEFAULT,
     ) -> None:
-        """Not split: nnabla's updater's arguments in its order, the policy's three;
-        ``**options`` takes the rest, the fields of :class:`UpdaterOptions` (listed by the
-        signature :func:`updater.driver.options.attach_options` makes)."""
-        refused = {k: v for k, v in options.items() if k not in OPTIONS}
-        refuse_arguments(refused, [*OPTIONS, *LEGACY_DEFAULTS, "policy", "min_scale", "max_scale"])
-        nnabla_order = {"solver": solver, "loss": loss, "data_feeder": data_feeder}
-        nnabla_order.update(clear_buffer=clear_buffer, accum_grad=accum_grad, comm=comm)
-        nnabla_order.update(weight_decay=weight_decay, grads=grads)
-        self._options = options = UpdaterOptions(**nnabla_order, **options)
+        """Not split: nnabla's updater's arguments in its order, then the policy's three and the
+        other options, keyword-only, typed for static tools; ``DEFAULT``: the record's
+        (:func:`updater.driver.attributes.attach_options`)."""
+        given = locals()  # every option is a parameter (tests/updater/driver/test_typed.py)
+        options = UpdaterOptions(**{name: given[name] for name in OPTIONS})
+        self._live = LiveOptions(options)
         self._policy = policy_from_arguments(
             policy, scale, scaling_factor, N, min_scale, max_scale, seed_dtype(loss)
         )
-        self._history = deque(maxlen=options.history)
+        self._history: Deque[StepRecord] = deque(maxlen=options.history)
         self._state: ScaleState = self._policy.init()
         self._counters = Counters()
         self._order = CallOrder()
@@ -135,37 +137,34 @@ class DynamicLossScalingUpdater:
         self._assemble()
 
     def _assemble(self) -> None:
-        """Build the collaborators (:func:`updater.driver.assembly.assemble`), again after an
-        option they are built from or the policy was assigned; the counters, the scale state,
-        the call order and the watch of the loss's graph stay."""
+        """Build the collaborators (:func:`updater.driver.assembly.assemble`), again when
+        :meth:`_set_option` or the policy asks; the counters, the scale state, the call order
+        and the watch of the loss's graph stay."""
         self._stale = False
-        parts = assemble(self._options, self._policy, self._counters)
-        self._seed_type, self._monitor, self._work = parts[:3]
-        self._forward_state, self._rounds, self._attempts = parts[3:]
-        loss = self._options.loss
+        p = assemble(self._live, self._policy, self._counters)
+        self._seed_type, self._monitor, self._work = p.seed_type, p.monitor, p.work
+        self._forward_state, self._rounds, self._attempts = p.forward_state, p.rounds, p.attempts
+        loss = self._live.record.loss
         if self._outside is None or self._outside.loss is not loss:  # reads the options live
             self._outside = OutsideForward(loss, self, lambda: self._forward_state.given)
 
     def _set_option(self, name: str, value) -> None:
-        """Assign an option (checked); the collaborators built from it are built again at the
-        next ``update()``/``backward()``."""
-        options = self._options.replaced(**{name: value})
+        """Assign an option (checked): the collaborators read it at their next use; they are
+        built again at the next ``update()``/``backward()`` when it chooses a structure
+        (:data:`updater.driver.options.REBUILDS`) or changes the finite check's path."""
+        options = self._live.record.replaced(**{name: value})
         if name == "loss":
             check_seed_holds(self._policy, seed_dtype(options.loss))
         if name == "comm":
             self._agreed = False  # the ranks compare their settings again over the new one
-        self._options = options
-        self._stale = self._stale or name in REBUILDS
+        self._live.record = options
+        self._stale = self._stale or name in REBUILDS or self._path_changed()
 
-    steps = _counter("steps")
-    updates_applied = _counter("updates_applied")
-    overflows = _counter("overflows")
-    skips = _counter("skips")
-    consecutive_nonfinite = _counter("consecutive_nonfinite")
-    batches = _counter("batches")
-    passes = _counter("passes")
-    nonfinite_losses = _counter("nonfinite_losses")
-    nonfinite_statistics = _counter("nonfinite_statistics")
+    def _path_changed(self) -> bool:
+        """Whether the options and the policy now give a finite-check path other than the one
+        built (``"auto"`` reads the policy, ``clip_grad_norm`` and ``recorder``:
+        :func:`updater.driver.assembly.check_path`)."""
+        return check_path(self._live.record, self._policy) != self._work.check.name
 
     @property
     def policy(self) -> Policy:
@@ -175,7 +174,7 @@ class DynamicLossScalingUpdater:
     @policy.setter
     def policy(self, value) -> None:
         self._policy = as_policy(value)
-        self._stale = True
+        self._stale = self._stale or self._path_changed()
 
     @property
     def finite_check(self) -> str:
@@ -189,7 +188,7 @@ class DynamicLossScalingUpdater:
         self._set_option("finite_check", value)
 
     @property
-    def history(self):
+    def history(self) -> Deque[StepRecord]:
         """The last records (a deque; its length is the argument ``history``)."""
         return self._history
 
@@ -205,7 +204,7 @@ class DynamicLossScalingUpdater:
         """The loss scale the next ``update()`` starts from (the seed is its rounding); 1.0
         when ``enabled=False``. Assignable within the policy's bounds (a ``StaticScale``: its
         own scale only), else ``ValueError``."""
-        return float(self._state.scale) if self._options.enabled else 1.0
+        return float(self._state.scale) if self._live.record.enabled else 1.0
 
     @scale.setter
     def scale(self, value) -> None:
@@ -268,7 +267,8 @@ class DynamicLossScalingUpdater:
         return self._backward(by_update=False)
 
     def _build(self) -> None:
-        """Build the collaborators again when an option they are built from was assigned."""
+        """Build the collaborators again when an option that chooses a structure, or one that
+        changes the finite check's path, was assigned."""
         if self._stale:
             self._assemble()
 
@@ -278,7 +278,7 @@ class DynamicLossScalingUpdater:
         want this step's scaled gradients (:meth:`updater.driver.attempts.Attempts.run`)."""
         self._order.start()
         self._build()
-        o = self._options
+        o = self._live.record
         self._outside.check()
         self._work.new_step()
         if not self._agreed:
@@ -326,7 +326,7 @@ class DynamicLossScalingUpdater:
         pending = self._order.require("step()")
         self.unscale()
         finite = pending.finite
-        o = self._options
+        o = self._live.record
         if finite:
             self._work.apply(pending.sumsq, o.weight_decay)
         self._state = pending.new_state
@@ -379,6 +379,7 @@ class DynamicLossScalingUpdater:
         scale state, counters, history, pending iteration and collaborators."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
+        new._live = LiveOptions(self._live.record)  # an option assigned to one is its own
         new._counters = dataclasses.replace(self._counters)
         new._history = deque(self._history, maxlen=self._history.maxlen)
         new._order = self._order.copied()
@@ -395,4 +396,5 @@ class DynamicLossScalingUpdater:
 
 
 attach_options(DynamicLossScalingUpdater)
+refuse_unknown_keywords(DynamicLossScalingUpdater)
 hide_refused_arguments(DynamicLossScalingUpdater)

@@ -47,7 +47,7 @@ class Range(NamedTuple):
         return math.isfinite(value) and self.low < value < self.high
 
 
-ANY = Range(-math.inf, math.inf, "")
+ANY = Range(low=-math.inf, high=math.inf, why="")
 
 
 def _intersect(a: Range, b: Range) -> Range:
@@ -57,7 +57,7 @@ def _intersect(a: Range, b: Range) -> Range:
     if a.low <= b.low and a.high >= b.high:
         return b
     why = "; ".join(filter(None, [a.why, b.why]))
-    return Range(max(a.low, b.low), min(a.high, b.high), why)
+    return Range(low=max(a.low, b.low), high=min(a.high, b.high), why=why)
 
 
 def _index_range(func, i: int, names: List[str]) -> Range:
@@ -73,8 +73,8 @@ def _index_range(func, i: int, names: List[str]) -> Range:
     why = f"an index in [0, {size}), {of} of {where}"
     if indexes.ignores:
         why += f", which ignores a label in [{IGNORED_FROM}, 0)"
-        return Range(IGNORED_FROM - 1.0, float(size), why)
-    return Range(-1.0, float(size), why)
+        return Range(low=IGNORED_FROM - 1.0, high=float(size), why=why)
+    return Range(low=-1.0, high=float(size), why=why)
 
 
 def _size(func, names: List[str], indexes: Indexes):
@@ -102,7 +102,7 @@ def _read_range(func, i: int) -> Range:
         if backend and backend[0].endswith(":half"):
             why = f"|x| < {FP16_OVERFLOW:g}, read in float16 by input {i} of "
             why += f"{func.info.type_name} '{func.name}'"
-            return Range(-FP16_OVERFLOW, FP16_OVERFLOW, why)
+            return Range(low=-FP16_OVERFLOW, high=FP16_OVERFLOW, why=why)
     elif role == INDEX:
         return _index_range(
             func, i, input_names(func.info.type_name, func.info.args, len(func.inputs))

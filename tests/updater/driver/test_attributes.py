@@ -105,8 +105,8 @@ def test_the_attribute_reads_back_what_was_assigned_and_the_collaborators_use_it
     u.solver, u.loss, u.accum_grad = solver, loss, 3
     assert (u.solver, u.loss, u.accum_grad) == (solver, loss, 3)
     u.update()
-    assert u._work.options.solver is solver and u._rounds.loss is loss
-    assert u._rounds.options.accum_grad == 3
+    assert u._work.options.record.solver is solver and u._rounds.loss is loss
+    assert u._rounds.options.record.accum_grad == 3
     assert u.batches == 3 and u.passes == 3
 
 

@@ -54,11 +54,11 @@ class DeviceCheck(FiniteCheck):
         finite = stats.finite
         batch = inputs is not None
         return Findings(
-            None,
-            finite,
-            stats.absmax,
-            [] if finite else NonFiniteNames(params),
-            stats.sumsq,
+            arrays=None,
+            finite=finite,
+            absmax=stats.absmax,
+            bad=[] if finite else NonFiniteNames(params),
+            sumsq=stats.sumsq,
             loss_finite=not stats.loss_bad if batch else NOT_CHECKED,
             inputs_in_range=not (inputs and stats.inputs_bad) if batch else NOT_CHECKED,
             statistics_finite=(

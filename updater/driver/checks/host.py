@@ -79,7 +79,9 @@ class HostCheck(FiniteCheck):
             finite, absmax, bad, sumsq = _unscale_each(params, unscale_by, own_absmax, ask)
         absmax = absmax if top is None else top
         unscaled = self.flat is None and unscale_by is not None
-        return Findings(arrays, finite, absmax, bad, sumsq, unscaled)
+        return Findings(
+            arrays=arrays, finite=finite, absmax=absmax, bad=bad, sumsq=sumsq, unscaled=unscaled
+        )
 
     def unscale(self, params, factor: float) -> None:
         """Array by array: NumPy on host views, float32 like ``solver.scale_grad`` and equal to

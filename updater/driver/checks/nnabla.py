@@ -16,4 +16,4 @@ class NnablaCheck(FiniteCheck):
         finite, absmax, arrays, bad = not self.solver.check_inf_or_nan_grad(), None, None, []
         if ask.need_absmax or not finite:  # |g| max or the names: read the gradients
             arrays, absmax, bad = read_and_check(params(), ask.need_absmax)
-        return Findings(arrays, finite, absmax, bad, None)
+        return Findings(arrays=arrays, finite=finite, absmax=absmax, bad=bad, sumsq=None)

@@ -55,7 +55,7 @@ class Recording:
     whether the steps it records have their overflow threshold probed.
 
     Args:
-        options (UpdaterOptions): reads ``recorder`` and ``probes``
+        options (LiveOptions): reads ``recorder`` and ``probes`` (which it is built with)
             (:func:`updater.driver.recording.options.probes_of`).
         rounds (Rounds): the step's rounds, run again by the probes.
         work (GradientWork): the gradients and the check.
@@ -64,8 +64,8 @@ class Recording:
     """
 
     def __init__(self, options, rounds, work, forward_state, seed_type):
-        self.recorder = options.recorder
-        self.probes = probes_of(options.recorder, options.probes)
+        self.recorder = options.record.recorder
+        self.probes = probes_of(self.recorder, options.record.probes)
         self.recorder.set_overflow_probed(self.probes.overflow)
         self.rounds = rounds
         self.work = work
@@ -145,7 +145,7 @@ class Recording:
     @property
     def rounds_per_attempt(self) -> int:
         """Forward/backward rounds per attempt."""
-        return self.rounds.options.accum_grad
+        return self.rounds.options.record.accum_grad
 
     def params(self) -> Dict[str, nn.Variable]:
         """The solver's parameters."""
@@ -169,11 +169,11 @@ class Recording:
         """The step's gradients from a float32 copy of the graph (built on first use; same
         parameters and inputs), at seed 1, as float64 host copies."""
         if self._reference is None:
-            from ... import amp
+            from ...amp import AmpLists, function_names, rewrite
 
             loss = self.rounds.loss
-            everything = amp.AmpLists(float=amp.function_names())
-            self._reference = amp.rewrite(loss, everything, getattr(loss.parent, "context", None))
+            everything = AmpLists(float=function_names())
+            self._reference = rewrite(loss, everything, getattr(loss.parent, "context", None))
         self.rounds.run(1.0, replay=True, keep=True, count=False, loss=self._reference)
         return [np.array(g, np.float64) for g in self.host_grads()]
 

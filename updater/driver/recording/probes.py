@@ -158,7 +158,14 @@ def probe_step(
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
         moved.restore()
-    return ProbeResult(threshold, passes, finite_seed, finite_grads, shares, finite_scale)
+    return ProbeResult(
+        threshold=threshold,
+        passes=passes,
+        finite_seed=finite_seed,
+        finite_grads=finite_grads,
+        flush=shares,
+        finite_scale=finite_scale,
+    )
 
 
 def _bracket(step: Rerun, seed, finite, known_overflow, bounds, guess) -> tuple:
