@@ -30,7 +30,7 @@ from .arguments import (
 )
 from .arrays import seed_dtype
 from .assembly import assemble
-from .call_order import CallOrder, hide_refused_arguments, refuse_arguments, refuse_new_scale
+from .call_order import CallOrder, answer_habits, refuse_arguments, refuse_new_scale
 from .options import OPTIONS, REBUILDS, UpdaterOptions, attach_options
 from .outside_forward import OutsideForward
 from .records import Counters, NonFiniteGradientsError, StepRecord
@@ -395,4 +395,4 @@ class DynamicLossScalingUpdater:
 
 
 attach_options(DynamicLossScalingUpdater)
-hide_refused_arguments(DynamicLossScalingUpdater)
+answer_habits(DynamicLossScalingUpdater)

@@ -64,6 +64,20 @@ def test_get_scale_and_new_scale_point_to_the_scale_attribute():
     assert (feed.calls, u.steps, u.get_scale()) == (0, 0, 64.0)
 
 
+def test_pytorchs_method_names_name_the_updaters_and_other_names_stay_plain_errors():
+    """Issue 52: ``unscale_()`` gave a bare AttributeError."""
+    m = TinyClassifier("torchnames")
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
+    with pytest.raises(AttributeError, match=r"GradScaler.unscale_\): here it is unscale\(\)"):
+        u.unscale_()
+    with pytest.raises(AttributeError, match=r"here it is the enabled option"):
+        u.is_enabled()
+    with pytest.raises(AttributeError, match=r"has no attribute 'nothing_here'$"):
+        u.nothing_here  # noqa: B018
+    assert not hasattr(u, "unscale_") and getattr(u, "nothing_here", 3) == 3
+    assert u.update().update_applied  # attributes found by ordinary lookup are untouched
+
+
 def test_a_preset_name_is_a_policy():
     m = TinyClassifier("name")
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), policy="deepspeed")
