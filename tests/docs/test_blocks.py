@@ -25,6 +25,13 @@ EXPECTED = {
         r"\| Affine \| half \| \d+ \|",
         r"\| SoftmaxCrossEntropy \| float \|",
     ],
+    "docs/guide/pytorch.md": [
+        r"^AttributeError .*GradScaler\.unscale_\): here it is unscale\(\)",
+        r"^TypeError .*policy=DynamicScale\(init_scale=65536\.0\)",
+        r"^TypeError update\(\) takes no new_scale",
+        r"^TypeError .*\(did you mean 'growth_interval'\?\)",
+        r"^True$",
+    ],
     "docs/guide/stages.md": [r"^20 0$", r"D updater: skipped steps"],
     "docs/guide/recording.md": [r"\| `\(whole model\)` \|", r"\| `fc1/affine/W` \|"],
     "docs/simulator/cli.md": [r"refused \(status 2\): mine/README.md kept"],
