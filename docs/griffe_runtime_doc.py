@@ -1,9 +1,13 @@
-"""A griffe extension for the API reference: the updater's docstring as Python has it.
+"""A griffe extension for the API reference: the updater's docstring and signatures as Python
+has them.
 
 ``DynamicLossScalingUpdater``'s ``Args`` list its options from the options record
 (``updater.driver.options.attach_options`` fills the ``{options}`` line when the module is
 imported), so the source's docstring holds a placeholder that griffe, reading the source, would
-render as is."""
+render as is. Its ``update()`` keeps a ``new_scale`` parameter only to answer PyTorch's habit
+with a ``TypeError``; the signature ``help()`` shows (``__signature__``, set when the module is
+imported by ``updater.driver.call_order.answer_habits``) has none, and the reference shows that.
+"""
 
 import inspect
 
@@ -12,9 +16,23 @@ import griffe
 _RUNTIME = {"updater.driver.updater.DynamicLossScalingUpdater"}
 
 
+def _runtime(cls: griffe.Class):
+    module, _, name = cls.path.rpartition(".")
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
 class RuntimeDocstring(griffe.Extension):
     def on_class_instance(self, *, cls: griffe.Class, **kwargs) -> None:
         if cls.path in _RUNTIME and cls.docstring is not None:
-            module, _, name = cls.path.rpartition(".")
-            obj = getattr(__import__(module, fromlist=[name]), name)
-            cls.docstring.value = inspect.cleandoc(obj.__doc__)
+            cls.docstring.value = inspect.cleandoc(_runtime(cls).__doc__)
+
+    def on_class(self, *, cls: griffe.Class, **kwargs) -> None:  # the class with its members
+        if cls.path not in _RUNTIME:
+            return
+        for member in cls.members.values():
+            shown = getattr(getattr(_runtime(cls), member.name, None), "__signature__", None)
+            if member.is_function and shown is not None:
+                kept = {"self", *shown.parameters}
+                member.parameters = griffe.Parameters(
+                    *(p for p in member.parameters if p.name in kept)
+                )
