@@ -95,8 +95,10 @@ def main(argv=None) -> None:
     parser.add_argument("--force", action="store_true", help="replace an --out dls did not write")
     args = parser.parse_args(argv)
     started = time.time()
+    from benchmarks.run_all import machine
+
     steps = 2 if args.quick else args.steps
-    text = markdown(run(steps, args.quick))
+    text = f"Machine: {machine()}.\n\n" + markdown(run(steps, args.quick))
     print(text)
     if args.out is not None:
         from benchmarks.common import write_markdown
