@@ -16,7 +16,13 @@ from tests.paths import ROOT
 RUNNABLE = ("python", "bash")
 # what a page's output must hold, beyond its blocks running: (page, regular expression)
 EXPECTED = {
-    "README.md": [r"^0 32768\.0 True 0$", r"skipped"],
+    "README.md": [
+        r"^0 32768\.0 True 0$",
+        r"skipped",
+        r"^dynamic: 30 settings x 1 trace\(s\) \(grads\)",
+        r"^DynamicLossScalingUpdater\(solver, loss, feed, policy=DynamicScale\(",
+        r"\A(?![\s\S]*record a longer run)",  # the trace is long enough for dls tune
+    ],
     "docs/guide/updater.md": [r"^0 32768\.0 True 0$", r"init_scale"],
     "docs/guide/checkpoints.md": [
         r"checkpoint cut\.ckpt\.npz: truncated or not an \.npz archive",
