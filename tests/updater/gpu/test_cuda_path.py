@@ -100,5 +100,5 @@ def test_the_amp_rewrite_trains_in_cudnn_half_and_float():
     for _ in range(10):
         u.update()
     mixed.forward()
-    assert np.isfinite(float(mixed.d)) and u.updates_applied >= 9
+    assert np.isfinite(float(mixed.d)) and u.updates_applied >= 8
     assert all((m.values()[k] != v).any() for k, v in before.items())
