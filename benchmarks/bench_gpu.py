@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     started = time.time()
     text = (
         f"GPU: {gpu_line()}; {versions()}.\n\n"
-        f"Tests marked gpu (`pytest -m gpu tests/updater/gpu`): {tests_summary(args.tests)}.\n\n"
+        f"Tests marked gpu (`pytest -m gpu tests/gpu`): {tests_summary(args.tests)}.\n\n"
         + markdown(run(args.iters))
     )
     print(text)

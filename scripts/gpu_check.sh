@@ -5,7 +5,7 @@
 #      scripts/gpu-requirements.txt into it: nnabla-ext-cuda120 and the CUDA 12 / cuDNN 8
 #      runtime libraries it needs, as nvidia-*-cu12 wheels (the driver is the machine's);
 #   3. put those wheels' library folders on LD_LIBRARY_PATH (each library it needs must be there);
-#   4. run the tests marked gpu (tests/updater/gpu: the device path's host reads, cudnn:half
+#   4. run the tests marked gpu (tests/gpu: the device path's host reads, cudnn:half
 #      training beside nnabla's updater, the AMP rewrite) and a short benchmark;
 #   5. write reports/gpu.md: the GPU, the versions, the tests' summary and the benchmark.
 # Usage: bash scripts/gpu_check.sh            (from anywhere; the checkout is this script's parent)
@@ -64,7 +64,7 @@ trap 'rm -f "$log"' EXIT
 say "running the tests marked gpu"
 status=0
 timeout "$(left)" .venv/bin/python -m pytest -m gpu -n 0 -p no:cacheprovider -rs \
-  tests/updater/gpu 2>&1 | tee "$log" || status=$?
+  tests/gpu 2>&1 | tee "$log" || status=$?
 say "running the benchmark (cudnn:half and cudnn:float, ours against nnabla's updater)"
 timeout "$(left)" .venv/bin/python -m benchmarks.bench_gpu --tests "$log" --out reports/gpu.md
 say "done in $SECONDS s: reports/gpu.md"

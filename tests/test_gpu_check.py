@@ -2,7 +2,7 @@
 GPU it stops at once with one line, having created nothing; the library folders of the
 nvidia-*-cu12 wheels are found (and a missing library named); the pinned install resolves
 against PyPI; the pins agree with the project's cuda extra. The GPU tests themselves are in
-tests/updater/gpu (skipped here)."""
+tests/gpu (skipped here)."""
 
 import json
 import os
