@@ -130,9 +130,11 @@ def answer_habits(cls) -> None:
     cls.update.__signature__ = update.replace(parameters=list(update.parameters.values())[:1])
 
     def __getattr__(self, name: str):  # only for names ordinary lookup did not find
-        message = f"{type(self).__name__!r} object has no attribute {name!r}"
-        if name in PYTORCH_METHODS:
-            message += f" (PyTorch's GradScaler.{name}): here it is {PYTORCH_METHODS[name]}"
-        raise AttributeError(message)
+        if name not in PYTORCH_METHODS:  # that lookup's own error (a property's message too)
+            return object.__getattribute__(self, name)
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r} (PyTorch's "
+            f"GradScaler.{name}): here it is {PYTORCH_METHODS[name]}"
+        )
 
     cls.__getattr__ = __getattr__

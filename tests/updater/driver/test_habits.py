@@ -11,7 +11,7 @@ import pytest
 
 from tests.nnabla_models import TinyBNClassifier, TinyClassifier, cpu_context
 from tests.updater.driver.test_forward_state import _ema_net
-from updater import DynamicLossScalingUpdater, DynamicScale
+from updater import DynamicLossScalingUpdater, DynamicScale, StaticScale
 
 pytestmark = pytest.mark.nnabla
 
@@ -75,6 +75,9 @@ def test_pytorchs_method_names_name_the_updaters_and_other_names_stay_plain_erro
     with pytest.raises(AttributeError, match=r"has no attribute 'nothing_here'$"):
         u.nothing_here  # noqa: B018
     assert not hasattr(u, "unscale_") and getattr(u, "nothing_here", 3) == 3
+    legacy_less = DynamicLossScalingUpdater(m.solver, m.loss, policy=StaticScale(4.0))
+    with pytest.raises(AttributeError, match="StaticScale"):  # a property's own message stays
+        legacy_less.N  # noqa: B018
     assert u.update().update_applied  # attributes found by ordinary lookup are untouched
 
 
