@@ -1,11 +1,15 @@
-"""A griffe extension for the API reference: the updater's docstring and defaults as Python has
-them.
+"""A griffe extension for the API reference: the updater's docstring and signatures as Python
+has them.
 
 ``DynamicLossScalingUpdater``'s ``Args`` list its options from the options record
 (``updater.driver.attributes.attach_options`` fills the ``{options}`` line when the module is
 imported), so the source's docstring holds a placeholder that griffe, reading the source, would
-render as is; and its typed signature writes ``DEFAULT`` for each option's default, which the
-same function replaces with the record's."""
+render as is; its typed signature writes ``DEFAULT`` for each option's default, which the same
+function replaces with the record's. Its ``update()`` keeps a ``new_scale`` parameter only to
+answer PyTorch's habit with a ``TypeError``; the signature ``help()`` shows (``__signature__``,
+set when the module is imported by ``updater.driver.call_order.answer_habits``) has none, and
+the reference shows that.
+"""
 
 import inspect
 
@@ -31,3 +35,14 @@ class RuntimeDocstring(griffe.Extension):
             for parameter in func.parameters:
                 if str(parameter.default) == "DEFAULT":
                     parameter.default = repr(runtime[parameter.name].default)
+
+    def on_class(self, *, cls: griffe.Class, **kwargs) -> None:  # the class with its members
+        if cls.path not in _RUNTIME:
+            return
+        for member in cls.members.values():
+            shown = getattr(getattr(_runtime(cls.path), member.name, None), "__signature__", None)
+            if member.is_function and shown is not None:
+                kept = {"self", *shown.parameters}
+                member.parameters = griffe.Parameters(
+                    *(p for p in member.parameters if p.name in kept)
+                )

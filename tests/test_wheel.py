@@ -18,6 +18,7 @@ How, and why this way (offline, about 30 s):
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "updater", "sim")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "updater", "sim")
 
 
 def run(command, cwd, env=None):
@@ -42,11 +43,8 @@ def run(command, cwd, env=None):
     return proc.stdout
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """``(venv bin folder, wheel path, environment)`` of the wheel installed in a fresh venv."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "source"
+def copy_sources(source: Path) -> Path:
+    """The files the wheel is made of, copied to ``source``."""
     source.mkdir()
     for name in SOURCES:
         if (ROOT / name).is_dir():
@@ -55,6 +53,14 @@ def installed(tmp_path_factory):
             )
         elif (ROOT / name).exists():  # LICENSE is new in issue 20: without it the wheel lacks it
             shutil.copy2(ROOT / name, source / name)
+    return source
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """``(venv bin folder, wheel path, environment)`` of the wheel installed in a fresh venv."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = copy_sources(tmp / "source")
     wheels = tmp / "wheels"
     pip = [sys.executable, "-m", "pip"]
     run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, source], tmp)
@@ -131,3 +137,15 @@ def test_the_wheel_needs_the_sim_extra_for_plots_only_and_ships_its_type_marker(
     sim = sorted(r.split(";")[0].strip() for r in requires if 'extra == "sim"' in r)
     assert sim == ["matplotlib>=3.5", "tabulate>=0.9", "tqdm>=4.60"], requires
     assert "updater/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
+def test_the_wheel_builds_without_a_warning(tmp_path):
+    """Issue 52: the license as a TOML table and the license classifier printed pages of
+    setuptools deprecation warnings at every install (setuptools >= 77)."""
+    source = copy_sources(tmp_path / "source")
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    proc = subprocess.run(
+        [*command, "-w", tmp_path / "wheels", source], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.findall(r"\w*Warning: .*", proc.stdout + proc.stderr) == []

@@ -24,8 +24,15 @@ def real_scales(history: Iterable) -> np.ndarray:
     values = [getattr(r, "scale", r) for r in history]
     scales = np.asarray(values, dtype=np.float64)
     if scales.ndim != 1 or not len(scales) or not (np.isfinite(scales) & (scales > 0)).all():
+        empty = (
+            "; an updater keeps its StepRecords in updater.history only when built with "
+            "history=N (N at least the run's steps; the default history=0 keeps none)"
+            if not values
+            else ""
+        )
         raise ValueError(
-            f"history must hold StepRecords or finite scales > 0, one per step, got {values[:5]!r}"
+            "history must hold StepRecords or finite scales > 0, one per step, "
+            f"got {values[:5]!r}{empty}"
         )
     return scales
 

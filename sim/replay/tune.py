@@ -111,9 +111,10 @@ def tune(
 
 def _notes(traces: Mapping[str, Trace], grid, ties: int, settings: int) -> list:
     """What limits the choice: traces shorter than every growth interval of the grid (no
-    setting grows the scale in them) and settings the losses cannot tell apart."""
+    setting grows the scale in them; a grid without growth intervals, the headroom policy's,
+    has no such limit) and settings the losses cannot tell apart."""
     notes = []
-    shortest = min(grid.get("growth_interval", [math.inf]))
+    shortest = min(grid.get("growth_interval", [0]))  # 0: no interval, no trace too short
     short = [f"{name} ({t.steps} steps)" for name, t in traces.items() if t.steps < shortest]
     if short:
         notes.append(

@@ -16,7 +16,13 @@ from tests.paths import ROOT
 RUNNABLE = ("python", "bash")
 # what a page's output must hold, beyond its blocks running: (page, regular expression)
 EXPECTED = {
-    "README.md": [r"^0 32768\.0 True 0$", r"skipped"],
+    "README.md": [
+        r"^0 32768\.0 True 0$",
+        r"skipped",
+        r"^dynamic: 30 settings x 1 trace\(s\) \(grads\)",
+        r"^DynamicLossScalingUpdater\(solver, loss, feed, policy=DynamicScale\(",
+        r"\A(?![\s\S]*record a longer run)",  # the trace is long enough for dls tune
+    ],
     "docs/guide/updater.md": [r"^0 32768\.0 True 0$", r"init_scale"],
     "docs/guide/checkpoints.md": [
         r"checkpoint cut\.ckpt\.npz: truncated or not an \.npz archive",
@@ -25,13 +31,21 @@ EXPECTED = {
         r"\| Affine \| half \| \d+ \|",
         r"\| SoftmaxCrossEntropy \| float \|",
     ],
+    "docs/guide/pytorch.md": [
+        r"^AttributeError .*GradScaler\.unscale_\): here it is unscale\(\)",
+        r"^TypeError .*policy=DynamicScale\(init_scale=65536\.0\)",
+        r"^TypeError update\(\) takes no new_scale",
+        r"^TypeError .*\(did you mean 'growth_interval'\?\)",
+        r"^True$",
+    ],
     "docs/guide/stages.md": [r"^20 0$", r"D updater: skipped steps"],
     "docs/guide/recording.md": [r"\| `\(whole model\)` \|", r"\| `fc1/affine/W` \|"],
+    "docs/guide/workers.md": [r"^0 resumed at step 100$", r"^1 resumed at step 100$"],
     "docs/simulator/cli.md": [r"refused \(status 2\): mine/README.md kept"],
 }
 SKIPPED = {  # the blocks that cannot run here, and why: a new one must be added on purpose
     "docs/guide/workers.md": 2,
-    "docs/install.md": 2,
+    "docs/install.md": 3,
     "docs/development.md": 2,
     "README.md": 2,
 }

@@ -56,3 +56,15 @@ def did_you_mean(given: str, choices: Sequence[str]) -> str:
     if not close:
         return ""
     return f" (did you mean {' or '.join(repr(lower[c]) for c in close)}?)"
+
+
+def unexpected_keyword(owner: str, given: str, accepted: Sequence[str]) -> TypeError:
+    """The ``TypeError`` for a keyword argument ``owner`` does not take, naming the closest of
+    the ``accepted`` names (as :func:`did_you_mean`).
+
+    >>> print(unexpected_keyword("Policy", "scal", ["scale"]))
+    Policy got an unexpected keyword argument 'scal' (did you mean 'scale'?)
+    """
+    return TypeError(
+        f"{owner} got an unexpected keyword argument {given!r}{did_you_mean(given, accepted)}"
+    )

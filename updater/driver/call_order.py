@@ -8,14 +8,14 @@ pattern. PyTorch's ``GradScaler`` habit, ``if u.backward(): u.unscale()``, ``u.s
 twice: ``update()`` right after ``step()`` with every input of the graph as ``step()`` left it
 (compared bit for bit with a copy taken when ``step()`` ended an iteration) raises
 ``RuntimeError`` saying so. With a data feeder each ``update()`` feeds its own batch, and the two
-patterns are the same calls: both run. Also the answers to PyTorch's ``update(new_scale=...)``
-and constructor arguments (``init_scale=``, ``growth_interval=``, ...).
+patterns are the same calls: both run. Also the answers to PyTorch's ``update(new_scale=...)``,
+constructor arguments (``init_scale=``, ``growth_interval=``, ...) and method names
+(``unscale_``, ``is_enabled``).
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import inspect
 from typing import Any, Dict, Sequence
@@ -23,6 +23,7 @@ from typing import Any, Dict, Sequence
 import nnabla as nn
 import numpy as np
 
+from ..common.names import unexpected_keyword
 from .arrays import array_dtype, copy_array, host_view
 from .attempts import Pending
 
@@ -49,10 +50,7 @@ def refuse_arguments(given: Dict[str, Any], accepted: Sequence[str]) -> None:
             f"arguments; got {settings}): they are settings of the policy: "
             f"{scale}policy=DynamicScale({settings})"
         )
-    name = next(iter(given))
-    close = difflib.get_close_matches(name, accepted, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise TypeError(f"DynamicLossScalingUpdater got an unexpected keyword argument {name!r}{hint}")
+    raise unexpected_keyword("DynamicLossScalingUpdater", next(iter(given)), accepted)
 
 
 def refuse_new_scale(new_scale) -> None:
@@ -141,8 +139,27 @@ def refuse_unknown_keywords(cls) -> None:
     cls.__init__ = checked_init
 
 
-def hide_refused_arguments(cls) -> None:
+PYTORCH_METHODS = {
+    "unscale_": "unscale() (no argument: the updater's solver; a second call does nothing)",
+    "is_enabled": "the enabled option (updater.enabled)",
+}
+"""PyTorch's ``GradScaler`` methods the updater names otherwise, and the name here."""
+
+
+def answer_habits(cls) -> None:
     """The signature ``help(cls)`` and IDEs show for ``update()``: without ``new_scale`` (only
-    there to answer PyTorch's habit)."""
+    there to answer PyTorch's habit; ``__init__``'s is made by
+    :func:`updater.driver.attributes.attach_options`); and an ``AttributeError`` naming the method
+    to call for a name of :data:`PYTORCH_METHODS`."""
     update = inspect.signature(cls.update)
     cls.update.__signature__ = update.replace(parameters=list(update.parameters.values())[:1])
+
+    def __getattr__(self, name: str):  # only for names ordinary lookup did not find
+        if name not in PYTORCH_METHODS:  # that lookup's own error (a property's message too)
+            return object.__getattribute__(self, name)
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r} (PyTorch's "
+            f"GradScaler.{name}): here it is {PYTORCH_METHODS[name]}"
+        )
+
+    cls.__getattr__ = __getattr__

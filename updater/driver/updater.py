@@ -23,7 +23,7 @@ from .arguments import check_scale, check_seed_holds, legacy_property, policy_fr
 from .arrays import seed_dtype
 from .assembly import assemble, check_path
 from .attributes import DEFAULT, UpdaterAttributes, attach_options
-from .call_order import CallOrder, hide_refused_arguments, refuse_new_scale, refuse_unknown_keywords
+from .call_order import CallOrder, answer_habits, refuse_new_scale, refuse_unknown_keywords
 from .options import OPTIONS, REBUILDS, LiveOptions, UpdaterOptions
 from .outside_forward import OutsideForward
 from .records import Counters, NonFiniteGradientsError, StepRecord
@@ -397,4 +397,4 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
 
 attach_options(DynamicLossScalingUpdater)
 refuse_unknown_keywords(DynamicLossScalingUpdater)
-hide_refused_arguments(DynamicLossScalingUpdater)
+answer_habits(DynamicLossScalingUpdater)

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Dict
 
 import numpy as np
 
+from ..common.names import unexpected_keyword
 from ..common.validation import check_positive
 from .state import ScaleState
 
@@ -68,6 +69,14 @@ class Policy:
     """Shared plumbing: validation, settings dict, state dict, the ``needs_grad_absmax`` flag."""
 
     needs_grad_absmax: ClassVar[bool] = False
+
+    def __new__(cls, *args, **kwargs):
+        """Before the dataclass's ``__init__``: an unknown keyword names the closest setting."""
+        names = [f.name for f in fields(cls) if f.init]
+        for name in kwargs:
+            if name not in names:
+                raise unexpected_keyword(cls.__name__, name, names)
+        return super().__new__(cls)
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}

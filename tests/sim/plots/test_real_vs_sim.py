@@ -7,6 +7,7 @@ import pytest
 from sim.plots.common import save_figure
 from sim.plots.real_vs_sim import plot_real_vs_simulated, real_scales
 from sim.replay.run import simulate
+from sim.traces.families import make_trace
 from tests.nnabla_models import TinyClassifier
 from updater import DynamicLossScalingUpdater, GradientRecorder, Trace
 
@@ -38,3 +39,15 @@ def test_real_scales_take_numbers_and_refuse_what_is_no_scale():
     for bad in ([], [0.0], [float("nan")], [[1.0]]):
         with pytest.raises(ValueError, match="history must hold StepRecords or finite scales"):
             real_scales(bad)
+
+
+@pytest.mark.nnabla
+def test_an_updaters_history_left_at_its_default_says_to_pass_history():
+    """Issue 52: the default ``history=0`` keeps no records; the error said only ``got []``."""
+    m = TinyClassifier("real_vs_sim_default")
+    updater = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
+    for _ in range(3):
+        updater.update()
+    result = simulate(updater.policy, make_trace("stationary", steps=3), runs=2)
+    with pytest.raises(ValueError, match=r"got \[\]; .* built with history=N .* default history=0"):
+        plot_real_vs_simulated(updater.history, result)

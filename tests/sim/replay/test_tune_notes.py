@@ -21,6 +21,12 @@ def test_a_trace_longer_than_every_interval_gets_no_length_note():
     assert not any("shorter than" in n for n in found["notes"])
 
 
+def test_a_grid_without_growth_intervals_finds_no_trace_too_short():
+    """Issue 52: ``dls tune --policy headroom`` said "growth interval of the grid (from inf)"."""
+    found = tune({"short": make_trace("stationary", steps=200)}, policy="headroom", runs=2)
+    assert found["notes"] and not any("shorter than" in n for n in found["notes"])
+
+
 def test_no_tie_no_note():
     rows = [{"lost_mean": 0.1, "lost_worst": 0.2}, {"lost_mean": 0.2, "lost_worst": 0.3}]
     assert len(tied(rows)) == 1

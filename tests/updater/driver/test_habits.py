@@ -11,7 +11,7 @@ import pytest
 
 from tests.nnabla_models import TinyBNClassifier, TinyClassifier, cpu_context
 from tests.updater.driver.test_forward_state import _ema_net
-from updater import DynamicLossScalingUpdater, DynamicScale
+from updater import DynamicLossScalingUpdater, DynamicScale, StaticScale
 
 pytestmark = pytest.mark.nnabla
 
@@ -62,6 +62,23 @@ def test_get_scale_and_new_scale_point_to_the_scale_attribute():
     with pytest.raises(TypeError, match=r"assign updater.scale = 1024.0"):
         u.update(new_scale=1024.0)
     assert (feed.calls, u.steps, u.get_scale()) == (0, 0, 64.0)
+
+
+def test_pytorchs_method_names_name_the_updaters_and_other_names_stay_plain_errors():
+    """Issue 52: ``unscale_()`` gave a bare AttributeError."""
+    m = TinyClassifier("torchnames")
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder())
+    with pytest.raises(AttributeError, match=r"GradScaler.unscale_\): here it is unscale\(\)"):
+        u.unscale_()
+    with pytest.raises(AttributeError, match=r"here it is the enabled option"):
+        u.is_enabled()
+    with pytest.raises(AttributeError, match=r"has no attribute 'nothing_here'$"):
+        u.nothing_here  # noqa: B018
+    assert not hasattr(u, "unscale_") and getattr(u, "nothing_here", 3) == 3
+    legacy_less = DynamicLossScalingUpdater(m.solver, m.loss, policy=StaticScale(4.0))
+    with pytest.raises(AttributeError, match="StaticScale"):  # a property's own message stays
+        legacy_less.N  # noqa: B018
+    assert u.update().update_applied  # attributes found by ordinary lookup are untouched
 
 
 def test_a_preset_name_is_a_policy():
