@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from sim.cli.evidence import flush_cells, flush_notes, interval_lines, single_recording_note
 from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_figure, check_memory, trace_for
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
+from sim.replay.intervals import replay_intervals
 from sim.replay.metrics import SUMMARY_COLUMNS
 from sim.replay.pool import NAME_RULE, pool_by_name, simulate_pooled
 from sim.report.tables import describe_policy, na_notes, summary_table
@@ -99,13 +101,20 @@ def run(args) -> int:
         result = simulate_pooled(
             [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
         )[0]
+        intervals = replay_intervals(policy, trace, result)
     summary = result.summary()
     print(terminal_text(describe_policy(args.policy, policy), first="policy: "))
     steps = f"{trace.training_steps} steps"
     print(f"trace: {trace.name} ({steps}), runs: {args.runs}, jitter: {args.jitter}")
-    print(summary_table([summary], SUMMARY_COLUMNS))
+    print(summary_table([flush_cells(summary)], SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)
+    for note in flush_notes(summary, trace):
+        print(terminal_text(note, first="note: "))
+    for line in interval_lines(intervals):
+        print(terminal_text(line, first="interval: "))
+    if intervals["skipped"]["level"] is None:
+        print(terminal_text(single_recording_note()))
     if args.plot is not None:
         from sim.plots.common import save_figure
         from sim.plots.trajectories import plot_trajectory
