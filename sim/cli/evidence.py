@@ -95,21 +95,23 @@ def _scale(value: float) -> str:
     return format_value(value, name="scale")
 
 
-def interval_lines(intervals: Dict[str, Dict[str, Any]], what: str = "") -> List[str]:
-    """The predictive intervals of :func:`sim.replay.intervals.replay_intervals` in words, one
-    line per metric, each with its level and the recordings it rests on (``what`` leads each
-    line, e.g. ``"chosen, digits_mlp: "``)."""
-    lines = []
+def interval_text(intervals: Dict[str, Dict[str, Any]]) -> str:
+    """The predictive intervals of :func:`sim.replay.intervals.replay_intervals` in words: each
+    metric's interval, then the level and the recordings they rest on."""
+    parts, level, n = [], None, 0
     for metric, iv in intervals.items():
         low, high = (_value(metric, iv[k]) for k in ("low", "high"))
-        if iv["level"] is None:
-            basis = "no level: 1 recording, the jittered runs' 5-95% spread"
-        else:
-            each = ", ".join(_value(metric, v) for v in iv["each"])
-            n = iv["recordings"]
-            basis = f"level {iv['level']:.0%}, over {n} recordings; exactly replayed: {each}"
-        lines.append(f"{what}{METRICS[metric].label}: {low} to {high} ({basis})")
-    return lines
+        each = ", ".join(_value(metric, v) for v in iv["each"])
+        exact = "" if iv["level"] is None else f" (exactly replayed: {each})"
+        if iv["level"] is not None and len(set(iv["each"])) == 1:  # no spread between them
+            exact = f" (exactly replayed: {each}; they agree, so this is the jittered spread alone)"
+        parts.append(f"{METRICS[metric].label} {low} to {high}{exact}")
+        level, n = iv["level"], iv["recordings"]
+    if level is None:
+        basis = "no level: 1 recording, the jittered runs' 5-95% spread"
+    else:
+        basis = f"level {level:.0%}, over {n} recordings"
+    return f"{'; '.join(parts)}; {basis}"
 
 
 def single_recording_note() -> str:

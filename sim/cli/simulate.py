@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli.evidence import flush_cells, flush_notes, interval_lines, single_recording_note
+from sim.cli.evidence import flush_cells, flush_notes, interval_text, single_recording_note
 from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_figure, check_memory, trace_for
 from sim.cli.progress import StageProgress
@@ -111,8 +111,7 @@ def run(args) -> int:
         print(note)
     for note in flush_notes(summary, trace):
         print(terminal_text(note, first="note: "))
-    for line in interval_lines(intervals):
-        print(terminal_text(line, first="interval: "))
+    print(terminal_text(interval_text(intervals), first="interval: "))
     if intervals["skipped"]["level"] is None:
         print(terminal_text(single_recording_note()))
     if args.plot is not None:
