@@ -94,19 +94,7 @@ def tune(
     line = f"DynamicLossScalingUpdater(solver, loss, feed, policy={make.__name__}({settings}))"
     notes = _notes(traces, grid, len(tied(eligible)), len(eligible))
     notes += flush_notes(eligible, chosen, default)
-    by_trace = [  # trace by trace, as the rows run
-        {
-            "trace": r["trace"],
-            "which": which,
-            "signal_lost": r["signal_lost"],
-            "skipped": r["skipped"],
-            **{k: r[k] for k in (*FLUSH_MEANS, "flush_basis") if k in r},
-        }
-        for name in dict.fromkeys(r["trace"] for r in rows)
-        for which, setting in (("chosen", chosen), ("default", default))
-        for r in rows
-        if r["trace"] == name and all(r[k] == setting[k] for k in grid)
-    ]
+    by_trace = _by_trace(rows, grid, chosen, default)
     intervals = [
         {
             "trace": name,
@@ -125,6 +113,24 @@ def tune(
         "notes": notes,
         "intervals": intervals,
     }
+
+
+def _by_trace(rows, grid, chosen, default) -> list:
+    """The sweep's ``rows`` of the chosen and the default settings, trace by trace (what
+    :func:`tune`'s ``by_trace`` holds)."""
+    return [  # trace by trace, as the rows run
+        {
+            "trace": r["trace"],
+            "which": which,
+            "signal_lost": r["signal_lost"],
+            "skipped": r["skipped"],
+            **{k: r[k] for k in (*FLUSH_MEANS, "flush_basis") if k in r},
+        }
+        for name in dict.fromkeys(r["trace"] for r in rows)
+        for which, setting in (("chosen", chosen), ("default", default))
+        for r in rows
+        if r["trace"] == name and all(r[k] == setting[k] for k in grid)
+    ]
 
 
 def _intervals(make, grid, setting, trace, runs: int, seed: int, jitter: float) -> dict:
