@@ -28,7 +28,8 @@ def flush_cells(row: Dict[str, Any]) -> Dict[str, Any]:
     """``row`` with its ``mean_flushed`` and ``signal_lost`` cells (and ``lost_mean``, ``tune``'s
     name) as text where flushing was not measured: ``not measured`` and ``>=`` the skipped
     steps' share when the trace measured none, the bounds ``low-high`` when part of it rests
-    on extrapolation; unchanged where every share was measured or exact."""
+    on extrapolation (one figure where both print alike); unchanged where every share was
+    measured or exact."""
     if not bounded(row):
         return row
     out = dict(row)
@@ -37,13 +38,18 @@ def flush_cells(row: Dict[str, Any]) -> Dict[str, Any]:
         out["mean_flushed"] = "not measured"
         lost = f">={format_percent(low)}"
     else:
-        flushed = (row["mean_flushed_low"], row["mean_flushed_high"])
-        out["mean_flushed"] = "-".join(format_percent(v) for v in flushed)
-        lost = f"{format_percent(low)}-{format_percent(high)}"
+        out["mean_flushed"] = _range(row["mean_flushed_low"], row["mean_flushed_high"])
+        lost = _range(low, high)
     for name in ("signal_lost", "lost_mean"):
         if name in row:
             out[name] = lost
     return out
+
+
+def _range(low: float, high: float) -> str:
+    """``low-high`` in percent, or one figure where both print alike."""
+    text = [format_percent(low), format_percent(high)]
+    return text[0] if text[0] == text[1] else "-".join(text)
 
 
 def measured_scales(trace) -> tuple | None:

@@ -25,7 +25,9 @@ def add_parser(subparsers) -> None:
         help="run one policy over one trace and print its metrics",
         description="Run one policy over a synthetic trace family, a real model's trace "
         "shipped in the package or a recorded .npz trace, "
-        "many runs at once, and print run-averaged metrics. Settings print as people write "
+        "many runs at once, and print run-averaged metrics (flushing bounded or 'not measured' "
+        "where the trace did not measure it at the replayed scales) and the predictive interval "
+        "of skipped steps and of the below-half share. Settings print as people write "
         "them (2^-24, 0.5, 2000). " + MEMORY_NOTE,
         epilog="examples:\n  dls simulate --policy headroom --trace spikes --plot traj.png\n"
         "  dls simulate --policy nnabla-legacy --trace digits_conv_bn\n"

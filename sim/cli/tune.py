@@ -24,8 +24,9 @@ def add_parser(subparsers) -> None:
         "(GradientRecorder files, or the shipped real models by name), pick with the report's "
         "selection rule (lowest signal lost averaged over the traces, then the best worst case, "
         "then the setting closest to the current default), and print the choice next to the "
-        "default with their predicted skipped steps and signal lost, and the line to paste "
-        "into your script.",
+        "default with their predicted skipped steps and signal lost (bounded where the traces did "
+        "not measure flushing at the replayed scales) and predictive intervals, and the line to "
+        "paste into your script.",
         epilog="examples:\n  dls tune --trace run.npz\n"
         "  dls tune --trace a.npz --trace b.npz --policy headroom --runs 32\n"
         "  dls tune --trace digits_conv_bn",
