@@ -124,7 +124,6 @@ def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, n
 
     - ``signal_lost_low``, ``signal_lost_high``: the bounds of ``signal_lost``
       (:func:`sim.replay.metrics.run_metrics`) that the flushed shares' bounds give;
-    - ``mean_flushed_low``, ``mean_flushed_high``: those of ``mean_flushed``;
     - ``flush_unmeasured``: applied steps whose share rests on no measurement;
     - ``flush_exact_beyond``: applied steps beyond the measured scales where that is exact;
     - ``flush_unmeasured_lost``: the replayed shares of the unmeasured steps, summed, over all
@@ -135,37 +134,35 @@ def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, n
     applied = ~skipped
     steps = scale.shape[0]
     n_skipped = skipped.sum(axis=0)
-    n_applied = steps - n_skipped
     sums = [np.where(applied, a, 0.0).sum(axis=0) for a in (low, high)]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = [s / n_applied for s in sums]
-    return {
+    return {  # compact (33 bytes a run): they live as long as the result
         "signal_lost_low": (sums[0] + n_skipped) / steps,
         "signal_lost_high": (sums[1] + n_skipped) / steps,
-        "mean_flushed_low": means[0],
-        "mean_flushed_high": means[1],
-        "flush_unmeasured": (applied & unmeasured).sum(axis=0),
-        "flush_exact_beyond": (applied & exact).sum(axis=0),
+        "flush_unmeasured": (applied & unmeasured).sum(axis=0, dtype=np.int32),
+        "flush_exact_beyond": (applied & exact).sum(axis=0, dtype=np.int32),
         "flush_unmeasured_lost": np.where(applied & unmeasured, flushed, 0.0).sum(axis=0) / steps,
-        "flush_basis": np.full(scale.shape[1], KINDS.index(basis.kind)),
+        "flush_basis": np.full(scale.shape[1], KINDS.index(basis.kind), np.int8),
     }
 
 
 def flush_summary(metrics: Dict[str, np.ndarray], steps: int) -> Dict[str, object]:
     """The run-averaged row of :func:`flush_run_metrics` (``metrics`` also holds ``skipped``):
-    the bounds averaged over runs, ``flush_unmeasured`` and ``flush_exact_beyond`` as shares of
-    the applied steps (NaN when no step was applied), ``flush_unmeasured_lost`` averaged, and
-    ``flush_basis`` the kinds' names (joined by ``+`` when pooled recordings differ)."""
+    the bounds averaged over runs, with ``mean_flushed_low`` and ``mean_flushed_high`` (the
+    bounds of ``mean_flushed``, over runs with an applied step), ``flush_unmeasured`` and
+    ``flush_exact_beyond`` as shares of the applied steps (NaN when no step was applied),
+    ``flush_unmeasured_lost`` averaged, and ``flush_basis`` the kinds' names (joined by ``+``
+    when pooled recordings differ)."""
     applied = steps - metrics["skipped"]
+    some = applied > 0
     row: Dict[str, object] = {}
     for name in ("signal_lost_low", "signal_lost_high", "flush_unmeasured_lost"):
         row[name] = float(np.mean(metrics[name]))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for name in ("mean_flushed_low", "mean_flushed_high"):
-            v = metrics[name]
-            row[name] = float(np.mean(v[np.isfinite(v)])) if np.isfinite(v).any() else np.nan
-        for name in ("flush_unmeasured", "flush_exact_beyond"):
-            share = metrics[name] / applied
-            row[name] = float(np.mean(share[applied > 0])) if (applied > 0).any() else np.nan
+    for name in ("signal_lost_low", "signal_lost_high"):
+        flushed = (metrics[name][some] * steps - metrics["skipped"][some]) / applied[some]
+        row[name.replace("signal_lost", "mean_flushed")] = (
+            float(np.mean(flushed)) if some.any() else np.nan
+        )
+    for name in ("flush_unmeasured", "flush_exact_beyond"):
+        row[name] = float(np.mean(metrics[name][some] / applied[some])) if some.any() else np.nan
     row["flush_basis"] = "+".join(KINDS[k] for k in sorted(set(metrics["flush_basis"].tolist())))
     return row
