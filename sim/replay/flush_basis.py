@@ -40,6 +40,17 @@ KINDS = ("model", "measured", "none")
 """The flush bases of a trace: its histogram is exact (a synthetic family), it measured
 flushing, it measured none. A per-run metric stores the index."""
 
+FLUSH_RUN_METRICS = (
+    "signal_lost_low",
+    "signal_lost_high",
+    "flush_unmeasured",
+    "flush_exact_beyond",
+    "flush_unmeasured_lost",
+    "flush_basis",
+)
+"""The per-run metrics of :func:`flush_run_metrics` (besides :data:`sim.replay.metrics.METRICS`:
+no table column of their own; the commands print them as ranges and notes)."""
+
 _EDGE = 1e-9
 """Relative slack on the range's ends (a replayed scale equal to a measured one is inside)."""
 
@@ -135,14 +146,15 @@ def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, n
     steps = scale.shape[0]
     n_skipped = skipped.sum(axis=0)
     sums = [np.where(applied, a, 0.0).sum(axis=0) for a in (low, high)]
-    return {  # compact (33 bytes a run): they live as long as the result
-        "signal_lost_low": (sums[0] + n_skipped) / steps,
-        "signal_lost_high": (sums[1] + n_skipped) / steps,
-        "flush_unmeasured": (applied & unmeasured).sum(axis=0, dtype=np.int32),
-        "flush_exact_beyond": (applied & exact).sum(axis=0, dtype=np.int32),
-        "flush_unmeasured_lost": np.where(applied & unmeasured, flushed, 0.0).sum(axis=0) / steps,
-        "flush_basis": np.full(scale.shape[1], KINDS.index(basis.kind), np.int8),
-    }
+    values = (  # compact (33 bytes a run): they live as long as the result
+        (sums[0] + n_skipped) / steps,
+        (sums[1] + n_skipped) / steps,
+        (applied & unmeasured).sum(axis=0, dtype=np.int32),
+        (applied & exact).sum(axis=0, dtype=np.int32),
+        np.where(applied & unmeasured, flushed, 0.0).sum(axis=0) / steps,
+        np.full(scale.shape[1], KINDS.index(basis.kind), np.int8),
+    )
+    return dict(zip(FLUSH_RUN_METRICS, values))
 
 
 def flush_summary(metrics: Dict[str, np.ndarray], steps: int) -> Dict[str, object]:
