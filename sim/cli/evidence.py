@@ -79,15 +79,23 @@ def flush_notes(row: Dict[str, Any], trace) -> List[str]:
         scales = measured_scales(trace)
         span = "" if scales is None else f" ({_scale(scales[0])} to {_scale(scales[1])})"
         rests = row["flush_unmeasured_lost"] / row["signal_lost"] if row["signal_lost"] else 0.0
-        notes.append(
-            f"{lost} bounded, not measured: on {format_percent(row['flush_unmeasured'])} of "
-            f"applied steps the policy's scale lay outside the scales {name} measured flushing "
-            f"at{span}; there the flushed share is only bounded (above them: between 0 and the "
-            "share at the highest measured scale; below: at least the share at the lowest), "
-            f"and {format_percent(rests)} of the replayed {lost} "
-            f"({format_percent(row['signal_lost'])}) rests on that extrapolation; record under "
-            f"a policy that visits these scales ({RECORDING_GUIDE})"
+        where = (
+            f"on {format_percent(row['flush_unmeasured'])} of applied steps the policy's scale "
+            f"lay outside the scales {name} measured flushing at{span}"
         )
+        if "-" not in _range(row["signal_lost_low"], row["signal_lost_high"]):
+            notes.append(  # the bounds print alike: say so, briefly
+                f"{where}; {format_percent(rests)} of the replayed {lost} rests on them, less "
+                "than its printed digits"
+            )
+        else:
+            notes.append(
+                f"{lost} bounded, not measured: {where}; there the flushed share is only bounded "
+                "(above them: between 0 and the share at the highest measured scale; below: at "
+                f"least the share at the lowest), and {format_percent(rests)} of the replayed "
+                f"{lost} ({format_percent(row['signal_lost'])}) rests on that extrapolation; "
+                f"record under a policy that visits these scales ({RECORDING_GUIDE})"
+            )
     if row.get("flush_exact_beyond", 0) > 0:
         notes.append(
             f"flushing above the measured scales on {format_percent(row['flush_exact_beyond'])} "

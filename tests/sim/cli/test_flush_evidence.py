@@ -109,3 +109,20 @@ def test_tune_ranks_no_setting_confidently_on_extrapolated_flushing(tmp_path, ca
     assert "note: not a confident ranking: for 30 of 30 settings" in words
     assert _row(out, "chosen")[-2] == "0%-5.00%" and _row(out, "default")[-2] == "0%-5.00%"
     assert out.splitlines()[-1].startswith("DynamicLossScalingUpdater(")
+
+
+def test_an_extrapolation_below_the_printed_digits_keeps_the_figure_and_says_so(tmp_path, capsys):
+    """Step 0 was recorded at 2**14, the others at 2**15: the default replays step 0 above its
+    measured scales, on a share too small to move the printed figure."""
+    steps = 5
+    t = Trace.from_steps([[2.0**-10, 1.0]] * steps, name="made")
+    tops = np.array([2.0**14] + [2.0**15] * (steps - 1))
+    scales = tops[:, None] * 2.0 ** np.array([-12, -8, -4, 0])
+    shares = np.tile([0.01, 0.005, 0.002, 0.001], (steps, 1))
+    shares[0, -1] = 1e-8
+    t = dataclasses.replace(t, flush_scales=scales, flush_shares=shares)
+    out = _simulate(capsys, "--trace", str(t.save(tmp_path / "made.npz")), "--jitter", "0")
+    assert "-" not in _row(out)[6]
+    words = " ".join(out.split())
+    assert "on 20.0% of applied steps the policy's scale lay outside the scales made" in words
+    assert "less than its printed digits" in words and "bounded" not in words
