@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from sim.cli.evidence import flush_cells, flush_notes, interval_text, single_recording_note
 from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_figure, check_memory, trace_for
 from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_settings, policy_help, policy_list
+from sim.replay.intervals import replay_intervals
 from sim.replay.metrics import SUMMARY_COLUMNS
 from sim.replay.pool import NAME_RULE, pool_by_name, simulate_pooled
 from sim.report.tables import describe_policy, na_notes, summary_table
@@ -24,7 +26,9 @@ def add_parser(subparsers) -> None:
         help="run one policy over one trace and print its metrics",
         description="Run one policy over a synthetic trace family, a real model's trace "
         "shipped in the package or a recorded .npz trace, "
-        "many runs at once, and print run-averaged metrics. Settings print as people write "
+        "many runs at once, and print run-averaged metrics (flushing bounded or 'not measured' "
+        "where the trace did not measure it at the replayed scales) and the predictive interval "
+        "of skipped steps and of the below-half share. Settings print as people write "
         "them (2^-24, 0.5, 2000). " + MEMORY_NOTE,
         epilog="examples:\n  dls simulate --policy headroom --trace spikes --plot traj.png\n"
         "  dls simulate --policy nnabla-legacy --trace digits_conv_bn\n"
@@ -100,13 +104,19 @@ def run(args) -> int:
         result = simulate_pooled(
             [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
         )[0]
+        intervals = replay_intervals(policy, trace, result)
     summary = result.summary()
     print(terminal_text(describe_policy(args.policy, policy), first="policy: "))
     steps = f"{trace.training_steps} steps"
     print(f"trace: {trace.name} ({steps}), runs: {args.runs}, jitter: {args.jitter}")
-    print(summary_table([summary], SUMMARY_COLUMNS))
+    print(summary_table([flush_cells(summary)], SUMMARY_COLUMNS))
     for note in na_notes([summary]):
         print(note)
+    for note in flush_notes(summary, trace):
+        print(terminal_text(note, first="note: "))
+    print(terminal_text(interval_text(intervals), first="interval: "))
+    if intervals["skipped"]["level"] is None:
+        print(terminal_text(single_recording_note()))
     if args.plot is not None:
         from sim.plots.common import save_figure
         from sim.plots.trajectories import plot_trajectory

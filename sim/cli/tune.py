@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from sim.cli.evidence import flush_cells, flush_notes, interval_text, single_recording_note
 from sim.cli.options import FORMATTER, add_run_options, finish
 from sim.cli.preflight import check_memory, trace_for
 from sim.cli.progress import StageProgress
@@ -23,8 +24,9 @@ def add_parser(subparsers) -> None:
         "(GradientRecorder files, or the shipped real models by name), pick with the report's "
         "selection rule (lowest signal lost averaged over the traces, then the best worst case, "
         "then the setting closest to the current default), and print the choice next to the "
-        "default with their predicted skipped steps and signal lost, and the line to paste "
-        "into your script.",
+        "default with their predicted skipped steps and signal lost (bounded where the traces did "
+        "not measure flushing at the replayed scales) and predictive intervals, and the line to "
+        "paste into your script.",
         epilog="examples:\n  dls tune --trace run.npz\n"
         "  dls tune --trace a.npz --trace b.npz --policy headroom --runs 32\n"
         "  dls tune --trace digits_conv_bn",
@@ -73,12 +75,29 @@ def run(args) -> int:
         f"{args.policy}: {len(found['rows'])} settings x {len(traces)} trace(s) "
         f"({', '.join(traces)}), {args.runs} runs, jitter {args.jitter}, seed {args.seed}"
     )
-    print(summary_table(rows, ["which", *settings, "signal_lost", "skipped"]))
+    print(
+        summary_table(
+            [flush_cells(r) for r in rows], ["which", *settings, "signal_lost", "skipped"]
+        )
+    )
     if len(traces) > 1:  # what the rows above average
         print("per trace:")
         columns = ["trace", "which", "signal_lost", "skipped"]
-        print(summary_table(found["by_trace"], columns, with_legend=False))
+        print(
+            summary_table([flush_cells(r) for r in found["by_trace"]], columns, with_legend=False)
+        )
     for note in found["notes"]:
         print(terminal_text(note))
+    said = set()  # the chosen's and the default's notes on one trace often read the same
+    for r in found["by_trace"]:
+        for note in flush_notes(r, traces[r["trace"]]):
+            if (r["trace"], note) not in said:
+                said.add((r["trace"], note))
+                print(terminal_text(f"{r['which']}, {r['trace']}: {note}", first="note: "))
+    for each in found["intervals"]:
+        text = interval_text(each["intervals"])
+        print(terminal_text(f"{each['which']}, {each['trace']}: {text}", first="interval: "))
+    if any(i["intervals"]["skipped"]["level"] is None for i in found["intervals"]):
+        print(terminal_text(single_recording_note()))
     print(found["line"])
     return 0

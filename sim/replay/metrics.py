@@ -12,6 +12,8 @@ from typing import Any, Dict
 
 import numpy as np
 
+from sim.replay.flush_basis import flush_summary
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -159,7 +161,9 @@ def summarize(metrics: Dict[str, np.ndarray], steps: int, **labels) -> Dict[str,
     """Average per-run metrics into one row.
 
     Means over runs for counts and shares; the median for ``steps_to_safe`` over runs that got
-    there (``never_safe`` counts the others) and the median of ``final_scale``.
+    there (``never_safe`` counts the others) and the median of ``final_scale``; with the
+    flush metrics (:func:`sim.replay.flush_basis.flush_run_metrics`) their
+    :func:`~sim.replay.flush_basis.flush_summary` too.
     """
     to_safe = metrics["steps_to_safe"]
     got = to_safe[~np.isnan(to_safe)]
@@ -178,4 +182,6 @@ def summarize(metrics: Dict[str, np.ndarray], steps: int, **labels) -> Dict[str,
         below_half_safe=float(np.mean(metrics["below_half_safe"])),
         final_scale=float(np.median(metrics["final_scale"])),
     )
+    if "flush_basis" in metrics:  # what the flushed shares rest on
+        row.update(flush_summary(metrics, steps))
     return row

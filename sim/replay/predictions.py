@@ -22,7 +22,7 @@ from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.replay.metrics import METRICS
 from sim.replay.pool import TracePool, simulate_pooled
 from sim.replay.run import simulate
-from sim.replay.spread import LEVEL, interval_half_width, prediction_interval
+from sim.replay.spread import LEVEL, interval_half_width, predictive_spread
 from sim.traces.real import CHECK_ORDERS
 from updater.common.names import shown
 from updater.trace import Trace
@@ -91,7 +91,7 @@ def prediction_rows(
                 predicted[metric] = {
                     "predicted": float(np.mean(each)),
                     "each": each,
-                    **_spread(each, jittered, metric, pool.training_steps),
+                    **predictive_spread(each, jittered, _top(metric, pool.training_steps)),
                     "jittered": jittered,
                     "alone": [tuple(np.nanpercentile(m[metric], [5, 95]).tolist()) for m in alone],
                 }
@@ -114,15 +114,9 @@ def prediction_rows(
     return rows
 
 
-def _spread(each: List[float], jittered: tuple, metric: str, steps: int) -> Dict[str, Any]:
-    """``low``, ``high`` and ``level`` of a prediction from the recordings' exact replays
-    ``each`` and the jittered spread (see :func:`prediction_rows`)."""
-    interval = prediction_interval(each)
-    if interval is None:
-        return {"low": jittered[0], "high": jittered[1], "level": None}
-    top = 1.0 if METRICS[metric].kind == "share" else float(steps)
-    low = max(0.0, min(interval[0], jittered[0]))
-    return {"low": low, "high": min(top, max(interval[1], jittered[1])), "level": LEVEL}
+def _top(metric: str, steps: int) -> float:
+    """The largest value of ``metric`` over ``steps`` steps: 1 for a share, else ``steps``."""
+    return 1.0 if METRICS[metric].kind == "share" else float(steps)
 
 
 def _measured_run(runs_dir, model: str, label: str, order: int, steps: int) -> MeasuredRun:

@@ -11,6 +11,7 @@ from typing import Any, Dict
 import numpy as np
 
 from sim.casting.underflow import replay_flushed_share
+from sim.replay.flush_basis import flush_basis, flush_run_metrics
 from sim.replay.metrics import run_metrics, summarize
 from updater.policy import largest_safe_scale
 from updater.policy.presets import PRESETS
@@ -145,8 +146,10 @@ def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> Run
     """The :class:`RunResult` of a replay: ``scale_all`` (steps + 1, runs) and ``overflow``
     (steps, runs) from the loop, ``absmax`` and ``factor`` (steps, runs or 1) as it used them.
     The safe scales, flushed shares and metrics are worked out a block of runs at a time
-    (:func:`run_blocks`): each run's values do not depend on the others'."""
+    (:func:`run_blocks`): each run's values do not depend on the others'. The metrics include
+    what the flushed shares rest on (:func:`sim.replay.flush_basis.flush_run_metrics`)."""
     scale = scale_all[:-1]
+    basis = flush_basis(trace)
     skipped = overflow | trace.nonfinite[:, None]
     cap = getattr(policy, "max_scale", None)
     absmax, factor = np.broadcast_to(absmax, scale.shape), np.broadcast_to(factor, scale.shape)
@@ -165,6 +168,9 @@ def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> Run
                 flushed[:, cols],
                 trace.nonfinite,
             )
+        )
+        parts[-1].update(
+            flush_run_metrics(basis, scale[:, cols], skipped[:, cols], flushed[:, cols])
         )
     metrics = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     metrics["final_scale"] = scale_all[-1].copy()

@@ -368,12 +368,14 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
     Per step about 7000 bytes: the trace (about 1000 bytes a step kept, 5800 while a synthetic
     family is drawn) and the per-step tables of the underflow model. Per step and run, 48 bytes
     (jitter factors, scales, flags, underflow shares and their temporaries) plus 32 bytes per
-    policy advancing together (the stacked states and every policy's kept trajectories). Per
-    run and policy, 120 bytes whatever the steps (the final states, the per-run overflow limits
-    and summaries). Measured as the peak resident memory of ``dls simulate`` less that of a
-    one-run, one-step command: tests/sim/cli/test_cli.py checks it against both that and
-    tracemalloc's peak (``--steps 1 --runs 1000000`` peaked at 192 MiB, this says 191 MiB;
-    ``--steps 1000 --runs 2000`` at 172 MiB, this says 160 MiB).
+    policy advancing together (the stacked states and every policy's kept trajectories). Per run
+    and policy, 186 bytes whatever the steps (the final states, the per-run overflow limits,
+    metrics and summaries; 66 of them the bounds of what the flushed shares rest on,
+    :func:`sim.replay.flush_basis.flush_run_metrics`, held twice while the blocks' are joined).
+    Measured as the peak resident memory of ``dls simulate`` less that of a one-run, one-step
+    command: tests/sim/cli/test_cli.py checks it against both that and tracemalloc's peak
+    (``--steps 1 --runs 1000000`` peaked at 271 MiB, this says 254 MiB; ``--steps 1000 --runs
+    2000`` at 130 MiB, this says 160 MiB).
 
     Args:
         steps (int, >= 1): steps of the trace.
@@ -381,6 +383,6 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
         policies (int, default 1): policies advancing together.
 
     >>> memory_estimate(10000, 64)
-    121207680
+    121211904
     """
-    return steps * (7000 + 48 * runs + 32 * policies * runs) + 120 * runs * policies
+    return steps * (7000 + 48 * runs + 32 * policies * runs) + 186 * runs * policies

@@ -98,8 +98,40 @@ def per_setting(
         row["lost_worst"] = float(max(lost.values()))
         row["skipped_mean"] = float(np.mean([r["skipped"] for r in by_family.values()]))
         row["flushed_mean"] = float(np.nanmean([r["mean_flushed"] for r in by_family.values()]))
+        row.update(_flush_means(list(by_family.values())))
         out.append(row)
     return out
+
+
+FLUSH_MEANS = (
+    "signal_lost_low",
+    "signal_lost_high",
+    "mean_flushed_low",
+    "mean_flushed_high",
+    "flush_unmeasured",
+    "flush_exact_beyond",
+    "flush_unmeasured_lost",
+)
+"""Summary columns of what the flushed shares rest on (:mod:`sim.replay.flush_basis`) that
+:func:`per_setting` averages over families."""
+
+
+def _flush_means(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Over one setting's rows (one per family): the means of :data:`FLUSH_MEANS`, the
+    ``signal_lost`` they bound (``lost_mean``) and the flush bases met (``flush_basis``)."""
+    if not all("flush_basis" in r for r in rows):
+        return {}
+    out: Dict[str, Any] = {k: _mean([r[k] for r in rows]) for k in FLUSH_MEANS}
+    out["signal_lost"] = float(np.mean([r["signal_lost"] for r in rows]))
+    kinds = {k for r in rows for k in r["flush_basis"].split("+")}
+    out["flush_basis"] = "+".join(sorted(kinds))
+    return out
+
+
+def _mean(values) -> float:
+    """The mean of the values that are not NaN (NaN when none is)."""
+    v = np.asarray(values, dtype=np.float64)
+    return float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else float("nan")
 
 
 def tied(

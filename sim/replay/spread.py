@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
@@ -71,3 +71,28 @@ def prediction_interval(
         return None
     half = interval_half_width(int(x.size), float(np.std(x, ddof=1)), level)
     return float(x.mean() - half), float(x.mean() + half)
+
+
+def predictive_spread(each: Sequence[float], jittered: tuple, top: float) -> Dict[str, Any]:
+    """Where a run no recording saw should fall: ``low``, ``high`` and ``level``.
+
+    From two or more recordings, the :data:`LEVEL` :func:`prediction_interval` of their exact
+    replays ``each``, widened to hold ``jittered`` (the 5th and 95th percentile of jittered
+    runs drawn across them) and clipped to ``[0, top]``. From one recording, ``jittered`` alone
+    with ``level`` None: one recording is one sample of training and claims no level.
+
+    Args:
+        each (sequence of float): each recording's exact replay (jitter 0) of the metric.
+        jittered (tuple of 2 floats): the jittered runs' 5-95% spread.
+        top (float): the metric's largest value (1 for a share, the steps for a count).
+
+    >>> predictive_spread([10.0], (8.0, 12.0), 100.0)
+    {'low': 8.0, 'high': 12.0, 'level': None}
+    >>> sorted(predictive_spread([10.0, 20.0], (9.0, 21.0), 100.0).items())[1]
+    ('level', 0.9)
+    """
+    interval = prediction_interval(each)
+    if interval is None:
+        return {"low": jittered[0], "high": jittered[1], "level": None}
+    low = max(0.0, min(interval[0], jittered[0]))
+    return {"low": low, "high": min(top, max(interval[1], jittered[1])), "level": LEVEL}

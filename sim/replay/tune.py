@@ -6,8 +6,11 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Mapping
 
+from sim.replay.intervals import replay_intervals
+from sim.replay.pool import simulate_pooled
 from sim.replay.selection import (
     DYNAMIC_GRID,
+    FLUSH_MEANS,
     HEADROOM_GRID,
     HEADROOM_MAX_MARGIN,
     choose,
@@ -15,6 +18,7 @@ from sim.replay.selection import (
     tied,
 )
 from sim.replay.sweep import sweep_grid
+from sim.tables import format_percent
 from updater.policy import DynamicScale, HeadroomScale
 from updater.trace import Trace
 
@@ -59,7 +63,9 @@ def tune(
         (``trace``, ``which`` ("chosen" or "default"), ``signal_lost`` and ``skipped`` on each
         trace, trace by trace: what the pooled rows average), ``line`` (the
         updater's constructor with the chosen policy, to paste), ``notes`` (lines on what
-        limits the choice: ties, traces too short to test the growth interval).
+        limits the choice: ties, traces too short to test the growth interval, signal lost
+        resting on unmeasured flushing), ``intervals`` (per trace and ``which``, the
+        :func:`sim.replay.intervals.replay_intervals` of the chosen and the default settings).
 
     Raises:
         ValueError: an unknown policy or no traces.
@@ -87,17 +93,16 @@ def tune(
     settings = ", ".join(f"{k}={setting_text(chosen[k])}" for k in grid)
     line = f"DynamicLossScalingUpdater(solver, loss, feed, policy={make.__name__}({settings}))"
     notes = _notes(traces, grid, len(tied(eligible)), len(eligible))
-    by_trace = [  # trace by trace, as the rows run
+    notes += flush_notes(eligible, chosen, default)
+    by_trace = _by_trace(rows, grid, chosen, default)
+    intervals = [
         {
-            "trace": r["trace"],
+            "trace": name,
             "which": which,
-            "signal_lost": r["signal_lost"],
-            "skipped": r["skipped"],
+            "intervals": _intervals(make, grid, setting, trace, runs, seed, jitter),
         }
-        for name in dict.fromkeys(r["trace"] for r in rows)
+        for name, trace in traces.items()
         for which, setting in (("chosen", chosen), ("default", default))
-        for r in rows
-        if r["trace"] == name and all(r[k] == setting[k] for k in grid)
     ]
     return {
         "chosen": chosen,
@@ -106,7 +111,63 @@ def tune(
         "by_trace": by_trace,
         "line": line,
         "notes": notes,
+        "intervals": intervals,
     }
+
+
+def _by_trace(rows, grid, chosen, default) -> list:
+    """The sweep's ``rows`` of the chosen and the default settings, trace by trace (what
+    :func:`tune`'s ``by_trace`` holds)."""
+    return [  # trace by trace, as the rows run
+        {
+            "trace": r["trace"],
+            "which": which,
+            "signal_lost": r["signal_lost"],
+            "skipped": r["skipped"],
+            **{k: r[k] for k in (*FLUSH_MEANS, "flush_basis") if k in r},
+        }
+        for name in dict.fromkeys(r["trace"] for r in rows)
+        for which, setting in (("chosen", chosen), ("default", default))
+        for r in rows
+        if r["trace"] == name and all(r[k] == setting[k] for k in grid)
+    ]
+
+
+def _intervals(make, grid, setting, trace, runs: int, seed: int, jitter: float) -> dict:
+    """:func:`sim.replay.intervals.replay_intervals` of the policy ``make`` with ``setting``'s
+    values of ``grid`` over ``trace``, from ``runs`` jittered runs.
+
+    Not split: the replay's arguments, passed through."""
+    policy = make(**{k: setting[k] for k in grid})
+    (result,) = simulate_pooled([policy], trace, runs, seed, jitter)
+    return replay_intervals(policy, trace, result)
+
+
+def flush_notes(rows, chosen, default) -> list:
+    """A line when some of ``rows``' signal lost rests on unmeasured flushing
+    (:mod:`sim.replay.flush_basis`): the ranking is then not the traces' to make."""
+    bounded = [r for r in rows if r.get("flush_unmeasured", 0) > 0]
+    if not bounded:
+        return []
+    guide = "docs/guide/recording.md"
+    if any("none" in r["flush_basis"] for r in rows):
+        return [
+            "note: not a confident ranking: the traces measured no flushing, so the settings are "
+            "ranked on their skipped steps and on the histogram's binade model of flushing (which "
+            "for a recording holds only what float16 kept); record with Probes(overflow=True, "
+            f"flush=True) to rank by flushing too ({guide})"
+        ]
+    lost = {
+        w: f"{format_percent(r['signal_lost_low'])}-{format_percent(r['signal_lost_high'])}"
+        for w, r in (("chosen", chosen), ("default", default))
+    }
+    return [
+        f"note: not a confident ranking: for {len(bounded)} of {len(rows)} settings the traces did "
+        "not measure flushing at the scales replayed, so their signal lost is only bounded "
+        f"(chosen {lost['chosen']}, default {lost['default']}); the choice rests on the skipped "
+        "steps and on flushing where it was measured; record with Probes(overflow=True, "
+        f"flush=True) under a policy that visits the scales compared ({guide})"
+    ]
 
 
 def _notes(traces: Mapping[str, Trace], grid, ties: int, settings: int) -> list:

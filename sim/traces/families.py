@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from sim.traces.synthetic import SyntheticTrace
 from updater.common.validation import check_int, check_number
 from updater.trace import EXP_MAX, EXP_MIN, NBINS, Trace
 
@@ -131,7 +132,7 @@ def lognormal_trace(
     counts, zeros, absmax = _lognormal_counts(
         log2_mean, log2_std, tail_z, steps, values_per_step, zero_share, seed
     )
-    return Trace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
+    return SyntheticTrace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
 
 
 def drifting_trace(
@@ -172,7 +173,7 @@ def drifting_trace(
     counts, zeros, absmax = _lognormal_counts(
         means, log2_std, tail_z, steps, values_per_step, zero_share, seed
     )
-    return Trace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
+    return SyntheticTrace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
 
 
 def spiky_trace(
@@ -234,7 +235,7 @@ def spiky_trace(
         counts[t] += moved
         if moved.any():
             absmax[t] *= 2.0**spike_log2_factor
-    return Trace(counts, base.zeros, absmax, base.nonfinite, name=name)
+    return SyntheticTrace(counts, base.zeros, absmax, base.nonfinite, name=name)
 
 
 def nan_trace(
@@ -272,7 +273,7 @@ def nan_trace(
     )
     rng = np.random.default_rng([seed, 2])
     nonfinite = rng.random(steps) < nan_prob
-    return Trace(base.counts, base.zeros, base.absmax, nonfinite, name=name)
+    return SyntheticTrace(base.counts, base.zeros, base.absmax, nonfinite, name=name)
 
 
 # ---------------------------------------------------------------- SSD calibration
@@ -339,7 +340,7 @@ def ssd_trace(
     rng = np.random.default_rng(seed)
     counts, zeros = _sample_steps(ssd_binade_shares(), steps, values_per_step, SSD_ZERO_SHARE, rng)
     absmax = _absmax_from_counts(counts, rng)
-    return Trace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
+    return SyntheticTrace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
 
 
 def sample_values(shares, n: int, zero_share: float = 0.0, seed: int = 0) -> np.ndarray:

@@ -5,6 +5,7 @@ current code gives the same bits (tests/sim/replay/test_bit_identical.py)."""
 import numpy as np
 
 from sim.casting.underflow import flushed_table, measured_flushed_share
+from sim.replay.flush_basis import flush_basis, flush_run_metrics
 from sim.replay.result import RunResult, _largest_power_of_two_below, overflow_limits, policy_label
 from tests.updater.policy.test_safe_scale_bits import frexp_safe_scale as largest_safe_scale
 from updater.common.float16 import FP16_FLUSH_BINADE
@@ -82,6 +83,7 @@ def run_result(policy, trace, absmax, factor, scale_all, overflow, label):
     safe = safe_scales(np.broadcast_to(absmax, scale.shape), over, cap, floor)
     flushed = replay_flushed_share(trace, scale * factor)
     metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
+    metrics.update(flush_run_metrics(flush_basis(trace), scale, skipped, flushed))  # whole
     metrics["final_scale"] = scale_all[-1].copy()
     return RunResult(
         label=label or policy_label(policy),

@@ -13,6 +13,7 @@ import pytest
 
 from sim.casting.counts import classify
 from sim.cli.main import main
+from sim.replay.flush_basis import FLUSH_RUN_METRICS
 from sim.replay.metrics import METRICS, SHARES, SUMMARY_COLUMNS
 from sim.replay.predictions import prediction_rows
 from sim.replay.run import simulate
@@ -287,7 +288,8 @@ def test_one_list_of_metrics_names_every_summary_column():
     assert SUMMARY_COLUMNS[:3] == ("label", "trace", "runs")
     assert SHARES == ("mean_flushed", "signal_lost", "below_half_safe")
     per_run = simulate(PRESETS["dynamic"], make_trace("nan", steps=40), runs=2).metrics
-    assert {n for n, m in METRICS.items() if m.per_run} == set(per_run)
+    own = {n for n, m in METRICS.items() if m.per_run}  # and what the flushed shares rest on
+    assert own | set(FLUSH_RUN_METRICS) == set(per_run) and not own & set(FLUSH_RUN_METRICS)
     for name, metric in METRICS.items():  # the kind and the printed form agree
         assert format_value(16.0, name=name) == ("2^4" if metric.kind == "scale" else "16")
 
