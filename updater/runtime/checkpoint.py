@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Union
 import nnabla as nn
 import numpy as np
 
+from ..common.names import shown
 from ..common.npz import NpzContent, read_npz, write_npz
 from ..common.validation import check_bool
 from ..common.writing import write_file
@@ -132,7 +133,7 @@ def save_checkpoint(
             "allow_nonfinite=True. A running statistic (BatchNormalization's mean or variance) "
             "becomes inf when a float16 batch overflows it: updater.amp.rewrite computes "
             "BatchNormalization in float32",
-            path,
+            shown(path),
             _some(bad),
         )
     for name, state in updater.solver.get_states().items():
@@ -331,8 +332,8 @@ def load_checkpoint(
     missing.sort()
     if strict and (missing or unexpected):
         raise CheckpointMismatchError(
-            f"checkpoint {path} does not match the current model: missing from the checkpoint: "
-            f"{_some(missing)}; checkpoint entries not found in the current graph or "
+            f"checkpoint {shown(path)} does not match the current model: missing from the "
+            f"checkpoint: {_some(missing)}; checkpoint entries not found in the current graph or "
             f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
         )
     if not allow_nonfinite:
@@ -359,7 +360,7 @@ def load_checkpoint(
     if missing or unexpected:
         logger.warning(
             "%s: checkpoint entries that did not match were not loaded: missing %s, unexpected %s",
-            path,
+            shown(path),
             _some(missing),
             _some(unexpected),
         )

@@ -29,6 +29,7 @@ from typing import List, Union
 
 import numpy as np
 
+from ..common.names import shown
 from ..common.npz import read_npz, write_npz
 from ..common.writing import atomic_write, check_target, name_max, sync_folder
 from .archive import trace_arrays
@@ -74,13 +75,16 @@ def check_trace_path(path: Union[str, Path]) -> Path:
     problem = None
     if not path.parent.is_dir():
         what = "is not a folder" if path.parent.exists() else "does not exist"
-        problem = (errno.ENOENT, f"folder {path.parent} {what}")
+        problem = (errno.ENOENT, f"folder {shown(path.parent)} {what}")
     elif path.is_dir():
         problem = (errno.EISDIR, "it is a folder; give a file name")
     elif parts_dir(path).exists() and not parts_dir(path).is_dir():
-        problem = (errno.ENOTDIR, f"{parts_dir(path)} is a file, not the folder of its parts")
+        problem = (
+            errno.ENOTDIR,
+            f"{shown(parts_dir(path))} is a file, not the folder of its parts",
+        )
     if problem:
-        raise OSError(problem[0], f"cannot record a trace to {path}: {problem[1]}")
+        raise OSError(problem[0], f"cannot record a trace to {shown(path)}: {problem[1]}")
     hint = "remove it, or record to another path"  # a recorder has no overwrite
     return check_target(path, kind="trace", hint=hint)  # not a link, nor a user's file
 
@@ -121,12 +125,14 @@ def _acquire(path: Path) -> int:
         except BlockingIOError:
             os.close(fd)
             raise RuntimeError(
-                f"another GradientRecorder (or a merge of its parts) is writing {path}: "
-                f"{folder / LOCK_NAME} is locked; give each recorder its own path"
+                f"another GradientRecorder (or a merge of its parts) is writing {shown(path)}: "
+                f"{shown(folder / LOCK_NAME)} is locked; give each recorder its own path"
             ) from None
         except OSError as e:  # ENOLCK (a network file system): leave nothing behind
             _unlock(path, fd)
-            raise OSError(e.errno, f"cannot lock {folder / LOCK_NAME}: {e.strerror}") from None
+            raise OSError(
+                e.errno, f"cannot lock {shown(folder / LOCK_NAME)}: {e.strerror}"
+            ) from None
         with contextlib.suppress(OSError):  # the lock file we hold is still the folder's
             if os.fstat(fd).st_ino == os.stat(folder / LOCK_NAME).st_ino:
                 return fd
@@ -164,8 +170,8 @@ def load_parts(path: Union[str, Path], recording: str | None = None) -> List[Tra
             break
     if found is not None:
         raise ValueError(
-            f"trace part {files[found[0]]}: {found[1]}: parts of different recordings are "
-            f"mixed in {parts_dir(path)}; move the others out and merge again"
+            f"trace part {shown(files[found[0]])}: {found[1]}: parts of different recordings are "
+            f"mixed in {shown(parts_dir(path))}; move the others out and merge again"
         )
     return traces
 
@@ -228,7 +234,7 @@ def merge_parts(
         return Path(path)
     files = part_files(path)
     if not files:
-        raise FileNotFoundError(f"{parts_dir(path)} holds no trace parts to merge")
+        raise FileNotFoundError(f"{shown(parts_dir(path))} holds no trace parts to merge")
     traces = load_parts(path, recording)
     merged = concat_traces(traces, traces[0].name if name is None else name)
     written = merged.save(path)
@@ -283,8 +289,9 @@ def recover_parts(path: Union[str, Path]) -> Path:
             held = Trace.load(path).steps
             parts = sum(t.steps for t in load_parts(path))
             if held > parts:
+                trace, folder = shown(path), shown(parts_dir(path))
                 raise ValueError(
-                    f"{path} holds {held} steps, its parts in {parts_dir(path)} {parts}: "
-                    f"not replacing it with fewer; move {path} away to merge them"
+                    f"{trace} holds {held} steps, its parts in {folder} {parts}: "
+                    f"not replacing it with fewer; move {trace} away to merge them"
                 )
         return merge_parts(path)

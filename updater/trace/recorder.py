@@ -178,10 +178,10 @@ class GradientRecorder:
         finish_merge(self.path)  # an interrupted merge's leftovers: the trace is complete
         if part_files(self.path):
             lock.release()
+            folder, trace = shown(parts_dir(self.path)), shown(self.path)
             raise ValueError(
-                f"{parts_dir(self.path)} holds the parts of an interrupted recording: merge them "
-                f"into {self.path} with GradientRecorder.recover({str(self.path)!r}), or remove "
-                "the folder"
+                f"{folder} holds the parts of an interrupted recording: merge them into {trace} "
+                f"with GradientRecorder.recover({str(self.path)!r}), or remove the folder"
             )
         recording = secrets.token_hex(8)
         self._held = Held(self.path, self.name, layer_names, self.every, recording, lock=[lock])
@@ -338,7 +338,9 @@ class GradientRecorder:
         elif held.merged:
             path = self.path  # nothing recorded since the last close
         else:
-            logger.warning("GradientRecorder %s recorded no steps; nothing written", self.path)
+            logger.warning(
+                "GradientRecorder %s recorded no steps; nothing written", shown(self.path)
+            )
             path = None
         if self._lock:
             self._lock.pop().release()

@@ -15,6 +15,7 @@ from typing import List, Tuple
 import numpy as np
 
 from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
+from ..common.names import shown
 from .exits import EXITING
 from .format import Trace
 from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
@@ -204,11 +205,13 @@ def write_at_exit(held: Held) -> None:
     try:
         if not finish_merge(path) and held.pending():
             held.write()
-            logger.info("GradientRecorder wrote %s at exit", path)
+            logger.info("GradientRecorder wrote %s at exit", shown(path))
     except Exception as e:
-        kept = f"; the parts written are kept in {parts_dir(path)}" if part_files(path) else ""
+        kept = (
+            f"; the parts written are kept in {shown(parts_dir(path))}" if part_files(path) else ""
+        )
         sys.stderr.write(
-            f"ERROR: GradientRecorder could not write {path} at exit, {len(rows)} recorded "
+            f"ERROR: GradientRecorder could not write {shown(path)} at exit, {len(rows)} recorded "
             f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
         )
         if EXITING:  # at interpreter exit: the exit status says it too
@@ -227,5 +230,5 @@ def warn_forward(path: Path, step: int, peak: float, where: str) -> None:
         "GradientRecorder %s: the float16 forward pass came within a factor %g of 65504 at step "
         "%d: %.3g x 65504 in %s; no loss scale causes or cures an overflow there: compute that "
         "function in float32 with updater.amp.rewrite",
-        *(path, FORWARD_NEAR_FACTOR, step, peak, where),
+        *(shown(path), FORWARD_NEAR_FACTOR, step, peak, where),
     )
