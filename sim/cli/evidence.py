@@ -12,6 +12,8 @@ from sim.tables import format_percent, format_value
 
 RECORDING_GUIDE = "docs/guide/recording.md"
 """Where the recording guide says which probes measure flushing."""
+INTERVAL_GUIDE = "docs/simulator/cli.md#the-predictive-interval"
+"""Where the docs say how the predictive interval is made and how well it held."""
 
 
 def not_measured(row: Dict[str, Any]) -> bool:
@@ -111,29 +113,23 @@ def _scale(value: float) -> str:
 
 def interval_text(intervals: Dict[str, Dict[str, Any]]) -> str:
     """The predictive intervals of :func:`sim.replay.intervals.replay_intervals` in words: each
-    metric's interval, then the level and the recordings they rest on."""
-    parts, level, n = [], None, 0
+    metric's interval, its level and the recordings' exact replays, then the recordings they
+    rest on and the calibration."""
+    parts, n = [], 0
     for metric, iv in intervals.items():
         low, high = (_value(metric, iv[k]) for k in ("low", "high"))
         each = ", ".join(_value(metric, v) for v in iv["each"])
-        exact = "" if iv["level"] is None else f" (exactly replayed: {each})"
-        if iv["level"] is not None and len(set(iv["each"])) == 1:  # no spread between them
-            exact = f" (exactly replayed: {each}; they agree, so this is the jittered spread alone)"
-        parts.append(f"{METRICS[metric].label} {low} to {high}{exact}")
-        level, n = iv["level"], iv["recordings"]
-    if level is None:
-        basis = "no level: 1 recording, the jittered runs' 5-95% spread"
-    else:
-        basis = f"level {level:.0%}, over {n} recordings"
-    return f"{'; '.join(parts)}; {basis}"
-
-
-def single_recording_note() -> str:
-    """What one recording can and cannot give, under the intervals from one recording."""
+        replayed = "replayed exactly" if len(iv["each"]) == 1 else "each replayed exactly"
+        parts.append(
+            f"{METRICS[metric].label} {low} to {high} at level {iv['level']:.0%} "
+            f"({replayed}: {each})"
+        )
+        n = iv["recordings"]
+    recordings = f"{n} recording" + "s" * (n != 1)
     return (
-        "note: one recording is one sample of training: it gives the replay's spread but no "
-        "predictive level; record the model again in another batch order (same trace name) and "
-        "pass both (--trace A --trace B) for a 90% interval of where a new run falls"
+        f"{'; '.join(parts)}; for a run in a batch order no recording saw, over {recordings} "
+        f"(their variation within, times a factor calibrated on the shipped models' batch "
+        f"orders: {INTERVAL_GUIDE})"
     )
 
 

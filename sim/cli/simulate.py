@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli.evidence import flush_cells, flush_notes, interval_text, single_recording_note
+from sim.cli.evidence import flush_cells, flush_notes, interval_text
 from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_figure, check_memory, trace_for
 from sim.cli.progress import StageProgress
@@ -104,7 +104,7 @@ def run(args) -> int:
         result = simulate_pooled(
             [policy], trace, args.runs, args.seed, args.jitter, [args.policy], progress
         )[0]
-        intervals = replay_intervals(policy, trace, result)
+        intervals = replay_intervals(policy, trace, seed=args.seed)
     summary = result.summary()
     print(terminal_text(describe_policy(args.policy, policy), first="policy: "))
     steps = f"{trace.training_steps} steps"
@@ -115,8 +115,6 @@ def run(args) -> int:
     for note in flush_notes(summary, trace):
         print(terminal_text(note, first="note: "))
     print(terminal_text(interval_text(intervals), first="interval: "))
-    if intervals["skipped"]["level"] is None:
-        print(terminal_text(single_recording_note()))
     if args.plot is not None:
         from sim.plots.common import save_figure
         from sim.plots.trajectories import plot_trajectory

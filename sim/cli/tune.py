@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from sim.cli.evidence import flush_cells, flush_notes, interval_text, single_recording_note
+from sim.cli.evidence import flush_cells, flush_notes, interval_text
 from sim.cli.options import FORMATTER, add_run_options, finish
 from sim.cli.preflight import check_memory, trace_for
 from sim.cli.progress import StageProgress
@@ -97,7 +97,5 @@ def run(args) -> int:
     for each in found["intervals"]:
         text = interval_text(each["intervals"])
         print(terminal_text(f"{each['which']}, {each['trace']}: {text}", first="interval: "))
-    if any(i["intervals"]["skipped"]["level"] is None for i in found["intervals"]):
-        print(terminal_text(single_recording_note()))
     print(found["line"])
     return 0

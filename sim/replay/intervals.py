@@ -1,56 +1,67 @@
-"""The predictive spread of a replay's skipped steps and below-half share, for the commands.
+"""The predictive interval of a replay's skipped steps and below-half share, for the commands.
 
-``dls simulate`` and ``dls tune`` replay a policy over the user's recordings of one model with
-jitter; :func:`replay_intervals` adds where a real run should fall, as the report's predictions
-do (:func:`sim.replay.spread.predictive_spread`): each recording replayed exactly (jitter 0),
-their Student-t prediction interval at :data:`sim.replay.spread.LEVEL` from two recordings on,
-widened to hold the jittered runs' 5-95% spread; from one recording the jittered spread alone,
-which claims no level.
+``dls simulate`` and ``dls tune`` replay a policy over the user's recordings of one model;
+:func:`replay_intervals` adds where a real run in another batch order should fall, at its
+calibrated level (:data:`sim.replay.spread.CALIBRATED`), from one recording on: each recording
+replayed exactly, the block-bootstrapped recordings' spread (:mod:`sim.replay.bootstrap`) times
+the factor calibrated on the shipped models' batch orders
+(:func:`sim.replay.spread.calibrated_interval`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
-import numpy as np
-
+from sim.replay.bootstrap import bootstrap_metrics
+from sim.replay.clock import training_clock
 from sim.replay.metrics import METRICS
 from sim.replay.pool import TracePool
-from sim.replay.result import RunResult
 from sim.replay.run import simulate
-from sim.replay.spread import predictive_spread
+from sim.replay.spread import CALIBRATED, calibrated_interval
 
-INTERVAL_METRICS = ("skipped", "below_half_safe")
+INTERVAL_METRICS = tuple(CALIBRATED)
 """The metrics given an interval (names of :data:`sim.replay.metrics.METRICS`)."""
 
 
 def replay_intervals(
-    policy, trace, jittered: RunResult, metrics: Sequence[str] = INTERVAL_METRICS
+    policy, trace, metrics: Sequence[str] = INTERVAL_METRICS, seed: int = 0
 ) -> Dict[str, Dict[str, Any]]:
-    """The predictive spread of each of ``metrics`` for ``policy`` over ``trace``.
+    """The predictive interval of each of ``metrics`` for ``policy`` over ``trace``, at its
+    calibrated level (:data:`sim.replay.spread.CALIBRATED`).
 
     Args:
         policy: the replayed policy.
         trace (Trace or TracePool): the recording(s) of one model.
-        jittered (RunResult): ``policy``'s jittered runs over ``trace``
-            (:func:`sim.replay.pool.simulate_pooled`), whose 5-95% spread the interval holds.
-        metrics (sequence of str, default :data:`INTERVAL_METRICS`): per-run metrics.
+        metrics (sequence of str, default :data:`INTERVAL_METRICS`): metrics with a calibrated
+            factor (:data:`sim.replay.spread.CALIBRATED`).
+        seed (int, default 0): seed of the bootstrap, >= 0.
 
     Returns:
-        dict metric -> ``low``, ``high``, ``level`` (None from one recording),
-        ``recordings`` (how many) and ``each`` (each recording's exact replay).
+        dict metric -> ``low``, ``high``, ``level`` (the calibrated one), ``recordings`` (how
+        many) and ``each`` (each recording's exact replay).
     """
+    for metric in metrics:
+        if metric not in CALIBRATED:
+            raise ValueError(f"metrics must be among {', '.join(CALIBRATED)}, got {metric!r}")
     recordings = trace.traces if isinstance(trace, TracePool) else [trace]
-    exact = [simulate(policy, t, runs=1, jitter=0.0).metrics for t in recordings]
+    exact = [simulate(policy, t, runs=1, jitter=0.0, progress=False).metrics for t in recordings]
+    drawn = bootstrap_metrics(policy, recordings, metrics, seed)
+    steps = training_clock(recordings[0]).steps
     out = {}
     for metric in metrics:
-        if METRICS[metric].kind not in ("count", "share"):
-            raise ValueError(f"metrics must be counts or shares, got {metric!r}")
+        share = METRICS[metric].kind == "share"
         each = [float(m[metric][0]) for m in exact]
-        spread = tuple(np.nanpercentile(jittered.metrics[metric], [5, 95]).tolist())
-        top = 1.0 if METRICS[metric].kind == "share" else float(jittered.steps)
+        low, high = calibrated_interval(
+            each,
+            drawn[metric],
+            CALIBRATED[metric][0],
+            unit=1 / steps if share else 1.0,
+            top=1.0 if share else float(steps),
+        )
         out[metric] = {
-            **predictive_spread(each, spread, top),
+            "low": low,
+            "high": high,
+            "level": CALIBRATED[metric][1],
             "recordings": len(recordings),
             "each": each,
         }

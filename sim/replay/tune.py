@@ -7,7 +7,6 @@ import math
 from typing import Any, Dict, Mapping
 
 from sim.replay.intervals import replay_intervals
-from sim.replay.pool import simulate_pooled
 from sim.replay.selection import (
     DYNAMIC_GRID,
     FLUSH_MEANS,
@@ -99,7 +98,7 @@ def tune(
         {
             "trace": name,
             "which": which,
-            "intervals": _intervals(make, grid, setting, trace, runs, seed, jitter),
+            "intervals": _intervals(make, grid, setting, trace, seed),
         }
         for name, trace in traces.items()
         for which, setting in (("chosen", chosen), ("default", default))
@@ -133,14 +132,10 @@ def _by_trace(rows, grid, chosen, default) -> list:
     ]
 
 
-def _intervals(make, grid, setting, trace, runs: int, seed: int, jitter: float) -> dict:
+def _intervals(make, grid, setting, trace, seed: int) -> dict:
     """:func:`sim.replay.intervals.replay_intervals` of the policy ``make`` with ``setting``'s
-    values of ``grid`` over ``trace``, from ``runs`` jittered runs.
-
-    Not split: the replay's arguments, passed through."""
-    policy = make(**{k: setting[k] for k in grid})
-    (result,) = simulate_pooled([policy], trace, runs, seed, jitter)
-    return replay_intervals(policy, trace, result)
+    values of ``grid`` over ``trace``."""
+    return replay_intervals(make(**{k: setting[k] for k in grid}), trace, seed=seed)
 
 
 def flush_notes(rows, chosen, default) -> list:
