@@ -96,6 +96,17 @@ def markdown(result: Dict[str, Any]) -> str:
         for r in rows
         if r["from"] == "all"
     ]
+    cases = [
+        {
+            **c,
+            "metric": m,
+            "value": _value(m, c["value"]),
+            "target": _value(m, c["target"]),
+            "sd": _value(m, float(np.std(c["drawn"], ddof=1))),
+        }
+        for m, found in result["cases"].items()
+        for c in found
+    ]
     return "\n".join(
         [
             "Calibration (the factor times the bootstrap's spread; level: the share of the "
@@ -106,6 +117,15 @@ def markdown(result: Dict[str, Any]) -> str:
                 factors,
                 ["metric", "cases", "factor", "level", "stored"],
                 ["metric", "cases", "factor", "level", "stored"],
+            ),
+            "",
+            "The calibration cases (one recording's exact replay, the other's, and the "
+            "standard deviation over the first one's bootstrapped draws):",
+            "",
+            markdown_table(
+                cases,
+                ["model", "policy", "metric", "value", "target", "sd"],
+                ["model", "policy", "metric", "one recording", "the other", "bootstrap sd"],
             ),
             "",
             "Held-out real runs (goal for skipped steps from both recordings: at least 90% "
