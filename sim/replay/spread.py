@@ -116,7 +116,7 @@ moved), the factor holds all the others and the level is the share it holds
 (:func:`calibration_factor`). Made and checked by ``python -m benchmarks.bench_interval``
 (reports/interval.md), to three decimals: the skipped steps held 90% of 28 cases; the
 below-half share 85% (on sequence_lstm one recording's replays under DynamicScale spend 0% of
-steps below half the safe scale in every draw, the other batch order's 5-75%)."""
+steps below half the safe scale in every draw, the other batch order's 5.3-74.6%)."""
 
 
 def spread_sd(values: Sequence[float], drawn: Sequence[float], unit: float) -> float:
@@ -133,7 +133,8 @@ def spread_sd(values: Sequence[float], drawn: Sequence[float], unit: float) -> f
 def calibrated_interval(
     values: Sequence[float], drawn: Sequence[float], factor: float, unit: float, top: float
 ) -> Tuple[float, float]:
-    """The :data:`LEVEL` interval of a metric in a batch order no recording saw.
+    """The interval of a metric in a batch order no recording saw, at the level ``factor`` was
+    calibrated to (:data:`CALIBRATED`).
 
     Centred on the mean of the recordings' exact replays ``values``; its half-width is
     ``z * sd * sqrt(1 + 1/n)`` (``z`` the normal quantile of :data:`LEVEL`, ``n`` recordings)
