@@ -135,9 +135,7 @@ def _by_trace(rows, grid, chosen, default) -> list:
 
 def _intervals(make, grid, setting, trace, runs: int, seed: int, jitter: float) -> dict:
     """:func:`sim.replay.intervals.replay_intervals` of the policy ``make`` with ``setting``'s
-    values of ``grid`` over ``trace``, from ``runs`` jittered runs.
-
-    Not split: the replay's arguments, passed through."""
+    values of ``grid`` over ``trace``, from ``runs`` jittered runs."""
     policy = make(**{k: setting[k] for k in grid})
     (result,) = simulate_pooled([policy], trace, runs, seed, jitter)
     return replay_intervals(policy, trace, result)
