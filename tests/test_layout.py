@@ -7,6 +7,8 @@ split by job."""
 import ast
 import io
 import re
+import shutil
+import subprocess
 import tokenize
 
 import pytest
@@ -197,3 +199,31 @@ def test_the_suppression_check_finds_a_planted_noqa():
     )
     found = complexity_suppressions(source, "m.py")
     assert found == [f"m.py:{f}" for f in ("f", "g", "h", "10")]
+
+
+def test_ruff_refuses_a_planted_function_over_each_limit(tmp_path):
+    """The project's ruff configuration, on a planted file: a function of 9 parameters, one of
+    13 branches in a row (complexity 14), one of 51 statements; one at the limits passes."""
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (the dev extra)")
+    ifs = "".join(f"    if a == {i}:\n        return {i}\n" for i in range(13))
+    lines = "".join(f"    x{i} = {i}\n" for i in range(51))  # the return not counted
+    source = (
+        "def many(a, b, c, d, e, f, g, h, i):\n    return a\n\n\n"
+        f"def branchy(a):\n{ifs}    return a\n\n\n"
+        f"def long(a):\n{lines}    return a\n\n\n"
+        "def eight(a, b, c, d, e, f, g, h):\n    return a\n"
+    )
+    (tmp_path / "planted.py").write_text(source)
+    command = [ruff, "check", "--no-cache", "--config", str(ROOT / "pyproject.toml")]
+    command += ["--select", ",".join(COMPLEXITY), "--output-format", "concise", "planted.py"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    defs = {i: line[4:].split("(")[0] for i, line in enumerate(source.splitlines(), 1)}
+    found = re.findall(r"^planted\.py:(\d+):\d+: (\w+) ", done.stdout, re.M)
+    assert {(defs.get(int(line)), code) for line, code in found} == {
+        ("many", "PLR0913"),
+        ("branchy", "C901"),
+        ("branchy", "PLR0912"),
+        ("long", "PLR0915"),
+    }, done.stdout + done.stderr
