@@ -34,7 +34,7 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
         inside) and ``recordings`` (model, batch order, steps overflowing at 2**15, same as
         shipped).
     """
-    from sim.nnabla_studies.real_traces import QUICK_STEPS, record_all
+    from sim.nnabla_studies.real_traces import QUICK_STEPS, plan_tasks, record_all
     from sim.replay.pool import TracePool
     from sim.replay.predictions import prediction_rows
     from sim.report.experiments import ReportConfig
@@ -49,10 +49,9 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
     with tempfile.TemporaryDirectory() as tmp:
         record_all(
             tmp,
-            steps=QUICK_STEPS if quick else None,
-            models=MODELS,
-            policy_runs=quick,
-            recordings=orders,
+            plan_tasks(
+                QUICK_STEPS if quick else None, models=MODELS, policy_runs=quick, recordings=orders
+            ),
             jobs=jobs,
             recorder_options=dict(per_parameter=False),  # overflow probes only
             probes=Probes(overflow=True),

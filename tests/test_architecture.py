@@ -1,7 +1,8 @@
 """The architecture the folders show: every arrow runs sim -> updater, no import cycles between
 modules or between packages, the NumPy layers never reach nnabla or the driver, nnabla only in
-the library and in sim.nnabla_studies, no module over 400 lines (benchmarks, examples and tests
-too)."""
+the library and in sim.nnabla_studies, sim never naming the driver, the driver in layers
+(:data:`DRIVER_LAYERS`). The layout of the code (sizes, the formatter, ruff's complexity rules)
+is tests/test_layout.py's."""
 
 import ast
 import subprocess
@@ -174,14 +175,46 @@ def test_only_the_nnabla_studies_name_nnabla_in_sim():
             assert not any(n.split(".")[0] == "nnabla" for n in names), name
 
 
+SIM_REFUSED = ("updater.driver", "updater.runtime")
+"""What sim never imports, the packages themselves included (``from updater import driver``)."""
+SIM_PUBLIC = ("updater.amp",)
+"""What sim imports by its public name only, never a module inside."""
+
+
+def sim_reaches_inside(names) -> list:
+    """The imported ``names`` (:func:`imported_names` of a module of sim) that reach the nnabla
+    side past its public names: :data:`SIM_REFUSED` or a module in it, a module inside
+    :data:`SIM_PUBLIC`."""
+    inside = tuple(f"{p}." for p in (*SIM_REFUSED, *SIM_PUBLIC))
+    return sorted(n for n in names if n in SIM_REFUSED or n.startswith(inside))
+
+
 def test_sim_reaches_the_nnabla_side_only_through_its_public_names():
-    """sim (the nnabla studies included) imports the driver, the runtime and amp by their
-    public names (``from updater import ...``, ``updater.amp``), never their modules
-    (updater.driver.probes, ...)."""
-    inside = tuple(f"{side}." for side in NNABLA_SIDE)
+    """sim (the nnabla studies included) imports the driver and the runtime by their public
+    names (``from updater import DynamicLossScalingUpdater``) and amp as ``updater.amp``, never
+    their modules (``updater.driver.recording.probes``) nor the packages themselves."""
     for name, path in module_files(("sim",)).items():
-        names = imported_names(name, path)
-        assert not any(n.startswith(inside) for n in names), name
+        assert not sim_reaches_inside(imported_names(name, path)), name
+
+
+@pytest.mark.parametrize(
+    ("source", "refused"),
+    [
+        ("from updater import driver", ["updater.driver"]),
+        ("import updater.driver", ["updater.driver"]),
+        ("from updater.driver import updater", ["updater.driver", "updater.driver.updater"]),
+        ("from updater import runtime", ["updater.runtime"]),
+        ("from updater.amp import rewrite", ["updater.amp.rewrite"]),
+        ("from updater import amp, DynamicLossScalingUpdater, Probes", []),
+        ("import updater.amp\nfrom updater.trace import Trace", []),
+    ],
+)
+def test_the_sim_check_refuses_a_planted_import(tmp_path, source, refused):
+    """``from updater import driver`` names ``updater.driver``, which the older check (modules
+    inside the driver only) let through."""
+    path = tmp_path / "planted.py"
+    path.write_text(source + "\n")
+    assert sim_reaches_inside(imported_names("sim.planted", path)) == refused
 
 
 def test_no_import_cycles_between_modules():
@@ -220,86 +253,119 @@ def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_module_over_400_lines():
-    """A module past 400 lines is split by job (see README, layout): the packages, the
-    benchmarks, the examples and the tests."""
-    files = {**module_files(), **module_files(("benchmarks", "examples", "tests"))}
-    lengths = {name: len(path.read_text().splitlines()) for name, path in files.items()}
-    assert not {name: n for name, n in lengths.items() if n > 400}
+DRIVER = "updater.driver"
+DRIVER_LAYERS = (
+    ("arrays", "flat", "function_roles", "records", "solver_group", "value_ranges"),
+    ("checks",),
+    ("arguments", "options", "probe_options"),
+    ("rounds", "forward_state", "gradient_work", "outside_forward"),
+    ("recording",),
+    ("attempts",),
+    ("assembly",),
+    ("updater", "attributes", "call_order", "saved_state"),
+)
+"""The driver's layers, bottom up, by module or subpackage (``checks`` is every module of
+``updater/driver/checks/``): a module imports only from its own layer or below.
+
+1. nnabla's facts and the records: arrays and their reads, concatenations, what each function
+   does with its inputs (and the values each input may hold), the step's records, the solver
+   group; they know nothing of a step.
+2. ``checks``: one finite-check path per module, on the arrays.
+3. The options: what the user passes, checked (the options record, the scale and policy
+   arguments, the option ``probes``). Above ``checks`` because ``finite_check`` takes the names
+   of its paths (:data:`updater.driver.checks.PATHS`), below every mechanism it configures: each
+   reads the live record at use, none is imported by it (the option ``probes`` was
+   ``recording/options.py``, which made the record import the recording package).
+4. The step's mechanisms: the rounds, the forward state, the gradient work, the watch on a
+   forward of the user's own.
+5. ``recording``: the recorder's hook and probes, which run the rounds again.
+6. ``attempts``: an iteration's attempts and verdict, over the mechanisms and the hook.
+7. ``assembly``: the collaborators built from the options.
+8. The updater: the class, its attributes, its staged calls' order and its saved state.
+
+The reviewers' order (issue 51) with the options placed, and the modules it did not name put
+where what they import and what imports them allow."""
 
 
-DATA_TABLES = ("updater/common/npz.py", "tests/updater/runtime/test_comm.py")
-"""The files whose one ``# fmt: skip`` keeps a table of data in rows (a dict of file kinds; a
-parametrize table)."""
+def driver_layer(module: str, layers=DRIVER_LAYERS):
+    """The index in ``layers`` of a module of the driver, None for one in no layer (the
+    driver's ``__init__`` is below all: it imports nothing)."""
+    if module == DRIVER:
+        return -1
+    room = module[len(DRIVER) + 1 :].split(".")[0]
+    return next((i for i, rooms in enumerate(layers) if room in rooms), None)
 
 
-def test_no_fmt_skip_packing():
-    """The code is laid out by the formatter: no ``# fmt: skip`` but one per table of data
-    (:data:`DATA_TABLES`); the 400-line rule then counts the formatter's lines."""
-    roots = ("updater", "sim", "benchmarks", "examples", "tests")
-    found = [
-        f"{path.relative_to(ROOT)}:{i}"
-        for root in roots
-        for path in (ROOT / root).rglob("*.py")
-        for i, line in enumerate(path.read_text().splitlines(), 1)
-        if line.rstrip().endswith("# fmt: skip")
-    ]
-    assert sorted(f.split(":")[0] for f in found) == sorted(DATA_TABLES), found
-
-
-MAX_FUNCTION_LINES = 60
-MAX_PARAMETERS = 8
-NOT_SPLIT = "Not split: "
-"""How a docstring gives the one-line reason a function stays over the limits."""
-
-
-def oversized_functions(path) -> list:
-    """The functions of ``path`` over :data:`MAX_FUNCTION_LINES` lines (its docstring not
-    counted) or over :data:`MAX_PARAMETERS` parameters (``self`` not counted) whose docstring
-    gives no :data:`NOT_SPLIT` reason."""
+def layer_violations(graph: dict, layers=DRIVER_LAYERS) -> list:
+    """``"a -> b"`` for each import of the driver's module ``a`` from a higher layer ``b`` of
+    ``layers``, and ``"a: no layer"`` for a module of the driver they do not place."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    for name, deps in sorted(graph.items()):
+        if name != DRIVER and not name.startswith(DRIVER + "."):
             continue
-        a = node.args
-        names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-        count = len(names) + bool(a.vararg) + bool(a.kwarg) - (names[:1] in (["self"], ["cls"]))
-        doc = ast.get_docstring(node, clean=False)
-        lines = node.end_lineno - node.lineno + 1
-        if doc is not None:
-            lines -= node.body[0].end_lineno - node.body[0].lineno + 1
-        too_big = lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS
-        if too_big and NOT_SPLIT not in (doc or ""):
-            found.append(f"{node.name} ({lines} lines, {count} parameters)")
+        own = driver_layer(name, layers)
+        if own is None:
+            found.append(f"{name}: no layer")
+            continue
+        inside = (d for d in sorted(deps) if d.startswith(DRIVER + "."))
+        found += [f"{name} -> {d}" for d in inside if (driver_layer(d, layers) or 0) > own]
     return found
 
 
-@pytest.mark.parametrize("package", ["sim", "updater"])
-def test_long_functions_are_split_or_say_why(package):
-    """A function over 60 lines or 8 parameters is split by job or says why not in one line."""
-    bad = {
-        name: f
-        for name, path in module_files((package,)).items()
-        if (f := oversized_functions(path))
-    }
-    assert not bad
-
-
-def test_the_size_check_catches_a_long_function_and_passes_a_reasoned_one(tmp_path):
-    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))  # with def: 60
-    path = tmp_path / "m.py"
-    path.write_text(f'def f(a, b, c, d, e, f, g, h):\n    """Doc."""\n{body}')
-    assert oversized_functions(path) == []  # at both limits
-    path.write_text(f'def f(a):\n    """Doc."""\n{body}    x = 0\n')
-    assert oversized_functions(path) == [f"f ({MAX_FUNCTION_LINES + 1} lines, 1 parameters)"]
-    path.write_text("def f(a, b, c, d, e, f, g, h, i):\n    pass\n")
-    assert oversized_functions(path) == ["f (2 lines, 9 parameters)"]
-    path.write_text(
-        f'def f(a):\n    """Doc.\n\n    {NOT_SPLIT}one loop.\n    """\n{body}    x = 0\n'
+def checks_reading_the_recording(graph: dict) -> list:
+    """The modules of ``checks`` that import the recording: the checks answer what the path
+    read; the recording asks them, never the other way."""
+    checks, recording = f"{DRIVER}.checks", f"{DRIVER}.recording"
+    return sorted(
+        name
+        for name, deps in graph.items()
+        if name.startswith(checks) and any(d.startswith(recording) for d in deps)
     )
-    assert oversized_functions(path) == []
-    path.write_text("class C:\n    def f(self, a, b, c, d, e, f, g, h):\n        pass\n")
-    assert oversized_functions(path) == []  # self is not counted
+
+
+def test_the_driver_imports_only_its_own_layer_or_below():
+    """Every module of the driver has a layer and imports nothing above it (lazy imports and
+    ``TYPE_CHECKING`` ones included); no check reads the recording."""
+    graph = import_graph(module_files())
+    assert layer_violations(graph) == []
+    assert checks_reading_the_recording(graph) == []
+
+
+def planted(name: str, source: str, tmp_path) -> dict:
+    """The import graph with the module ``name`` added, whose source is ``source`` (relative
+    imports resolved from ``name``)."""
+    path = tmp_path / "planted.py"
+    path.write_text(source + "\n")
+    known = module_files()
+    added = {n for n in imported_names(name, path) if n in known} - {name}
+    return {**import_graph(known), name: added}
+
+
+@pytest.mark.parametrize(
+    ("room", "layer", "source", "refused"),
+    [  # a check reading the recording, the options importing what they configure, ...
+        ("checks.planted", None, "from ..recording.hook import Recording", "recording.hook"),
+        ("checks.planted", None, "from .. import recording", "recording"),
+        ("options_two", 2, "from .recording import Recording", "recording"),
+        ("rounds_two", 3, "from .attempts import Pending", "attempts"),
+        ("rounds_two", 3, "from .checks import PATHS\nfrom .options import OPTIONS", None),
+    ],
+)
+def test_the_layer_check_refuses_a_planted_upward_import(tmp_path, room, layer, source, refused):
+    """A module planted in a layer (``layer``: a new room added to that layer) that imports from
+    a higher one is refused, one that imports from its own or lower ones is not; a module in
+    no layer is refused."""
+    layers = [list(rooms) for rooms in DRIVER_LAYERS]
+    if layer is not None:
+        layers[layer].append(room)
+    module = f"{DRIVER}.{room}"
+    graph = planted(module, source, tmp_path)
+    found = layer_violations(graph, tuple(tuple(rooms) for rooms in layers))
+    assert found == ([] if refused is None else [f"{module} -> {DRIVER}.{refused}"])
+    if layer is not None:  # a room the declared layers do not name
+        assert layer_violations(graph) == [f"{module}: no layer"]
+    reads = checks_reading_the_recording(graph)
+    assert reads == ([module] if room.startswith("checks.") else [])
 
 
 def test_the_public_api_is_annotated_and_marked_typed():

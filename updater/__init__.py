@@ -30,6 +30,7 @@ MOVED = {
     "updater.driver.finite_checks": "updater.driver.checks",
     "updater.driver.forward_peak": "updater.driver.recording.forward_peak",
     "updater.driver.probes": "updater.driver.recording.probes",
+    "updater.driver.recording.options": "updater.driver.probe_options",
     "updater.files": "updater.common.npz",
     "updater.float16": "updater.common.float16",
     "updater.policy_state": "updater.policy.state",
@@ -57,7 +58,7 @@ _LAZY = {
     "PRESETS": "updater.policy.presets",
     "make_policy": "updater.policy.presets",
     "GradientRecorder": "updater.trace.recorder",
-    "Probes": "updater.driver.recording.options",
+    "Probes": "updater.driver.probe_options",
     "Trace": "updater.trace",
     "get_context": "updater.runtime.context",
     "MPICommunicator": "updater.runtime.comm",
@@ -71,7 +72,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # what static tools see of _LAZY (tests/updater/driver/test_typed.py: they agree)
     from .driver.forward_state import NonFiniteStatisticsError as NonFiniteStatisticsError
-    from .driver.recording.options import Probes as Probes
+    from .driver.probe_options import Probes as Probes
     from .driver.records import NonFiniteGradientsError as NonFiniteGradientsError
     from .driver.records import StepRecord as StepRecord
     from .driver.solver_group import SolverGroup as SolverGroup

@@ -13,7 +13,7 @@ from sim.cli.progress import StageProgress
 from sim.cli.settings import build_policy, parse_grid, parse_settings, policy_help, policy_list
 from sim.replay.metrics import SUMMARY_COLUMNS, csv_head, csv_value
 from sim.replay.pool import pool_by_name
-from sim.replay.sweep import grid_points, run_sweep
+from sim.replay.sweep import grid_points, labelled, run_sweep
 from sim.report.tables import describe_policy, format_value, na_notes, summary_table
 from sim.tables import terminal_text
 from sim.traces.families import FAMILIES, make_trace
@@ -104,8 +104,8 @@ def run(args) -> int:
             seed=args.seed,
             jitter=args.jitter,
             progress=progress,
-            label=args.policy,
         )
+    rows = labelled(rows, args.policy)
     columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
     print(terminal_text(describe_policy(args.policy, policies[0], swept=grid), first="policy: "))
     print(terminal_text(_grid_line(args, grid, len(combos), names, bool(families))))

@@ -47,6 +47,21 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The ``tune`` subcommand: check, tune, print."""
+    traces = _traces(args)
+    steps = max(t.training_steps for t in traces.values())
+    check_memory(args.subparser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
+    with StageProgress("tune", quiet=args.verbosity < 0) as progress:
+        progress.start(len(traces))
+        found = tune(traces, args.policy, args.runs, args.seed, args.jitter, progress)
+    _print_table(args, traces, found)
+    _print_notes(traces, found)
+    print(found["line"])
+    return 0
+
+
+def _traces(args) -> dict:
+    """The traces of ``--trace`` by name, recordings of one model pooled; the command's error
+    for too few runs to draw across them."""
     parser = args.subparser
     if any(family_name(spec) for spec in args.trace):
         check_memory(parser, args.steps, args.runs, len(TUNED[args.policy][1]) * 8)
@@ -62,11 +77,11 @@ def run(args) -> int:
         )
     if args.runs < max(len(getattr(t, "traces", [t])) for t in traces.values()):
         parser.error("--runs must be at least the number of recordings of one model")
-    steps = max(t.training_steps for t in traces.values())
-    check_memory(parser, steps, args.runs, len(TUNED[args.policy][1]) * 8)
-    with StageProgress("tune", quiet=args.verbosity < 0) as progress:
-        progress.start(len(traces))
-        found = tune(traces, args.policy, args.runs, args.seed, args.jitter, progress)
+    return traces
+
+
+def _print_table(args, traces: dict, found: dict) -> None:
+    """The chosen and the default settings' table (and per trace, with several)."""
     settings = list(TUNED[args.policy][1])
     rows = [{"which": "chosen", **found["chosen"]}, {"which": "default", **found["default"]}]
     for r in rows:
@@ -86,6 +101,10 @@ def run(args) -> int:
         print(
             summary_table([flush_cells(r) for r in found["by_trace"]], columns, with_legend=False)
         )
+
+
+def _print_notes(traces: dict, found: dict) -> None:
+    """The notes of the tuning, of each trace's flushing and its intervals."""
     for note in found["notes"]:
         print(terminal_text(note))
     said = set()  # the chosen's and the default's notes on one trace often read the same
@@ -97,5 +116,3 @@ def run(args) -> int:
     for each in found["intervals"]:
         text = interval_text(each["intervals"])
         print(terminal_text(f"{each['which']}, {each['trace']}: {text}", first="interval: "))
-    print(found["line"])
-    return 0

@@ -133,44 +133,28 @@ def record_model(
     }
 
 
-def record_all(
-    out_dir: Union[str, Path],
+def plan_tasks(
     steps: int | None = None,
     quick: bool = False,
-    seed: int = 0,
     models=MODELS,
     policy_runs: bool = True,
     recordings=RECORDINGS,
     check_orders=CHECK_ORDERS,
-    jobs: int = 1,
-    recorder_options: Dict | None = None,
-    probes=None,
-) -> Dict[str, List[Dict]]:
-    """Record traces of each model into ``out_dir``, one per batch order of ``recordings``, and,
-    with ``policy_runs``, its real runs under :data:`sim.replay.measured.CHECKED_POLICIES` in
-    each batch order of ``check_orders`` (same steps and seed; orders that were not recorded, so
-    the check holds the predictions to training they did not see).
+) -> List[tuple]:
+    """What :func:`record_all` trains: ``(model, steps, batch order, label)``, a recording of
+    each model in each batch order of ``recordings`` (``label`` None) and, with
+    ``policy_runs``, its real runs under :data:`sim.replay.measured.CHECKED_POLICIES` (``label``
+    their name) in each batch order of ``check_orders`` (same steps and seed; orders that were
+    not recorded, so the check holds the predictions to training they did not see).
 
     Args:
-        out_dir (str or Path): folder of the ``.npz`` files.
         steps (int or None): training steps of every model; per-model defaults
             (:data:`DEFAULT_STEPS`) if None, :data:`QUICK_STEPS` with ``quick``.
         quick (bool, default False): a few steps (seconds; for tests and smoke runs).
-        seed (int, default 0): seed of every model.
         models (sequence of str): which models (default all of :data:`MODELS`).
         policy_runs (bool, default True): also train under the checked policies.
         recordings, check_orders (sequences of int): the batch orders recorded and checked
             (:data:`sim.traces.real.RECORDINGS`, :data:`sim.traces.real.CHECK_ORDERS`).
-        jobs (int, default 1): recordings and runs trained at once, each in a process of its own
-            (the results do not depend on it; the seconds do, on a machine with fewer cores).
-        recorder_options (dict or None), probes (updater.Probes or None):
-            :func:`record_model`'s, for every recording.
-
-    Returns:
-        dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
-        model, policy, batch order, steps, skipped, final scale, accuracy, seconds, path).
-
-    Not split: its parameters are the command line's options, each passed through.
     """
     tasks = []
     for name in models:
@@ -180,6 +164,34 @@ def record_all(
             tasks += [
                 (name, n, order, label) for order in check_orders for label in CHECKED_POLICIES
             ]
+    return tasks
+
+
+def record_all(
+    out_dir: Union[str, Path],
+    tasks: List[tuple] | None = None,
+    seed: int = 0,
+    jobs: int = 1,
+    recorder_options: Dict | None = None,
+    probes=None,
+) -> Dict[str, List[Dict]]:
+    """Train the ``tasks`` into ``out_dir``: the traces recorded and the real runs measured.
+
+    Args:
+        out_dir (str or Path): folder of the ``.npz`` files.
+        tasks (list or None, default None): :func:`plan_tasks`'s; None: its defaults (every
+            model, recorded and checked).
+        seed (int, default 0): seed of every model.
+        jobs (int, default 1): recordings and runs trained at once, each in a process of its own
+            (the results do not depend on it; the seconds do, on a machine with fewer cores).
+        recorder_options (dict or None), probes (updater.Probes or None):
+            :func:`record_model`'s, for every recording.
+
+    Returns:
+        dict: ``traces`` (rows of :func:`record_model`) and ``runs`` (one row per measured run:
+        model, policy, batch order, steps, skipped, final scale, accuracy, seconds, path).
+    """
+    tasks = plan_tasks() if tasks is None else tasks
     args = [(task, str(out_dir), seed, recorder_options, probes) for task in tasks]
     if jobs == 1:
         rows = [_train(*a) for a in args]
@@ -330,15 +342,8 @@ def main(argv=None) -> int:
     write the folder's README.md."""
     args = _parser().parse_args(argv)
     out = SHIPPED_DIR if args.out is None else Path(args.out)
-    done = record_all(
-        out,
-        steps=args.steps,
-        quick=args.quick,
-        seed=args.seed,
-        models=args.models,
-        policy_runs=not args.traces_only,
-        jobs=args.jobs,
-    )
+    planned = plan_tasks(args.steps, args.quick, args.models, policy_runs=not args.traces_only)
+    done = record_all(out, planned, seed=args.seed, jobs=args.jobs)
     table = format_table(done["traces"])
     runs = format_table(done["runs"], RUN_COLUMNS) if done["runs"] else ""
     print(table)

@@ -65,55 +65,17 @@ def plot_histogram(
             step n of N>" (steps counted from 1).
         figsize (tuple, default (8, 6)): inches, for a new figure (strip and histogram as two
             rows; on a given ``ax`` the strip is an inset above it).
-
-    Not split: one figure drawn in order (bars, windows, limits, labels), each step a few calls.
     """
-    if step is None:
-        counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
-    else:
-        if not (isinstance(step, (int, np.integer)) and 0 <= step < trace.steps):
-            raise ValueError(f"step must be an int in [0, {trace.steps}), got {step!r}")
-        counts, zeros = trace.counts[step], int(trace.zeros[step])
+    counts, zeros = _histogram_of(trace, step)
     total = counts.sum() + zeros
-    if total == 0:
-        raise ValueError("trace has no values to plot (all counts and zeros are 0)")
     if ax is None:
         fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
         strip, ax = fig.subplots(2, 1, sharex=True, height_ratios=[1, 4])
     else:
         fig = ax.figure
         strip = ax.inset_axes([0.0, 1.03, 1.0, 0.06 + 0.05 * len(scales)], sharex=ax)
-    binades = np.arange(NBINS) + EXP_MIN
-    share = counts / total
-    used = np.flatnonzero(counts)
-    lo_b, hi_b = (binades[used[0]], binades[used[-1]]) if used.size else (-30, 0)
-    ax.bar(
-        binades,
-        share,
-        width=1.0,
-        align="edge",
-        color="0.6",
-        label=f"nonzero values (exact zeros: {zeros / total:.1%} of all)",
-    )
-    ax.set_yscale("log")
-    positive = share[share > 0]
-    ymin = positive.min() / 3 if positive.size else 1e-6
-    ymax = positive.max() if positive.size else 1.0
-    ax.set_ylim(ymin, ymax * 3)
-    ax.yaxis.set_major_formatter(log10_share_ticks())
-    for i, s in enumerate(scales):
-        lo, hi = representable_window(s)
-        look = scale_look(round(math.log2(s)), i)
-        kw = dict(color=look.color, ls=look.ls, lw=1.8)
-        strip.plot([math.log2(lo), math.log2(hi)], [i, i], marker="|", ms=9, **kw)
-        ax.axvline(math.log2(lo), **{**kw, "lw": 1.2})
-        top = f"65504$\\cdot${pow2_label(1 / s)}" if is_pow2(s) else f"{hi:.4g}"
-        ax.plot([], [], **kw, label=f"scale {pow2_label(s)}: [{pow2_label(lo)}, {top}]")
-    strip.set_yticks(range(len(scales)), [pow2_label(s) for s in scales], fontsize="small")
-    strip.set_ylim(len(scales) - 0.4, -0.6)
-    strip.set_ylabel("scale", fontsize="small")
-    strip.tick_params(labelbottom=False)
-    strip.grid(True, axis="x", alpha=0.3)
+    lo_b, hi_b = _draw_bars(ax, counts, zeros, total)
+    _draw_windows(ax, strip, scales)
     xmin = min(lo_b, *(math.log2(representable_window(s)[0]) for s in scales)) - 2
     xmax = max(hi_b + 1, *(math.log2(representable_window(s)[1]) for s in scales)) + 2
     ax.set_xlim(xmin, xmax)
@@ -136,6 +98,60 @@ def plot_histogram(
         title_fontsize="small",
     )
     return fig
+
+
+def _histogram_of(trace: Trace, step) -> tuple:
+    """The binade counts and the exact zeros of ``trace``'s ``step`` (None: all pooled)."""
+    if step is None:
+        counts, zeros = trace.counts.sum(axis=0), int(trace.zeros.sum())
+    else:
+        if not (isinstance(step, (int, np.integer)) and 0 <= step < trace.steps):
+            raise ValueError(f"step must be an int in [0, {trace.steps}), got {step!r}")
+        counts, zeros = trace.counts[step], int(trace.zeros[step])
+    if counts.sum() + zeros == 0:
+        raise ValueError("trace has no values to plot (all counts and zeros are 0)")
+    return counts, zeros
+
+
+def _draw_bars(ax, counts, zeros: int, total) -> tuple:
+    """The bars of each binade's share of all values on a log axis; the lowest and highest
+    binade used (-30, 0 when none is)."""
+    binades = np.arange(NBINS) + EXP_MIN
+    share = counts / total
+    used = np.flatnonzero(counts)
+    ax.bar(
+        binades,
+        share,
+        width=1.0,
+        align="edge",
+        color="0.6",
+        label=f"nonzero values (exact zeros: {zeros / total:.1%} of all)",
+    )
+    ax.set_yscale("log")
+    positive = share[share > 0]
+    ymin = positive.min() / 3 if positive.size else 1e-6
+    ymax = positive.max() if positive.size else 1.0
+    ax.set_ylim(ymin, ymax * 3)
+    ax.yaxis.set_major_formatter(log10_share_ticks())
+    return (binades[used[0]], binades[used[-1]]) if used.size else (-30, 0)
+
+
+def _draw_windows(ax, strip, scales) -> None:
+    """Each scale's representable window as a bar in the ``strip`` and its flush limit as a
+    line over the histogram, in the scale's look, with its legend entry."""
+    for i, s in enumerate(scales):
+        lo, hi = representable_window(s)
+        look = scale_look(round(math.log2(s)), i)
+        kw = dict(color=look.color, ls=look.ls, lw=1.8)
+        strip.plot([math.log2(lo), math.log2(hi)], [i, i], marker="|", ms=9, **kw)
+        ax.axvline(math.log2(lo), **{**kw, "lw": 1.2})
+        top = f"65504$\\cdot${pow2_label(1 / s)}" if is_pow2(s) else f"{hi:.4g}"
+        ax.plot([], [], **kw, label=f"scale {pow2_label(s)}: [{pow2_label(lo)}, {top}]")
+    strip.set_yticks(range(len(scales)), [pow2_label(s) for s in scales], fontsize="small")
+    strip.set_ylim(len(scales) - 0.4, -0.6)
+    strip.set_ylabel("scale", fontsize="small")
+    strip.tick_params(labelbottom=False)
+    strip.grid(True, axis="x", alpha=0.3)
 
 
 # ---------------------------------------------------------------- underflow against scale
@@ -195,44 +211,14 @@ def plot_underflow_vs_scale(
         ax (Axes, optional): draw here; default a new figure.
         title (str): the axes title.
         figsize (tuple, default (8, 5.5)): inches, for a new figure.
-
-    Not split: one figure drawn in order (one line per source, the limits, labels).
     """
     if not sources:
         raise ValueError("sources must hold at least one trace or array, got none")
     fig, ax = new_axes(ax, figsize)
     k = np.asarray(list(exponents), dtype=np.int64)
-    scales = np.exp2(k.astype(float))
     stacked: Dict[float, int] = {}
     for i, (label, src) in enumerate(sources.items()):
-        label = literal(label)
-        share = underflow_curve(src, k)
-        limit = first_overflow_scale(src)
-        zero = np.flatnonzero(share <= 0)
-        if zero.size and scales[zero[0]] < limit:  # past the overflow it says nothing useful
-            label += f" (0 from {pow2_label(scales[zero[0]])} on)"
-        share = np.where(share > 0, share, np.nan)  # a share of 0 ends the line
-        look = nth_look(i)
-        ok = scales < limit
-        kw = look.line(ms=5, lw=1.3)
-        ax.plot(np.where(ok, scales, np.nan), share, label=label, **kw)
-        tail = ~ok
-        tail[max(np.argmax(tail) - 1, 0)] |= tail.any()  # join the pale part to the line
-        ax.plot(np.where(tail, scales, np.nan), share, alpha=0.3, **kw)
-        if scales[0] <= limit <= scales[-1]:
-            near = next((x for x in stacked if abs(math.log2(x / limit)) < 0.3), limit)
-            j = stacked[near] = stacked.get(near, -1) + 1
-            if j == 0:  # one line per limit: coinciding limits stack their markers on it
-                ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
-            ax.plot(
-                [limit],
-                [1.0 - 0.045 * j],
-                marker=look.marker,
-                color=look.color,
-                ms=7,
-                transform=ax.get_xaxis_transform(),
-                clip_on=False,
-            )
+        _draw_source(ax, nth_look(i), literal(label), src, k, stacked)
     legend_note(
         ax,
         "vertical line, marker on top: the largest\ngradient overflows from there on "
@@ -255,3 +241,36 @@ def plot_underflow_vs_scale(
         title_fontsize="small",
     )
     return fig
+
+
+def _draw_source(ax, look, label: str, src, k, stacked: Dict[float, int]) -> None:
+    """One source's line of flushed shares at scales ``2**k`` in ``look``, pale past its
+    :func:`first_overflow_scale`, which a line topped by its marker marks (``stacked``: how
+    many markers each limit drawn so far carries)."""
+    scales = np.exp2(k.astype(float))
+    share = underflow_curve(src, k)
+    limit = first_overflow_scale(src)
+    zero = np.flatnonzero(share <= 0)
+    if zero.size and scales[zero[0]] < limit:  # past the overflow it says nothing useful
+        label += f" (0 from {pow2_label(scales[zero[0]])} on)"
+    share = np.where(share > 0, share, np.nan)  # a share of 0 ends the line
+    ok = scales < limit
+    kw = look.line(ms=5, lw=1.3)
+    ax.plot(np.where(ok, scales, np.nan), share, label=label, **kw)
+    tail = ~ok
+    tail[max(np.argmax(tail) - 1, 0)] |= tail.any()  # join the pale part to the line
+    ax.plot(np.where(tail, scales, np.nan), share, alpha=0.3, **kw)
+    if scales[0] <= limit <= scales[-1]:
+        near = next((x for x in stacked if abs(math.log2(x / limit)) < 0.3), limit)
+        j = stacked[near] = stacked.get(near, -1) + 1
+        if j == 0:  # one line per limit: coinciding limits stack their markers on it
+            ax.axvline(limit, color=look.color, ls=look.ls, lw=1.2)
+        ax.plot(
+            [limit],
+            [1.0 - 0.045 * j],
+            marker=look.marker,
+            color=look.color,
+            ms=7,
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+        )

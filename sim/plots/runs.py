@@ -58,8 +58,6 @@ def plot_policy_comparison(
         ax (Axes, optional), title (str, optional), figsize: as in :func:`plot_trajectory`.
         yscale (str, optional): "linear" or "log"; default :data:`METRIC_YSCALE`.
         legend (bool, default True): draw a legend of the policies on this axes.
-
-    Not split: one figure drawn in order (a panel per metric, the shared legend).
     """
     if metric not in METRIC_LABELS:
         raise ValueError(f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}")
@@ -73,42 +71,10 @@ def plot_policy_comparison(
     labels = list(dict.fromkeys(lab for _, lab in points))
     fig, ax = new_axes(ax, figsize)
     ax.set_yscale(yscale)
-    width = 0.8 / len(labels)
     x = np.arange(len(families))
-    bottom = ax.get_xaxis_transform()  # x in data, y in axes fraction
-    for j, label in enumerate(labels):
-        v, lo, hi = np.array([points.get((f, label), (np.nan,) * 3) for f in families]).T
-        xj = x + (j - (len(labels) - 1) / 2) * width
-        look = policy_look(label, j)
-        c = look.color
-        shown = np.where((v > 0) | (yscale == "linear"), v, np.nan)
-        ax.errorbar(
-            xj,
-            shown,
-            yerr=np.maximum(np.array([v - lo, hi - v]), 0.0),  # a mean may round past them
-            fmt=look.marker,
-            color=c,
-            ms=6,
-            capsize=3,
-            label=literal(label),
-        )
-        for xi, vi in zip(xj, v):
-            if vi == 0 and yscale == "log":
-                ax.text(xi, 0.01, "0", transform=bottom, color=c, ha="center", va="bottom")
-    for i, f in enumerate(families):
-        group = [points.get((f, lab), (np.nan,) * 3) for lab in labels]
-        if all(hi == 0 for _, _, hi in group):
-            ax.text(
-                x[i],
-                0.12,
-                "all 0",
-                transform=bottom,
-                ha="center",
-                va="bottom",
-                bbox=dict(fc="white", ec="0.6", boxstyle="round"),
-            )
-        if i:
-            ax.axvline(i - 0.5, color="0.85", lw=0.8)
+    for j in range(len(labels)):
+        _draw_policy(ax, points, families, labels, j, x, yscale)
+    _mark_families(ax, points, families, labels, x)
     ax.set_xticks(x)
     ax.set_xticklabels(
         [literal(f) for f in families], rotation=20, ha="right", rotation_mode="anchor"
@@ -123,6 +89,50 @@ def plot_policy_comparison(
         note = "\n".join([*SPREAD_NOTE.split("; "), *coincide_notes(points, [metric])])
         legend_right(ax, title=note, title_fontsize="small")
     return fig
+
+
+def _draw_policy(ax, points, families, labels, j: int, x, yscale: str) -> None:
+    """The dots and bars of policy ``labels[j]`` over the ``families`` at ``x`` (its place in
+    each group), a "0" at the bottom for a dot at 0 on a log axis."""
+    label, width = labels[j], 0.8 / len(labels)
+    bottom = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    v, lo, hi = np.array([points.get((f, label), (np.nan,) * 3) for f in families]).T
+    xj = x + (j - (len(labels) - 1) / 2) * width
+    look = policy_look(label, j)
+    c = look.color
+    shown = np.where((v > 0) | (yscale == "linear"), v, np.nan)
+    ax.errorbar(
+        xj,
+        shown,
+        yerr=np.maximum(np.array([v - lo, hi - v]), 0.0),  # a mean may round past them
+        fmt=look.marker,
+        color=c,
+        ms=6,
+        capsize=3,
+        label=literal(label),
+    )
+    for xi, vi in zip(xj, v):
+        if vi == 0 and yscale == "log":
+            ax.text(xi, 0.01, "0", transform=bottom, color=c, ha="center", va="bottom")
+
+
+def _mark_families(ax, points, families, labels, x) -> None:
+    """A family where every policy is 0 labelled "all 0"; a line between the families."""
+    bottom = ax.get_xaxis_transform()
+    for i, f in enumerate(families):
+        group = [points.get((f, lab), (np.nan,) * 3) for lab in labels]
+        if all(hi == 0 for _, _, hi in group):
+            ax.text(
+                x[i],
+                0.12,
+                "all 0",
+                transform=bottom,
+                ha="center",
+                va="bottom",
+                bbox=dict(fc="white", ec="0.6", boxstyle="round"),
+            )
+        if i:
+            ax.axvline(i - 0.5, color="0.85", lw=0.8)
 
 
 def _points(rows, metric: str) -> Dict[tuple, tuple]:

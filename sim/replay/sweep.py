@@ -36,7 +36,6 @@ def run_sweep(
     jitter: float,
     progress=None,
     stage: str = "{trace}: {settings} settings x {runs} runs x {steps} steps",
-    label: str | None = None,
 ) -> List[Dict[str, Any]]:
     """Run ``policies[i]`` (made from grid point ``points[i]``) on every trace.
 
@@ -54,13 +53,11 @@ def run_sweep(
             ``stage(name)``) is told one stage per trace.
         stage (str): the stage name, formatted with ``trace``, ``settings`` (how many),
             ``runs``, ``steps`` and ``jitter``.
-        label (str, optional): the rows' ``label``; default the grid point's index.
 
     Returns:
         list of dicts, trace by trace and in grid order within a trace: the grid point's
-        settings followed by :meth:`sim.replay.result.RunResult.summary`.
-
-    Not split: its parameters are :func:`simulate_pooled`'s, passed through for every grid point.
+        settings followed by :meth:`sim.replay.result.RunResult.summary` (whose ``label`` is
+        the grid point's index; :func:`labelled` gives the rows another).
     """
     if len(policies) != len(points):
         raise ValueError(
@@ -81,13 +78,14 @@ def run_sweep(
             labels=[str(i) for i in range(len(policies))],
             progress=progress,
         )
-        for point, result in zip(points, results):
-            row = {**point, **result.summary()}
-            if label is not None:
-                row["label"] = label
-            rows.append(row)
+        rows += [{**point, **result.summary()} for point, result in zip(points, results)]
         del trace, results  # a lazily made next trace need not share memory with this one
     return rows
+
+
+def labelled(rows: List[Dict[str, Any]], label: str) -> List[Dict[str, Any]]:
+    """The :func:`run_sweep` ``rows`` with ``label`` as their ``label`` (in its place)."""
+    return [{**row, "label": label} for row in rows]
 
 
 def sweep_grid(

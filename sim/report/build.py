@@ -46,6 +46,23 @@ def _chosen(dynamic_rows, headroom_rows, jitter):
     return choose_defaults(dynamic_rows, [r for r in headroom_rows if r["jitter"] == jitter])
 
 
+def _check_targets(out: Path, traces, overwrite: bool) -> None:
+    """Before any work: every file the report writes into ``out`` may be written
+    (:func:`updater.common.writing.check_target`); ``out`` made."""
+    for name in [*figure_plan(traces), "README.md"]:
+        check_target(out / name, overwrite, kind=kind_by_suffix(name))
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _forward_lines(pools) -> dict:
+    """The forward pass's headroom line of each real recording, by ``(model, batch order)``."""
+    return {
+        (name, k): forward_headroom_line(t)
+        for name, pool in pools.items()
+        for k, t in zip(RECORDINGS, pool.traces)
+    }
+
+
 def build_report(
     out_dir: Union[str, Path] = "reports",
     config: ReportConfig = FULL,
@@ -68,8 +85,6 @@ def build_report(
         dict with ``files`` (paths written), ``data`` (the :class:`ReportData` the text was
         rendered from) and, from it, ``compare`` (summary rows), ``dynamic_sweep``,
         ``headroom_sweep``, ``ssd`` (exact SSD numbers) and ``chosen`` (picked settings).
-
-    Not split: the report's stages in order, each one call.
     """
     if not isinstance(config, ReportConfig):
         raise TypeError(f"config must be a ReportConfig, got {type(config).__name__}")
@@ -77,9 +92,7 @@ def build_report(
     pools = load_real_pools(config)
     real = {model: pool.traces[0] for model, pool in pools.items()}  # the first recordings
     traces = {**make_traces(config), **real}
-    for name in [*figure_plan(traces), "README.md"]:
-        check_target(out / name, overwrite, kind=kind_by_suffix(name))
-    out.mkdir(parents=True, exist_ok=True)
+    _check_targets(out, traces, overwrite)
     # per trace: compare, 3 sweeps; figures; SSD; predictions
     tell(progress, "start", 4 * len(traces) + 2 + bool(real))
 
@@ -104,11 +117,7 @@ def build_report(
         predictions=predictions(config, pools),
         measured=measured_rows(config, real),
         layers={name: layer_needs(t) for name, t in real.items()},
-        forward={
-            (name, k): forward_headroom_line(t)
-            for name, pool in pools.items()
-            for k, t in zip(RECORDINGS, pool.traces)
-        },
+        forward=_forward_lines(pools),
         **sweeps,
     )
     tell(progress, "stage", "exact float16 counts on SSD samples; README.md")

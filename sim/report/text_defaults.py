@@ -33,26 +33,7 @@ def sweep_table(rows: Sequence[Dict[str, Any]], keys: Sequence[str], families) -
 
 def defaults_section(data: ReportData) -> str:
     """The section on choosing the defaults: the rule, each policy's sweep table with its
-    current default and the setting the rule chose, why, and the evidence's limits.
-
-    Not split: the section's prose read top to bottom; each table and paragraph is a helper's.
-    """
-    config, families = data.config, data.family_names
-    dyn, head = DynamicScale(), HeadroomScale()
-    dyn_now = find_row(
-        data.dynamic_sweep,
-        init_scale=dyn.init_scale,
-        growth_interval=dyn.growth_interval,
-        hysteresis=dyn.hysteresis,
-    )
-    main = [r for r in data.headroom_sweep if r["jitter"] == config.jitter]
-    noisy = [r for r in data.headroom_sweep if r["jitter"] != config.jitter]
-    head_now = find_row(main, margin=head.margin, backoff_factor=head.backoff_factor)
-    dyn_best, head_best = data.chosen["dynamic"], data.chosen["headroom"]
-
-    def fv(row, key):
-        return format_value(row[key], name=key)
-
+    current default and the setting the rule chose, why, and the evidence's limits."""
     return f"""\
 ## Choosing the defaults
 
@@ -60,9 +41,37 @@ Rule (`sim.replay.selection.choose`): the setting with the lowest **signal lost*
 the \
 families; among settings within 5% of that lowest mean, the one whose worst family is best; \
 differences below 3% (relative) count as ties, and a tie goes to the setting closest to the \
-current default (smallest sum of |log2(value / default)|). {config.sweep_runs} runs per \
+current default (smallest sum of |log2(value / default)|). {data.config.sweep_runs} runs per \
 setting, same seeds and jitter as above.
 
+{_dynamic_part(data)}
+
+{_headroom_part(data)}
+
+{_what_real_changed(data)}
+
+Limits of this evidence: the synthetic traces are models (log-normal bodies, a calibrated SSD \
+histogram) and the real ones come from {len(data.real)} small models; underflow is counted per \
+value whether or not it matters to training (the paper's SSD values below 2^-27 did not), and a \
+skipped step is counted as losing the whole step. A trace recorded from your own model \
+(`GradientRecorder`, then `dls simulate --trace run.npz`) replays through the same code."""
+
+
+def _fv(row, key) -> str:
+    return format_value(row[key], name=key)
+
+
+def _dynamic_part(data: ReportData) -> str:
+    """DynamicScale's sweep table, its current default and the setting the rule chose, why."""
+    dyn, families = DynamicScale(), data.family_names
+    dyn_now = find_row(
+        data.dynamic_sweep,
+        init_scale=dyn.init_scale,
+        growth_interval=dyn.growth_interval,
+        hysteresis=dyn.hysteresis,
+    )
+    dyn_best = data.chosen["dynamic"]
+    return f"""\
 ### DynamicScale: init_scale x growth_interval x hysteresis
 
 {sweep_table(data.dynamic_sweep, list(DYNAMIC_GRID), families)}
@@ -70,12 +79,22 @@ setting, same seeds and jitter as above.
 Current default (init {format_value(dyn.init_scale, name="init_scale")}, growth_interval \
 {dyn.growth_interval}, hysteresis {dyn.hysteresis}): mean loss {pct(dyn_now["lost_mean"])}, \
 worst {pct(dyn_now["lost_worst"])}. Chosen by the rule: **init_scale=\
-{fv(dyn_best, "init_scale")}, growth_interval={fv(dyn_best, "growth_interval")}, hysteresis=\
-{fv(dyn_best, "hysteresis")}** with mean {pct(dyn_best["lost_mean"])}, worst \
+{_fv(dyn_best, "init_scale")}, growth_interval={_fv(dyn_best, "growth_interval")}, hysteresis=\
+{_fv(dyn_best, "hysteresis")}** with mean {pct(dyn_best["lost_mean"])}, worst \
 {pct(dyn_best["lost_worst"])}.
 
-{_dynamic_why(data.dynamic_sweep, dyn_best, families)}
+{_dynamic_why(data.dynamic_sweep, dyn_best, families)}"""
 
+
+def _headroom_part(data: ReportData) -> str:
+    """HeadroomScale's sweep tables at the jitter and twice it, its current default and the
+    setting the rule chose, why."""
+    config, families, head = data.config, data.family_names, HeadroomScale()
+    main = [r for r in data.headroom_sweep if r["jitter"] == config.jitter]
+    noisy = [r for r in data.headroom_sweep if r["jitter"] != config.jitter]
+    head_now = find_row(main, margin=head.margin, backoff_factor=head.backoff_factor)
+    head_best = data.chosen["headroom"]
+    return f"""\
 ### HeadroomScale: margin x backoff_factor (and twice the jitter)
 
 Jitter {config.jitter}:
@@ -89,18 +108,10 @@ Jitter {2 * config.jitter} (noisier step-to-step gradient size):
 Current default (margin {format_value(head.margin, name="margin")}, backoff_factor \
 {format_value(head.backoff_factor, name="backoff_factor")}): mean loss \
 {pct(head_now["lost_mean"])}, worst {pct(head_now["lost_worst"])}. Chosen by the rule: \
-**margin={fv(head_best, "margin")}, backoff_factor={fv(head_best, "backoff_factor")}** with \
+**margin={_fv(head_best, "margin")}, backoff_factor={_fv(head_best, "backoff_factor")}** with \
 mean {pct(head_best["lost_mean"])}, worst {pct(head_best["lost_worst"])}.
 
-{_headroom_why(main, noisy)}
-
-{_what_real_changed(data)}
-
-Limits of this evidence: the synthetic traces are models (log-normal bodies, a calibrated SSD \
-histogram) and the real ones come from {len(data.real)} small models; underflow is counted per \
-value whether or not it matters to training (the paper's SSD values below 2^-27 did not), and a \
-skipped step is counted as losing the whole step. A trace recorded from your own model \
-(`GradientRecorder`, then `dls simulate --trace run.npz`) replays through the same code."""
+{_headroom_why(main, noisy)}"""
 
 
 def _what_real_changed(data: ReportData) -> str:

@@ -135,7 +135,7 @@ def lognormal_trace(
     return SyntheticTrace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
 
 
-def drifting_trace(
+def drifting_trace(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
     steps: int = 10000,
     values_per_step: int = 2**16,
     log2_mean_start: float = -12.5,
@@ -163,8 +163,6 @@ def drifting_trace(
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
         seed (int, default 0): seed, >= 0.
         name (str, default "drifting"): the trace's label.
-
-    Not split: each parameter is one documented setting of the family.
     """
     check_number("log2_mean_start", log2_mean_start, -70.0, 30.0)
     check_number("log2_mean_end", log2_mean_end, -70.0, 30.0)
@@ -176,7 +174,7 @@ def drifting_trace(
     return SyntheticTrace(counts, zeros, absmax, np.zeros(steps, bool), name=name)
 
 
-def spiky_trace(
+def spiky_trace(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
     steps: int = 10000,
     values_per_step: int = 2**16,
     log2_mean: float = -12.5,
@@ -208,8 +206,6 @@ def spiky_trace(
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
         seed (int, default 0): seed, >= 0.
         name (str, default "spikes"): the trace's label.
-
-    Not split: each parameter is one documented setting of the family.
     """
     check_number("spike_prob", spike_prob, 0.0, 1.0)
     check_int("spike_log2_factor", spike_log2_factor, 1)
@@ -238,7 +234,7 @@ def spiky_trace(
     return SyntheticTrace(counts, base.zeros, absmax, base.nonfinite, name=name)
 
 
-def nan_trace(
+def nan_trace(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
     steps: int = 10000,
     values_per_step: int = 2**16,
     log2_mean: float = -12.5,
@@ -264,8 +260,6 @@ def nan_trace(
         zero_share (float, default 0.0): probability of an exact zero, in [0, 1].
         seed (int, default 0): seed, >= 0.
         name (str, default "nan"): the trace's label.
-
-    Not split: each parameter is one documented setting of the family.
     """
     check_number("nan_prob", nan_prob, 0.0, 1.0)
     base = lognormal_trace(

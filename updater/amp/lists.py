@@ -193,7 +193,7 @@ class AmpLists:
                     raise ValueError(f"{name!r} given twice: in {moved[name]!r} and {arg!r}")
                 moved[name] = arg
         lists = {
-            c: {n for n in getattr(self, c) if n not in moved}
+            c: frozenset(n for n in getattr(self, c) if n not in moved)
             | {n for n, a in moved.items() if a == c}
             for c in CLASSES
         }
@@ -214,7 +214,7 @@ def default_lists(context=None) -> AmpLists:
     for cls, names, _ in GROUPS:
         lists[cls].update(n for n in names.split() if n in function_names())
     lists[_bn_class(context)].update(_BN)
-    return AmpLists(**lists)
+    return AmpLists(**{c: frozenset(names) for c, names in lists.items()})
 
 
 def _bn_class(context) -> str:

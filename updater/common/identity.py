@@ -239,10 +239,10 @@ def _png_proven(data: bytes) -> bool:
         ]
     except ValueError:
         return False
-    proofs = [p for p in proofs if p[2]]
-    if len(proofs) != 1:
+    proven = [(a, b, found) for a, b, found in proofs if found is not None]
+    if len(proven) != 1:
         return False
-    start, end, found = proofs[0]
+    start, end, found = proven[0]
     return found.group(1).decode() == _sha256(data[:start] + data[end:])
 
 

@@ -259,6 +259,23 @@ def _fail(path: Path, what: str, problem: str) -> ValueError:
 def _read_archive(
     f: BinaryIO, fail: Callable[[str], ValueError], limit: int, select: Select | None
 ) -> Tuple[Dict[str, np.ndarray], Dict[str, Tuple[tuple, np.dtype]]]:
+    with _open_archive(f, fail) as archive:
+        declared = _declared_entries(archive, fail, limit)
+        try:
+            wanted = set(declared if select is None else select(declared))
+        except ValueError as e:
+            raise fail(str(e)) from None
+        arrays = {
+            key: _entry(archive, f"{key}.npy", key, fail, _read)
+            for key in declared
+            if key in wanted
+        }
+    return arrays, declared
+
+
+def _open_archive(f: BinaryIO, fail: Callable[[str], ValueError]) -> zipfile.ZipFile:
+    """The zip archive of ``f``; ``fail`` for an empty file, an ``.npy`` or a file without a
+    whole zip directory at its end."""
     head = f.read(6)
     if not head:
         raise fail("the file is empty (0 bytes), not an .npz archive")
@@ -271,37 +288,34 @@ def _read_archive(
             raise zipfile.BadZipFile("the comment is cut short")
     except (zipfile.BadZipFile, EOFError, ValueError):
         raise fail("truncated or not an .npz archive (no zip directory at its end)") from None
-    with archive:
-        names = archive.namelist()
-        twice = sorted(n for n, k in Counter(names).items() if k > 1)
-        if twice:
-            raise fail(f"entries {twice} appear more than once")
-        total = sum(info.file_size for info in archive.infolist())
-        if total > limit:
-            raise fail(
-                f"its arrays would unpack to {total:,} bytes, more than the limit of {limit:,} "
-                "(max_bytes= raises it)"
-            )
-        declared = {}
-        for name in names:
-            if not name.endswith(".npy"):
-                raise fail(f"entry {name!r} is not a NumPy array (.npy)")
-            key = name[: -len(".npy")]
-            if key != NPZ_MARKER:
-                declared[key] = _entry(archive, name, key, fail, _declared)
-                problem = dtype_problem(declared[key][1])
-                if problem:
-                    raise fail(f"array {key!r} {problem}")
-        try:
-            wanted = set(declared if select is None else select(declared))
-        except ValueError as e:
-            raise fail(str(e)) from None
-        arrays = {
-            key: _entry(archive, f"{key}.npy", key, fail, _read)
-            for key in declared
-            if key in wanted
-        }
-    return arrays, declared
+    return archive
+
+
+def _declared_entries(archive: zipfile.ZipFile, fail, limit: int) -> Dict[str, tuple]:
+    """Each array's declared ``(shape, dtype)`` by key (the marker left out), read from the
+    headers; ``fail`` for a name twice, more than ``limit`` bytes unpacked, an entry that is no
+    ``.npy`` or an array of a dtype refused."""
+    names = archive.namelist()
+    twice = sorted(n for n, k in Counter(names).items() if k > 1)
+    if twice:
+        raise fail(f"entries {twice} appear more than once")
+    total = sum(info.file_size for info in archive.infolist())
+    if total > limit:
+        raise fail(
+            f"its arrays would unpack to {total:,} bytes, more than the limit of {limit:,} "
+            "(max_bytes= raises it)"
+        )
+    declared = {}
+    for name in names:
+        if not name.endswith(".npy"):
+            raise fail(f"entry {name!r} is not a NumPy array (.npy)")
+        key = name[: -len(".npy")]
+        if key != NPZ_MARKER:
+            declared[key] = _entry(archive, name, key, fail, _declared)
+            problem = dtype_problem(declared[key][1])
+            if problem:
+                raise fail(f"array {key!r} {problem}")
+    return declared
 
 
 def _read(archive: zipfile.ZipFile, name: str) -> np.ndarray:

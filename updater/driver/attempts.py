@@ -173,10 +173,7 @@ class Attempts:
             self._hand_over(step, policy, seed, tried, overflow_scale)
         if applied and not tried.loss_finite:
             self._count_nonfinite_loss(step)
-        if before is not None and not applied:  # a skipped step leaves the model as it was
-            before.restore()
-        if moved is not None:
-            moved.restore()
+        _put_back(before if not applied else None, moved)
         stays = applied or before is None  # the statistics this step wrote stay
         checked = tried.checked if moved is None else None  # put back to the first's: read again
         return Pending(
@@ -292,3 +289,12 @@ class Attempts:
                 "nonfinite_losses; warned once)",
                 step,
             )
+
+
+def _put_back(before, moved) -> None:
+    """After the attempts: the state copied ``before`` the batch (a skipped step leaves the
+    model as it was), then the state a retry ``moved`` (None: nothing to put back)."""
+    if before is not None:
+        before.restore()
+    if moved is not None:
+        moved.restore()

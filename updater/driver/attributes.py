@@ -19,7 +19,7 @@ from .options import OPTIONS
 
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..trace.recorder import GradientRecorder
-    from .recording.options import Probes
+    from .probe_options import Probes
     from .solver_group import SolverGroup
 
 

@@ -227,88 +227,90 @@ class DeviceStats(FlatGraphs):
     def read(
         self,
         grads,
-        absmax_over,
-        need_absmax,
-        need_sumsq,
-        loss,
-        factor=1.0,
+        absmax_over=None,
+        sumsq_factor=None,
+        loss=None,
         inputs=(),
         statistics=(),
         ranged=(),
     ) -> DeviceReading:
-        """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (list of NdArray, may be
-        empty), ``loss`` (Variable or None), ``factor`` (float, for the sum of squares),
-        ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged`` (``(NdArray, low,
-        high)`` of the bounded inputs); one host read.
-
-        Not split: the graph's parts and the reading of its output must follow one order.
-        """
-        import nnabla.functions as F
-
-        own_top = need_absmax and not absmax_over
-        kind = ("stats", own_top, need_sumsq, loss is not None, tuple(r[1:] for r in ranged))
-
-        def build(views):
-            grad_views, over_views, loss_views, input_views, statistic_views, ranged_views = views
-            factor_var = nn.Variable((1,))
-            factor_var.d = 1.0
-            parts = []
-            if grad_views:
-                g = _flat(grad_views)
-                parts.append(F.sum(F.mul_scalar(g, 0.0)))
-                if own_top:
-                    parts.append(F.max(F.abs(g)))
-                if need_sumsq:
-                    u = F.mul2(g, factor_var)
-                    top = F.reshape(F.max(F.abs(u)), (1,))
-                    floor = F.maximum_scalar(top, TINY)
-                    parts += [top, F.sum(F.pow_scalar(F.div2(u, floor), 2.0))]
-            if over_views:
-                parts.append(F.max(F.abs(_flat(over_views))))
-            if loss_views:  # 0 for a finite loss, NaN for inf/NaN
-                parts.append(F.mul_scalar(loss_views[0], 0.0))
-            for checked in (input_views, statistic_views):
-                if checked:
-                    parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
-            bounds = [r[1:] for r in ranged if r[0].size]  # aligned with ranged_views
-            checks = self._bounds[kind] = []
-            for low, high in sorted(set(bounds)):  # each group's extremes
-                group = [v for v, b in zip(ranged_views, bounds) if b == (low, high)]
-                x = group[0] if len(group) == 1 else _flat(group)
-                for what, bound, part in _range_parts(x, low, high):
-                    parts.append(part)
-                    checks.append((what, bound))
-            if not parts:  # nothing to check: a graph still needs an output
-                parts.append(F.mul_scalar(factor_var, 0.0))
-            return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
-
+        """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (None: no largest
+        |value| asked; a list of NdArray: over them, the gradients' own when empty), ``loss``
+        (Variable or None), ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged``
+        (``(NdArray, low, high)`` of the bounded inputs), with the sum of squares of the
+        gradients times ``sumsq_factor`` (float; None: not asked); one host read."""
+        asked = _Asked(
+            own_top=absmax_over is not None and not absmax_over,
+            sumsq=sumsq_factor is not None,
+            loss=loss is not None,
+            bounds=tuple(r[1:] for r in ranged),
+        )
+        kind = ("stats", *asked)
         groups = (
             grads,
-            absmax_over,
+            absmax_over or [],
             [] if loss is None else [loss.data],
             inputs,
             statistics,
             [r[0] for r in ranged],
         )
-        graph = self.graph(kind, groups, build)
-        if need_sumsq:
-            graph.inputs[0].d = factor
+        graph = self.graph(kind, groups, lambda views: self._build(kind, asked, ranged, views))
+        if asked.sumsq:
+            graph.inputs[0].d = sumsq_factor
         values = iter(host_view(self.forward(graph)).tolist())
+        reading = self._reading(graph.present, values, asked, self._bounds[kind])
+        if absmax_over is None:
+            reading = reading._replace(absmax=None)
+        return reading if asked.sumsq else reading._replace(sumsq=None)
+
+    def _build(self, kind, asked: _Asked, ranged, views) -> tuple:
+        """The graph of :meth:`read` on the flat ``views`` of its groups of arrays (``ranged``:
+        its bounded inputs): ``([the factor's input], the outputs one after the other)``; the
+        range checks' ``(what, bound)`` kept for ``kind``, in output order."""
+        import nnabla.functions as F
+
+        grad_views, over_views, loss_views, input_views, statistic_views, ranged_views = views
+        factor_var = nn.Variable((1,))
+        factor_var.d = 1.0
+        parts = _gradient_parts(grad_views, factor_var, asked) if grad_views else []
+        if over_views:
+            parts.append(F.max(F.abs(_flat(over_views))))
+        if loss_views:  # 0 for a finite loss, NaN for inf/NaN
+            parts.append(F.mul_scalar(loss_views[0], 0.0))
+        for checked in (input_views, statistic_views):
+            if checked:
+                parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
+        bounds = [r[1:] for r in ranged if r[0].size]  # aligned with ranged_views
+        checks = self._bounds[kind] = []
+        for low, high in sorted(set(bounds)):  # each group's extremes
+            group = [v for v, b in zip(ranged_views, bounds) if b == (low, high)]
+            x = group[0] if len(group) == 1 else _flat(group)
+            for what, bound, part in _range_parts(x, low, high):
+                parts.append(part)
+                checks.append((what, bound))
+        if not parts:  # nothing to check: a graph still needs an output
+            parts.append(F.mul_scalar(factor_var, 0.0))
+        return [factor_var], _flat([F.reshape(p, (1,)) for p in parts])
+
+    @staticmethod
+    def _reading(present, values, asked: _Asked, checks) -> DeviceReading:
+        """The :class:`DeviceReading` of the ``values`` the graph output, in the order
+        :meth:`_build` put them (``present``: which groups of arrays it had; ``checks``: the
+        range checks' ``(what, bound)``)."""
         finite, absmax, sumsq = True, 0.0, 0.0
-        if graph.present[0]:
+        if present[0]:
             finite = next(values) == 0.0
-            absmax = next(values) if own_top else absmax
-            if need_sumsq:
+            absmax = next(values) if asked.own_top else absmax
+            if asked.sumsq:
                 sumsq = max(next(values), TINY) ** 2 * next(values)
-        if graph.present[1]:
+        if present[1]:
             absmax = next(values)
-        loss_bad = graph.present[2] and next(values) != 0.0
-        inputs_bad = graph.present[3] and next(values) != 0.0
-        statistics_bad = graph.present[4] and next(values) != 0.0
-        for what, bound in self._bounds[kind]:  # the range checks, as built
+        loss_bad = present[2] and next(values) != 0.0
+        inputs_bad = present[3] and next(values) != 0.0
+        statistics_bad = present[4] and next(values) != 0.0
+        for what, bound in checks:  # the range checks, as built
             value = next(values)
             inputs_bad = not (value > bound if what == "min" else value < bound) or inputs_bad
-        absmax, sumsq = (absmax if need_absmax else None), (sumsq if need_sumsq else None)
         return DeviceReading(
             finite=finite,
             absmax=absmax,
@@ -317,6 +319,34 @@ class DeviceStats(FlatGraphs):
             inputs_bad=inputs_bad,
             statistics_bad=statistics_bad,
         )
+
+
+class _Asked(NamedTuple):
+    """What one :meth:`DeviceStats.read` computes besides the finite flags (part of the key of
+    its graph): the gradients' own largest |value|, their sum of squares, the loss's check, the
+    ``(low, high)`` of each bounded input."""
+
+    own_top: bool
+    sumsq: bool
+    loss: bool
+    bounds: tuple
+
+
+def _gradient_parts(grad_views, factor_var, asked: _Asked) -> list:
+    """The outputs over the flat gradients: ``sum(g * 0)``, their largest |value| when asked,
+    and the largest |u| and ``sum((u / m)**2)`` of ``u = g * factor`` when asked."""
+    import nnabla.functions as F
+
+    g = _flat(grad_views)
+    parts = [F.sum(F.mul_scalar(g, 0.0))]
+    if asked.own_top:
+        parts.append(F.max(F.abs(g)))
+    if asked.sumsq:
+        u = F.mul2(g, factor_var)
+        top = F.reshape(F.max(F.abs(u)), (1,))
+        floor = F.maximum_scalar(top, TINY)
+        parts += [top, F.sum(F.pow_scalar(F.div2(u, floor), 2.0))]
+    return parts
 
 
 def _range_parts(x: nn.Variable, low: float, high: float) -> list:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-from typing import Callable, Dict, List, NamedTuple, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 import nnabla as nn
 
@@ -282,11 +282,14 @@ def input_roles(func) -> List[str]:
         return [VALUE] * count
     names = input_names(name, args, count)
     writes = STATE.get(name)
-    written = writes.written if writes is not None and _writes(writes, args) else ()
+    if writes is not None and _writes(writes, args):
+        written, role = writes.written, writes.role
+    else:
+        written, role = (), VALUE  # role: never read (nothing written)
     roles = []
     for n in names:
         if n in written:
-            roles.append(writes.role)
+            roles.append(role)
         elif entry["inputs"][n].get("template") == "TI" or n.lower() in INDEX_NAMES:
             roles.append(INDEX)
         else:
@@ -294,7 +297,7 @@ def input_roles(func) -> List[str]:
     return roles + [VALUE] * (count - len(roles))
 
 
-def _leaf_state(loss, roles) -> List[Tuple[object, nn.Variable]]:
+def _leaf_state(loss, roles) -> List[Tuple[Any, nn.Variable]]:
     """``(function, input)`` for every leaf input of the graph of ``loss`` with one of ``roles``."""
     found = []
 
@@ -337,9 +340,9 @@ def state_inputs(loss, roles=STATE_ROLES) -> List[nn.Variable]:
     return list(state_entries(loss, roles).values())
 
 
-def state_writers(loss) -> List[object]:
+def state_writers(loss) -> List[Any]:
     """The functions of the graph of ``loss`` whose forward pass writes state there."""
-    found: Dict[int, object] = {}
+    found: Dict[int, Any] = {}
     for func, _ in _leaf_state(loss, (FORWARD_STATE,)):
         found.setdefault(hash(func.outputs[0]), func)  # a function's Python object is remade
     return list(found.values())

@@ -28,7 +28,7 @@ import nnabla as nn
 from ..common.validation import check_bool, check_choice, check_int, check_number, check_positive
 from .arguments import check_variables, warn_unchecked_lacking
 from .checks import PATHS
-from .recording.options import Probes, check_probes
+from .probe_options import Probes, check_probes
 from .solver_group import SolverGroup, check_solver
 
 if TYPE_CHECKING:

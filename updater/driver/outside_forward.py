@@ -24,7 +24,7 @@ nothing is freed and nothing is seen; a forward meant to move the state runs wit
 
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 import nnabla as nn
 
@@ -40,7 +40,7 @@ def state_function_outputs(loss, given=()) -> List[nn.Variable]:
     given = {hash(v) for v in given}
     writers = {hash(f.outputs[0]) for f in state_writers(loss)}
     written = set()  # hashes of the writers' outputs
-    found = {}
+    found: Dict[int, nn.Variable] = {}
 
     def visit(func):
         if hash(func.outputs[0]) in writers or any(hash(v) in given for v in func.inputs):

@@ -155,17 +155,7 @@ class Rounds:
             if v.need_grad:
                 v.grad.zero()
         for r in range(rounds):
-            if not replay:
-                if feeder is not None:
-                    feeder()
-                    self.counters.batches += 1
-                if keep:
-                    self._kept.append([copy_array(v.data) for v in self.inputs()])
-                if check_inputs:
-                    self._bad_inputs.update(self._bad_indices())
-            elif keep:
-                for v, saved in zip(self.inputs(), self._kept[r]):
-                    restore_array(v, saved)
+            self._feed(r, feeder, replay, keep, check_inputs)
             loss.forward(clear_no_need_grad=clear, function_post_hook=hook)
             updater_forward()
             loss.backward(seed, clear_buffer=clear)
@@ -173,6 +163,21 @@ class Rounds:
                 loss_finite = self.loss_finite() and loss_finite
             self.counters.passes += count
         return loss_finite
+
+    def _feed(self, r: int, feeder, replay: bool, keep: bool, check_inputs: bool) -> None:
+        """Round ``r``'s inputs (:meth:`run`): the feeder's batch, kept and checked as asked,
+        or with ``replay`` the batch kept for it written back."""
+        if not replay:
+            if feeder is not None:
+                feeder()
+                self.counters.batches += 1
+            if keep:
+                self._kept.append([copy_array(v.data) for v in self.inputs()])
+            if check_inputs:
+                self._bad_inputs.update(self._bad_indices())
+        elif keep:
+            for v, saved in zip(self.inputs(), self._kept[r]):
+                restore_array(v, saved)
 
     def loss_finite(self) -> bool:
         """Whether the loss is finite now (one host read)."""

@@ -31,7 +31,7 @@ from .records import Counters, NonFiniteGradientsError, StepRecord
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..policy.base import Policy
     from ..trace.recorder import GradientRecorder
-    from .recording.options import Probes
+    from .probe_options import Probes
     from .solver_group import SolverGroup
 
 
@@ -86,7 +86,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         TypeError / ValueError: for any bad argument, naming it and the accepted range.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
         self,
         solver: nn.solvers.Solver | SolverGroup,
         loss: nn.Variable,
@@ -119,8 +119,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         on_nonfinite_statistics: str = DEFAULT,
         forward_state: Sequence[nn.Variable] = DEFAULT,
     ) -> None:
-        """Not split: nnabla's updater's arguments in its order, then the policy's three and the
-        other options, keyword-only, typed for static tools; ``DEFAULT``: the record's
+        """nnabla's updater's arguments in its order, then the policy's three and the other
+        options, keyword-only, typed for static tools; ``DEFAULT``: the record's
         (:func:`updater.driver.attributes.attach_options`)."""
         given = locals()  # every option is a parameter (tests/updater/driver/test_typed.py)
         options = UpdaterOptions(**{name: given[name] for name in OPTIONS})

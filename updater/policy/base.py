@@ -5,7 +5,7 @@ its own in this folder) and is added to ``POLICIES`` there."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import Field, asdict, fields
 from typing import Any, ClassVar, Dict
 
 import numpy as np
@@ -69,6 +69,9 @@ class Policy:
     """Shared plumbing: validation, settings dict, state dict, the ``needs_grad_absmax`` flag."""
 
     needs_grad_absmax: ClassVar[bool] = False
+    __dataclass_fields__: ClassVar[Dict[str, Field[Any]]]
+    """Every policy is a dataclass (declared for type checkers, which then take a policy where
+    ``dataclasses.asdict`` and ``dataclasses.replace`` take a dataclass)."""
 
     def __new__(cls, *args, **kwargs):
         """Before the dataclass's ``__init__``: an unknown keyword names the closest setting."""

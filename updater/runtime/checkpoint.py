@@ -35,7 +35,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Mapping, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, NamedTuple, Union
 
 import nnabla as nn
 import numpy as np
@@ -293,23 +293,53 @@ def load_checkpoint(
             the file and the problem.
         CheckpointMismatchError: strict and the names differ (see ``strict``); it is a
             ``KeyError`` and a ``ValueError``.
-
-    Not split: read, check everything, then write, in one place that keeps the order visible.
     """
     strict = check_bool("strict", strict)
     allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)
     entries = model_entries(updater, params)
     states = updater.solver.get_states()
     z = read_npz(path, "checkpoint", max_bytes, _select(_shapes(entries, states)))
+    got = _read(z, entries, states, getattr(updater.solver, "name", ""))
+    missing, unexpected = got.missing, got.unexpected
+    if strict and (missing or unexpected):
+        raise CheckpointMismatchError(
+            f"checkpoint {shown(path)} does not match the current model: missing from the "
+            f"checkpoint: {_some(missing)}; checkpoint entries not found in the current graph or "
+            f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
+        )
+    if not allow_nonfinite:
+        _refuse_nonfinite(z, entries, got)
+    _write_all(z, updater, entries, states, got)
+    if missing or unexpected:
+        logger.warning(
+            "%s: checkpoint entries that did not match were not loaded: missing %s, unexpected %s",
+            shown(path),
+            _some(missing),
+            _some(unexpected),
+        )
+    return LoadReport(got.updater_state, missing, unexpected)
+
+
+class _Read(NamedTuple):
+    """What a checkpoint holds for the current model, read and checked before anything is
+    written: the updater state, the model's arrays by key, the solver states' arrays by
+    ``(parameter, key)`` and step counts by parameter, and the entries missing or unexpected."""
+
+    updater_state: Dict
+    model: Dict[str, np.ndarray]
+    solver: Dict[tuple, np.ndarray]
+    steps: Dict[str, int]
+    missing: List[str]
+    unexpected: List[str]
+
+
+def _read(z: NpzContent, entries, states, solver_name: str) -> _Read:
+    """The checkpoint ``z``'s entries for the model ``entries`` and the solver ``states`` (of
+    nnabla's solver ``solver_name``), each checked as it is read."""
     updater_state = _updater_state(z)
-    missing: List[str] = []
-    model_arrays = {}
-    for key, entry in entries.items():
-        if key in z:
-            model_arrays[key] = z.array(key, entry.kind, entry.label)
-        else:
-            missing.append(key)
-    solver_values, steps = {}, {}
+    missing = [key for key in entries if key not in z]
+    model = {key: z.array(key, e.kind, e.label) for key, e in entries.items() if key in z}
+    solver, steps = {}, {}
     for name, state in states.items():
         prefix = f"solver/{name}/"
         wanted = {prefix + key for key in state.pstate} | {f"solver_t/{name}"}
@@ -319,49 +349,42 @@ def load_checkpoint(
             continue
         for key in state.pstate:
             label = f"solver state '{name}/{key}'"
-            solver_values[name, key] = z.array(prefix + key, "float", label)
+            solver[name, key] = z.array(prefix + key, "float", label)
         steps[name] = z.scalar(f"solver_t/{name}", "int")
         if not 0 <= steps[name] <= SOLVER_T_MAX:  # nnabla holds it in a C int
             raise z.error(
                 f"solver step count of {name!r} is {steps[name]}, expected 0 to {SOLVER_T_MAX}"
             )
-    _check_squares(z, getattr(updater.solver, "name", ""), solver_values)
-    used = set(model_arrays) | {f"solver_t/{n}" for n in steps}
-    used |= {f"solver/{n}/{k}" for n, k in solver_values}
+    _check_squares(z, solver_name, solver)
+    used = set(model) | {f"solver_t/{n}" for n in steps} | {f"solver/{n}/{k}" for n, k in solver}
     unexpected = sorted(set(z.declared) - used - {"updater_state", "format_version"})
-    missing.sort()
-    if strict and (missing or unexpected):
-        raise CheckpointMismatchError(
-            f"checkpoint {shown(path)} does not match the current model: missing from the "
-            f"checkpoint: {_some(missing)}; checkpoint entries not found in the current graph or "
-            f"solver: {_some(unexpected)}. load_checkpoint(..., strict=False) loads the rest"
+    return _Read(updater_state, model, solver, steps, sorted(missing), unexpected)
+
+
+def _refuse_nonfinite(z: NpzContent, entries, got: _Read) -> None:
+    """``ValueError`` naming the arrays of ``got`` that hold inf or NaN."""
+    labelled = {entries[k].label: v for k, v in got.model.items()}
+    labelled.update({f"solver state '{n}/{k}'": v for (n, k), v in got.solver.items()})
+    bad = [f"{label} holds {what}" for label, v in labelled.items() if (what := _nonfinite(v))]
+    if bad:
+        raise z.error(
+            f"{'; '.join(bad[:12])}{' and more' if len(bad) > 12 else ''} "
+            "(load_checkpoint(..., allow_nonfinite=True) loads them anyway)"
         )
-    if not allow_nonfinite:
-        labelled = {entries[k].label: v for k, v in model_arrays.items()}
-        labelled.update({f"solver state '{n}/{k}'": v for (n, k), v in solver_values.items()})
-        bad = [f"{label} holds {what}" for label, v in labelled.items() if (what := _nonfinite(v))]
-        if bad:
-            raise z.error(
-                f"{'; '.join(bad[:12])}{' and more' if len(bad) > 12 else ''} "
-                "(load_checkpoint(..., allow_nonfinite=True) loads them anyway)"
-            )
-    try:  # the updater state validates itself before changing anything
-        updater.load_state_dict(updater_state)
+
+
+def _write_all(z: NpzContent, updater, entries, states, got: _Read) -> None:
+    """Load ``got``'s updater state (which validates itself before changing anything), then
+    write its arrays into the model's and the solver's."""
+    try:
+        updater.load_state_dict(got.updater_state)
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as e:
         reason = e.args[0] if isinstance(e, KeyError) and e.args else e  # e.g. 10**400: overflow
         raise z.error(f"updater state rejected: {reason}") from e
-    for key, values in model_arrays.items():
+    for key, values in got.model.items():
         _write(entries[key].var.data, values)
-    for (name, key), values in solver_values.items():
+    for (name, key), values in got.solver.items():
         _write(states[name].pstate[key].data, values)
-    for name, t in steps.items():
+    for name, t in got.steps.items():
         states[name].t = t
     updater.solver.set_states(states)
-    if missing or unexpected:
-        logger.warning(
-            "%s: checkpoint entries that did not match were not loaded: missing %s, unexpected %s",
-            shown(path),
-            _some(missing),
-            _some(unexpected),
-        )
-    return LoadReport(updater_state, missing, unexpected)

@@ -51,7 +51,7 @@ import hashlib
 import pickle
 import sys
 import time
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping, Set
 
 import nnabla as nn
 import numpy as np
@@ -128,8 +128,8 @@ class MPICommunicator:
         self.size = comm.Get_size()
         self.local_rank = self._node_comm.Get_rank()
         self.local_size = self._node_comm.Get_size()
-        self._hashes = {}  # signature -> int64 hash (a local memo of a pure function)
-        self._valid = set()  # signatures whose types were checked
+        self._hashes: Dict[tuple, int] = {}  # signature -> int64 hash (a memo of a pure function)
+        self._valid: Set[tuple] = set()  # signatures whose types were checked
         self._check_words = np.zeros(2, dtype=np.int64)
         self._buffer = np.empty(0, dtype=np.float32)
         self.exit_grace = check_positive("exit_grace", exit_grace)

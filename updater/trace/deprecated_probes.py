@@ -1,7 +1,7 @@
 """The probe options ``GradientRecorder`` took before they became the updater's option
 ``probes`` (:class:`updater.Probes`): still accepted for one release, with a
 ``DeprecationWarning``; the recorder keeps them for the updater, which reads them when it is given
-no ``probes`` (:func:`updater.driver.recording.options.probes_of`)."""
+no ``probes`` (:func:`updater.driver.probe_options.probes_of`)."""
 
 from __future__ import annotations
 

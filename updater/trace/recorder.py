@@ -139,7 +139,7 @@ class GradientRecorder:
             (emptied when they are written as a part).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
         self,
         path: Union[str, Path],
         every: int = 1,
@@ -153,8 +153,8 @@ class GradientRecorder:
         forward_headroom: bool | None = None,
         flush_every: int | None = None,
     ) -> None:
-        """Not split: one keyword argument per option of the class docstring (five of them
-        deprecated, in their old places), each checked."""
+        """One keyword argument per option of the class docstring (five of them deprecated, in
+        their old places), each checked."""
         self.every = check_int("every", every, 1)
         self.write_every = check_int("write_every", write_every, 1, none_ok=True)
         self.write_seconds = check_positive("write_seconds", write_seconds, none_ok=True)
@@ -206,7 +206,7 @@ class GradientRecorder:
         step, to :attr:`probe_passes`."""
         self.probe_passes += passes
 
-    def record(
+    def record(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
         self,
         step: int,
         grads: List[np.ndarray],
@@ -219,8 +219,6 @@ class GradientRecorder:
         forward_peak: tuple | None = None,
     ) -> None:
         """Add one step (as a :class:`updater.trace.rows.RecordedStep`).
-
-        Not split: nine arguments, one per measurement of the step the driver hands over.
 
         Args:
             step (int): the ``update()`` call number (0-based).

@@ -99,12 +99,14 @@ def test_a_batch_order_keeps_the_weights_and_data_and_draws_other_batches(nnabla
 
 @pytest.mark.nnabla
 def test_recording_in_two_processes_writes_the_same_files(tmp_path, nnabla_and_digits):
-    from sim.nnabla_studies.real_traces import record_all
+    from sim.nnabla_studies.real_traces import plan_tasks, record_all
     from sim.replay.measured import MeasuredRun, measured_paths
 
     rows = {}
     for jobs in (1, 2):
-        rows[jobs] = record_all(tmp_path / str(jobs), steps=3, models=["digits_mlp"], jobs=jobs)
+        rows[jobs] = record_all(
+            tmp_path / str(jobs), plan_tasks(3, models=["digits_mlp"]), jobs=jobs
+        )
     assert [r["path"].replace("/2/", "/1/") for r in rows[2]["runs"]] == [
         r["path"] for r in rows[1]["runs"]
     ]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.nnabla_studies.real_runs import measure_run
-from sim.nnabla_studies.real_traces import record_all
+from sim.nnabla_studies.real_traces import plan_tasks, record_all
 from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, measured_paths, run_path
 from sim.replay.pool import TracePool
 from sim.replay.predictions import PREDICTED, prediction_rows
@@ -102,7 +102,7 @@ def test_the_shadow_pass_leaves_training_as_without_it(monkeypatch, nnabla_and_d
 
 @pytest.mark.nnabla
 def test_predictions_from_a_recorded_trace_against_its_real_runs(tmp_path, nnabla_and_digits):
-    done = record_all(tmp_path, steps=6, seed=0, models=["digits_mlp"])
+    done = record_all(tmp_path, plan_tasks(steps=6, models=["digits_mlp"]), seed=0)
     assert [(r["policy"], r["order"]) for r in done["runs"]] == [
         (p, k) for k in CHECK_ORDERS for p in CHECKED_POLICIES
     ]
@@ -127,7 +127,7 @@ def test_predictions_from_a_recorded_trace_against_its_real_runs(tmp_path, nnabl
 
 @pytest.mark.nnabla
 def test_a_run_of_another_length_or_a_missing_run_is_refused(tmp_path, nnabla_and_digits):
-    record_all(tmp_path, steps=3, seed=0, models=["digits_mlp"], policy_runs=False)
+    record_all(tmp_path, plan_tasks(3, models=["digits_mlp"], policy_runs=False), seed=0)
     trace = Trace.load(tmp_path / "digits_mlp.npz")
     with pytest.raises(
         ValueError, match="no measured run .*python -m sim.nnabla_studies.real_traces"

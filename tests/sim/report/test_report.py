@@ -18,7 +18,7 @@ from sim.replay.metrics import METRICS, SHARES, SUMMARY_COLUMNS
 from sim.replay.predictions import prediction_rows
 from sim.replay.run import simulate
 from sim.replay.selection import choose_defaults, per_setting
-from sim.replay.sweep import grid_points, run_sweep
+from sim.replay.sweep import grid_points, labelled, run_sweep
 from sim.report.build import QUICK, build_report, choose
 from sim.report.experiments import ReportConfig, load_real_pools, load_real_traces, real_traces_dir
 from sim.report.tables import format_percent, format_value, with_percents
@@ -236,9 +236,9 @@ def test_run_sweep_runs_each_grid_point_on_each_trace():
             yield make_trace(family, steps=120, seed=3)
 
     recorder = _Recorder()
-    rows = run_sweep(
-        policies, points, traces(), runs=2, seed=5, jitter=0.5, progress=recorder, label="dyn"
-    )
+    rows = run_sweep(policies, points, traces(), runs=2, seed=5, jitter=0.5, progress=recorder)
+    assert [r["label"] for r in rows] == ["0", "1", "2", "3"] * 2  # the grid point's index
+    rows = labelled(rows, "dyn")
     assert made == ["stationary", "nan"]
     assert recorder.stages == [
         "stationary: 4 settings x 2 runs x 120 steps",

@@ -170,6 +170,6 @@ def test_the_host_check_and_the_device_graph_read_both_bounds_alike(dtype):
         array = nn.NdArray.from_numpy_array(np.array([1, value, 0], dtype=dtype))
         bad = not bounds.holds(value)
         assert bool(bad_indices([array], [bounds])) == bad, (bounds.why, value)
-        read = flat.read([], [], False, False, None, 1.0, [array], (), [(array, *bounds[:2])])
+        read = flat.read([], None, None, None, [array], (), [(array, *bounds[:2])])
         assert read.inputs_bad == bad, (bounds.why, value)
     assert bad_indices([nn.NdArray.from_numpy_array(np.array([np.nan]))], [labels]) == [0]

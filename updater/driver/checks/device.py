@@ -38,15 +38,13 @@ class DeviceCheck(FiniteCheck):
 
     def _inspect(self, params, ask: Ask, extras: Extras) -> Findings:
         params = params()
-        over = ask.absmax_over if ask.need_absmax and ask.absmax_over else []
+        over = (ask.absmax_over or []) if ask.need_absmax else None
         inputs, statistics = extras.inputs, extras.statistics
         stats = self.flat.read(
             grads_of(params),
             over,
-            ask.need_absmax,
-            ask.need_sumsq,
+            ask.unscale_by if ask.need_sumsq else None,
             self.loss,
-            ask.unscale_by,
             inputs or (),
             statistics or (),
             extras.ranged,
@@ -68,4 +66,4 @@ class DeviceCheck(FiniteCheck):
 
     def sumsq(self, params) -> float:
         """The device graph's sum of squares, one host read."""
-        return self.flat.read(grads_of(params()), [], False, True, None, 1.0).sumsq
+        return self.flat.read(grads_of(params()), None, 1.0).sumsq

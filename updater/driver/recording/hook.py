@@ -14,8 +14,8 @@ import numpy as np
 
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
+from ..probe_options import probes_of
 from .forward_peak import ForwardPeak
-from .options import probes_of
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 
 
@@ -56,7 +56,7 @@ class Recording:
 
     Args:
         options (LiveOptions): reads ``recorder`` and ``probes`` (which it is built with)
-            (:func:`updater.driver.recording.options.probes_of`).
+            (:func:`updater.driver.probe_options.probes_of`).
         rounds (Rounds): the step's rounds, run again by the probes.
         work (GradientWork): the gradients and the check.
         forward_state (ForwardState): copies of the state the forward pass writes.

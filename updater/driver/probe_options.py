@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...common.validation import check_bool, check_instance, check_int
-from ...trace.deprecated_probes import NEW_PROBES_SPELLING
+from ..common.validation import check_bool, check_instance, check_int
+from ..trace.deprecated_probes import NEW_PROBES_SPELLING
 
 
 @dataclass(frozen=True)
