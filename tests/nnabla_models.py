@@ -216,10 +216,12 @@ def iterate(updater, steps: int, staged: bool) -> list:
 
 
 def inspect(updater, seed=None):
-    """The updater's finite check of the gradients as they are now, as a step runs it: with
-    ``seed``, fused with unscaling by ``1/seed`` (and the sum of squares when clipping)."""
+    """The updater's facts of the gradients as they are now (a ``StepFacts``), as a step asks
+    them: with ``seed``, the check fused with unscaling by ``1/seed`` (and the sum of squares
+    when clipping)."""
     work = updater._work
     work.new_step()
     factor = None if seed is None else 1.0 / seed
     clip = seed is not None and updater.clip_grad_norm is not None
-    return work.inspect(updater.policy.needs_grad_absmax, factor, clip)
+    needs_absmax = updater.policy.needs_grad_absmax
+    return work.facts(updater._rounds, updater._forward_state, needs_absmax, factor, clip)

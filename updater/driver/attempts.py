@@ -29,11 +29,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from ..policy import ScaleState
 from .arrays import backward_seed
-from .checks import NOT_CHECKED, Findings
+from .checks import StepFacts
 from .forward_state import StateCheck
 from .options import LiveOptions
 from .recording.hook import Attempted
@@ -42,9 +42,10 @@ from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Pending:
-    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()``."""
+    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()`` (built by
+    keyword)."""
 
     seed: float
     finite: bool
@@ -60,11 +61,12 @@ class Pending:
     state: ScaleState | None = None  # the state the last attempt started from
 
 
-class Judged(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Judged:
     """An attempt judged (:meth:`Attempts._attempt`), on the facts agreed across workers.
 
     Attributes:
-        found (Findings): what the finite check found.
+        found (StepFacts): the attempt's facts (:meth:`GradientWork.facts`).
         finite (bool): the gradients are finite.
         loss_finite (bool): the loss is finite.
         outcome (str): the verdict (:func:`updater.driver.records.verdict`).
@@ -73,7 +75,7 @@ class Judged(NamedTuple):
         checked (StateCheck or None): the state's check, when the verdict read it.
     """
 
-    found: Findings
+    found: StepFacts
     finite: bool
     loss_finite: bool
     outcome: str
@@ -134,6 +136,12 @@ class Attempts:
             state=state,
         )
 
+    def unscale(self, pending: Pending) -> None:
+        """Multiply the gradients of ``pending`` by ``1/seed``, once, when they are finite."""
+        if not pending.unscaled and pending.finite:
+            self.work.unscale(1.0 / pending.seed)
+        pending.unscaled = True
+
     def run(self, policy, state: ScaleState, step: int, by_update: bool) -> Pending:
         """The attempts of iteration ``step`` from ``state`` under ``policy``; ``by_update``:
         called by ``update()``, which, when the recorder does not want this step's scaled
@@ -152,8 +160,8 @@ class Attempts:
                 attempts += 1
                 hook = recording.attempt_hook(step) if recorded else None
                 seed = backward_seed(state.scale, self.seed_type, policy)
-                loss_finite = self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
-                tried = self._attempt(policy, state, step, seed, loss_finite, fuse, sumsq, before)
+                self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
+                tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
                 retry = self._retries(tried.outcome, tried.new_state.scale, seed, policy, attempts)
                 self.counters.overflows += not tried.finite
                 if not retry:
@@ -178,7 +186,6 @@ class Attempts:
         if moved is not None:
             moved.restore()
         stays = applied or before is None  # the statistics this step wrote stay
-        checked = tried.checked if moved is None else None  # put back to the first's: read again
         return Pending(
             seed=seed,
             finite=applied,
@@ -190,9 +197,17 @@ class Attempts:
             unscaled=found.unscaled,
             sumsq=found.sumsq,
             bad_batch=bad_batch,
-            statistics=self.forward_state.new_nonfinite(found, checked) if stays else [],
+            statistics=self._new_statistics(tried, moved is not None) if stays else [],
             state=state,
         )
+
+    def _new_statistics(self, tried: Judged, put_back: bool) -> list:
+        """The statistics inf/NaN after the step and not reported before: as the last attempt's
+        facts found them, or, ``put_back`` to the first attempt's, read again."""
+        state = self.forward_state
+        if put_back:
+            return state.new_nonfinite(state.nonfinite_indices(), None)
+        return state.new_nonfinite(tried.found.statistics, tried.checked)
 
     def _hand_over(self, step: int, policy, seed: float, tried: Judged, overflow_scale) -> None:
         """The attempts of a recorded step to the recording hook: the last at ``seed`` judged
@@ -206,22 +221,20 @@ class Attempts:
         )
         self.recording.after(step, policy, done)
 
-    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq, before):
-        """After an attempt's rounds: the all-reduce, the check (fused with unscaling by
-        ``1/seed`` with ``fuse``), the facts agreed across workers, the verdict and the
-        policy's advance (:class:`Judged`); ``before``: the copy of the state taken before the
-        batch (``restore_on_skip``), else None."""
-        rounds, work = self.rounds, self.work
+    def _attempt(self, policy, state, step, seed, fuse, need_sumsq, before) -> Judged:
+        """After an attempt's rounds: the all-reduce, the attempt's facts (one call,
+        :meth:`GradientWork.facts`; the check fused with unscaling by ``1/seed`` with
+        ``fuse``), agreed across workers, the verdict and the policy's advance
+        (:class:`Judged`); ``before``: the copy of the state taken before the batch
+        (``restore_on_skip``), else None."""
+        work = self.work
         work.all_reduce()
-        extras = rounds.extras(self.forward_state.checked_with_gradients())
         unscale_by = 1.0 / seed if fuse else None
-        found = work.inspect(policy.needs_grad_absmax, unscale_by, need_sumsq, extras)
+        found = work.facts(
+            self.rounds, self.forward_state, policy.needs_grad_absmax, unscale_by, need_sumsq
+        )
         finite, absmax = found.finite, found.absmax
-        if loss_finite is NOT_CHECKED:  # the check read it
-            loss_finite = found.loss_finite
-        inputs_ok = found.inputs_in_range
-        if inputs_ok is NOT_CHECKED:  # checked on the host, read only when the verdict needs it
-            inputs_ok = finite or rounds.inputs_finite
+        loss_finite, inputs_ok = found.loss_finite, found.inputs_in_range
         checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
         state_ok = checked is None or not checked.made
         # across workers: a worker's batch bad whatever the agreed gradients (state it made

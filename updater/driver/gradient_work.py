@@ -12,8 +12,7 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import graph_leaves, host_view
-from .checks import Ask, Extras, Findings, FiniteCheck, host_grads
-from .checks.base import NO_EXTRAS
+from .checks import Ask, FiniteCheck, HostReads, StepFacts, host_grads
 from .options import LiveOptions
 from .solver_group import SolverGroup
 
@@ -76,11 +75,14 @@ class GradientWork:
         """Host views of every gradient (:func:`updater.driver.checks.host_grads`)."""
         return host_grads(self.params())
 
-    def inspect(
-        self, need_absmax: bool, unscale_by=None, need_sumsq=False, extras: Extras = NO_EXTRAS
-    ) -> Findings:
-        """The finite check (:meth:`FiniteCheck.inspect`, :class:`Ask`), |g| max over the
-        reduced gradients when only some are reduced."""
+    def facts(
+        self, rounds, forward_state, need_absmax: bool, unscale_by=None, need_sumsq=False
+    ) -> StepFacts:
+        """The attempt's facts, one record from one call: the finite check
+        (:meth:`FiniteCheck.facts`, :class:`Ask`; |g| max over the reduced gradients when only
+        some are reduced) with what it reads besides the gradients from ``rounds``
+        (:class:`Rounds`) and ``forward_state`` (:class:`ForwardState`), which read on the host
+        what it does not."""
         o = self.options.record
         absmax_over = o.grads if o.comm is not None and o.grads else ()
         ask = Ask(
@@ -89,7 +91,13 @@ class GradientWork:
             unscale_by=unscale_by,
             need_sumsq=need_sumsq,
         )
-        return self.check.inspect(self.params, ask, extras)
+        extras = rounds.extras(forward_state.checked_with_gradients())
+        host = HostReads(
+            loss_finite=rounds.host_loss_finite,
+            inputs_finite=rounds.host_inputs_finite,
+            nonfinite_statistics=forward_state.nonfinite_indices,
+        )
+        return self.check.facts(self.params, ask, extras, host)
 
     def unscale(self, factor: float) -> None:
         """Multiply every gradient by ``factor``."""

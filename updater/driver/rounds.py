@@ -23,8 +23,8 @@ from .arrays import (
     input_leaves,
     restore_array,
 )
-from .checks import NOT_CHECKED, Extras, FiniteCheck
-from .checks.base import NO_EXTRAS, NotChecked
+from .checks import Extras, FiniteCheck
+from .checks.base import NO_EXTRAS
 from .options import LiveOptions
 from .outside_forward import updater_forward
 from .value_ranges import Range, input_ranges
@@ -66,6 +66,7 @@ class Rounds:
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
+        self._loss_finite = True  # every loss of the last counted rounds, read on the host
         # the loss and the inputs are checked on the host, each round (one read of the loss,
         # one pass over the inputs), unless the check reads them with the gradients
         self.batch_on_host = not check.reads_batch(options.record.accum_grad)
@@ -82,6 +83,15 @@ class Rounds:
         finite, which asks nothing, reads none."""
         self._check_pending_round()
         return not self._bad_inputs
+
+    def host_loss_finite(self) -> bool:
+        """Whether every loss of the last counted rounds read on the host was finite (True when
+        the check reads the loss: :attr:`batch_on_host` False)."""
+        return self._loss_finite
+
+    def host_inputs_finite(self) -> bool:
+        """:attr:`inputs_finite` (for :class:`~updater.driver.checks.base.HostReads`)."""
+        return self.inputs_finite
 
     def _check_pending_round(self) -> None:
         if self._check_pending:  # whether any is bad: the names are read when asked
@@ -128,14 +138,14 @@ class Rounds:
         count: bool = True,
         loss=None,
         hook=None,
-    ) -> bool | NotChecked:
+    ) -> None:
         """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's) seeded with
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
-        calling the feeder); ``count``: add the rounds to ``passes`` and check the loss (and,
-        unless ``replay``, the inputs); a probe or the float32 reference run counts nothing;
-        ``hook``: the forward's ``function_post_hook`` (None: none).
-        Returns whether every round's loss was finite when read on the host
-        (:attr:`batch_on_host`), else ``NOT_CHECKED``."""
+        calling the feeder); ``count``: add the rounds to ``passes`` and check the loss on the
+        host when the check does not read it (:attr:`batch_on_host`; the answer is
+        :meth:`host_loss_finite`) (and, unless ``replay``, the inputs); a probe or the float32
+        reference run counts nothing; ``hook``: the forward's ``function_post_hook`` (None:
+        none)."""
         o = self.options.record
         loss = o.loss if loss is None else loss
         rounds, feeder, clear = o.accum_grad, o.data_feeder, o.clear_buffer
@@ -144,7 +154,8 @@ class Rounds:
             self._kept = []
         on_host = o.enabled and self.batch_on_host
         read_loss = count and on_host
-        loss_finite = True if read_loss else NOT_CHECKED
+        if count:
+            self._loss_finite = True
         check_inputs = count and not replay and on_host
         if check_inputs:
             self._bad_inputs = set()
@@ -170,9 +181,8 @@ class Rounds:
             updater_forward()
             loss.backward(seed, clear_buffer=clear)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
-                loss_finite = self.loss_finite() and loss_finite
+                self._loss_finite = self.loss_finite() and self._loss_finite
             self.counters.passes += count
-        return loss_finite
 
     def loss_finite(self) -> bool:
         """Whether the loss is finite now (one host read)."""

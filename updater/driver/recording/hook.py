@@ -183,5 +183,5 @@ class Recording:
         worker leaves the others' steps as they are)."""
         seed = backward_seed(scale, self.seed_type, self._policy)
         self.rounds.run(seed, replay=True, keep=True, count=False)
-        extras = self.rounds.extras(self.forward_state.checked_with_gradients())
-        return self.work.inspect(self._policy.needs_grad_absmax, extras=extras).finite
+        needs_absmax = self._policy.needs_grad_absmax
+        return self.work.facts(self.rounds, self.forward_state, needs_absmax).finite
