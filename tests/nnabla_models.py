@@ -225,3 +225,9 @@ def inspect(updater, seed=None):
     clip = seed is not None and updater.clip_grad_norm is not None
     needs_absmax = updater.policy.needs_grad_absmax
     return work.facts(updater._rounds, updater._forward_state, needs_absmax, factor, clip)
+
+
+def inspected(updater, seed=None) -> tuple:
+    """``(arrays, finite, absmax, bad)`` of :func:`inspect`: the gradients' facts."""
+    found = inspect(updater, seed)
+    return found.arrays, found.finite, found.absmax, found.bad

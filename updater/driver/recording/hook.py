@@ -7,11 +7,13 @@ another scale, not counted, checked on this worker alone (no collective)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple
+from dataclasses import dataclass
+from typing import Dict, List
 
 import nnabla as nn
 import numpy as np
 
+from ...trace.measured import MeasuredStep
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
 from .forward_peak import ForwardPeak
@@ -19,7 +21,8 @@ from .options import probes_of
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 
 
-class Attempted(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Attempted:
     """How the attempts of a recorded step ended.
 
     Attributes:
@@ -51,8 +54,8 @@ def _check_copyable(loss) -> None:
 
 
 class Recording:
-    """The hook of the options ``recorder`` and ``probes`` (module doc). It tells the recorder
-    whether the steps it records have their overflow threshold probed.
+    """The hook of the options ``recorder`` and ``probes`` (module doc); it leaves the recorder
+    as the user made it, handing it one value per recorded step.
 
     Args:
         options (LiveOptions): reads ``recorder`` and ``probes`` (which it is built with)
@@ -66,7 +69,6 @@ class Recording:
     def __init__(self, options, rounds, work, forward_state, seed_type):
         self.recorder = options.record.recorder
         self.probes = probes_of(self.recorder, options.record.probes)
-        self.recorder.set_overflow_probed(self.probes.overflow)
         self.rounds = rounds
         self.work = work
         self.forward_state = forward_state
@@ -97,33 +99,38 @@ class Recording:
     def after(self, step: int, policy, attempt: Attempted) -> None:
         """After the attempts of recorded step ``step`` under ``policy``: probe its overflow
         threshold and flushing when the recorder asks (and the batch was not bad), then hand
-        the step to the recorder."""
+        the step to the recorder as one value (:class:`~updater.trace.measured.MeasuredStep`:
+        what the probes measured, by the trace group that holds it)."""
         self._policy = policy
-        probes, rec = self.probes, self.recorder
+        probes = self.probes
         seed, good_batch = attempt.seed, attempt.good_batch
         over = seed if not attempt.finite and good_batch else attempt.overflow_scale
-        grads, scale, flush, finite_scale = attempt.arrays, seed, None, None
-        flush_due = probes.wants_flush(step // rec.every)
+        grads, scale, finite_scale, passes, measured = attempt.arrays, seed, 0.0, 0, {}
+        flush_due = probes.wants_flush(step // self.recorder.every)
         if (probes.overflow or flush_due) and good_batch:
             found = self._probe(attempt, over, flush_due)
-            rec.count_probe_passes(found.passes)
-            grads, flush = None, found.flush  # host views taken before may be stale
+            passes, grads = found.passes, None  # host views taken before may be stale
+            if found.flush is not None:
+                measured["flush"] = (seed * 2.0 ** np.array(FLUSH_OFFSETS), found.flush)
             if probes.overflow:
                 over, finite_scale = found.threshold, found.finite_scale
             if found.finite_grads is not None:
                 grads, scale = found.finite_grads, found.finite_seed
-        peak = self._forward_peak
-        rec.record(
-            step,
-            grads or self.host_grads(),
-            scale,
-            loss_finite=good_batch,
-            overflow_scale=over,
-            names=list(self.params()),
-            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+        if probes.forward_headroom:
+            measured["forward"] = (self._forward_peak.peak, self._forward_peak.where)
+        measured_step = MeasuredStep(
+            step=step,
+            grads=grads or self.host_grads(),
+            scale=scale,
+            bad_batch=not good_batch,
+            overflow_scale=math.inf if over is None else over,
             finite_scale=finite_scale,
-            forward_peak=(peak.peak, peak.where) if probes.forward_headroom else None,
+            names=list(self.params()),
+            overflow_probed=probes.overflow,
+            probe_passes=passes,
+            measured=measured,
         )
+        self.recorder.record_step(measured_step)
 
     def _probe(self, attempt: Attempted, over: float | None, flush: bool):
         """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
