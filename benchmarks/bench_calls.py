@@ -1,7 +1,9 @@
 """Python calls an ``update()`` makes inside ``updater/``, and the modules a recorded step crosses.
 
 Counted with ``sys.setprofile``: every call of a Python function whose code is in the
-``updater`` package, ``update()`` itself included, the data feeder's own work left out (nnabla's
+``updater`` package, ``update()`` itself included, and of the methods Python generates for its
+records (a dataclass's ``__init__``, a named tuple's ``__new__``) called from there; the data
+feeder's own work left out (nnabla's
 compiled calls and NumPy's are not Python calls and are not counted; nnabla's own updater makes
 none of ours). Per ``update()``,
 after three warm-up updates, on the 64-wide MLPs of :mod:`benchmarks.bench_depth` in cpu:float
@@ -51,15 +53,23 @@ class Counted:
 
     def __init__(self):
         self.calls: Counter = Counter()
+        self.generated = 0
         self.hops = 0
 
     def _profile(self, frame, event, arg) -> None:
         if event != "call":
             return
-        module = _module(frame.f_code)
+        module, caller = _module(frame.f_code), _module(frame.f_back.f_code)
         if module is not None:
             self.calls[module] += 1
-            self.hops += _module(frame.f_back.f_code) != module
+            self.hops += caller != module
+        elif caller is not None and frame.f_code.co_filename.startswith("<"):
+            self.generated += 1  # a record's generated __init__ or __new__
+
+    @property
+    def total(self) -> int:
+        """Every call counted, the generated methods included."""
+        return sum(self.calls.values()) + self.generated
 
     def feeder(self, feed):
         """``feed`` with the counting paused while it runs."""
@@ -98,7 +108,7 @@ def calls_per_update(arrays: int, path: str, steps: int = 5, seed: int = 0) -> f
     with counted:
         for _ in range(steps):
             assert u.update().update_applied
-    return sum(counted.calls.values()) / steps
+    return counted.total / steps
 
 
 def recorded_step(forward_headroom: bool, seed: int = 0) -> dict:
@@ -132,7 +142,7 @@ def recorded_step(forward_headroom: bool, seed: int = 0) -> dict:
         passes = recorder.probe_passes - passes
         recorder.close()
     return {
-        "calls": sum(counted.calls.values()),
+        "calls": counted.total,
         "modules": sorted(counted.calls),
         "hops": counted.hops,
         "passes": passes,

@@ -223,8 +223,8 @@ def inspect(updater, seed=None):
     work.new_step()
     factor = None if seed is None else 1.0 / seed
     clip = seed is not None and updater.clip_grad_norm is not None
-    needs_absmax = updater.policy.needs_grad_absmax
-    return work.facts(updater._rounds, updater._forward_state, needs_absmax, factor, clip)
+    reads = updater._attempts.reads.plan()
+    return work.facts(reads, updater.policy.needs_grad_absmax, factor, clip)
 
 
 def inspected(updater, seed=None) -> tuple:

@@ -92,29 +92,22 @@ class Attempts:
             ``max_retries`` (retries per iteration in "retry" mode), ``restore_on_skip`` (a
             skipped step puts back what its forward pass wrote), ``clip_grad_norm`` and
             ``comm``.
-        rounds (Rounds): the forward/backward rounds of an attempt.
+        reads (StepReads): the forward/backward rounds of an attempt (:class:`Rounds`), the
+            state the forward pass writes (:class:`ForwardState`: copied, checked, reported
+            only when the graph writes some) and what the check reads besides the gradients.
         work (GradientWork): the all-reduce, the agreement and the finite check.
-        forward_state (ForwardState): copies of the state the forward pass writes.
         counters (Counters): ``overflows`` and ``nonfinite_losses`` move here.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
         recording (Recording or None, default None): the hook of the option ``recorder``,
             called before each attempt and after the attempts of a step it records.
     """
 
-    def __init__(
-        self,
-        options: LiveOptions,
-        rounds,
-        work,
-        forward_state,
-        counters,
-        seed_type,
-        recording=None,
-    ):
+    def __init__(self, options: LiveOptions, reads, work, counters, seed_type, recording=None):
         self.options = options
-        self.rounds = rounds
+        self.reads = reads
+        self.rounds = reads.rounds
         self.work = work
-        self.forward_state = forward_state
+        self.forward_state = reads.forward_state
         self.counters = counters
         self.seed_type = seed_type
         self.recording = recording
@@ -154,7 +147,9 @@ class Attempts:
         sumsq = fuse and o.clip_grad_norm is not None
         keep = o.on_overflow == "retry" or (recorded and recording.replays(step))
         attempts, overflow_scale, moved = 0, None, None
-        before = self.forward_state.save("before") if o.restore_on_skip else None
+        stateful = (self.reads if self.reads.host is not None else self.reads.plan()).stateful
+        saves = o.restore_on_skip and stateful  # else nothing to copy
+        before = self.forward_state.save("before") if saves else None
         try:
             while True:
                 attempts += 1
@@ -162,14 +157,13 @@ class Attempts:
                 seed = backward_seed(state.scale, self.seed_type, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
-                retry = self._retries(tried.outcome, tried.new_state.scale, seed, policy, attempts)
                 self.counters.overflows += not tried.finite
-                if not retry:
+                if tried.outcome != OVERFLOW or not self._retries(tried, seed, policy, attempts):
                     break
                 state, overflow_scale = tried.new_state, seed
                 if before is not None:  # the retry starts from the statistics before the batch
                     before.restore()
-                elif moved is None:
+                elif moved is None and stateful:
                     moved = self.forward_state.save("moved")
         except BaseException:  # a feeder or forward that raised: the batches fed so far leave
             if before is not None:  # no trace in the statistics (restore_on_skip)
@@ -185,7 +179,7 @@ class Attempts:
             before.restore()
         if moved is not None:
             moved.restore()
-        stays = applied or before is None  # the statistics this step wrote stay
+        stays = stateful and (applied or before is None)  # the statistics this step wrote stay
         return Pending(
             seed=seed,
             finite=applied,
@@ -227,19 +221,20 @@ class Attempts:
         ``fuse``), agreed across workers, the verdict and the policy's advance
         (:class:`Judged`); ``before``: the copy of the state taken before the batch
         (``restore_on_skip``), else None."""
-        work = self.work
-        work.all_reduce()
+        work, comm = self.work, self.options.record.comm
+        if comm is not None:
+            work.all_reduce()
         unscale_by = 1.0 / seed if fuse else None
-        found = work.facts(
-            self.rounds, self.forward_state, policy.needs_grad_absmax, unscale_by, need_sumsq
-        )
+        found = work.facts(self.reads, policy.needs_grad_absmax, unscale_by, need_sumsq)
         finite, absmax = found.finite, found.absmax
         loss_finite, inputs_ok = found.loss_finite, found.inputs_in_range
-        checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
+        checked = None
+        if self.reads.stateful:  # the state's check
+            checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
         state_ok = checked is None or not checked.made
         # across workers: a worker's batch bad whatever the agreed gradients (state it made
         # inf/NaN, or a bad input with its own gradients not finite) is bad for all
-        if self.options.record.comm is not None:
+        if comm is not None:
             finite, bad_loss, bad_batch = work.agree(
                 finite, not loss_finite, not (state_ok and (finite or inputs_ok))
             )
@@ -259,15 +254,14 @@ class Attempts:
             checked=checked,
         )
 
-    def _retries(self, outcome: str, new_scale, seed: float, policy, attempts: int) -> bool:
-        """Whether attempt number ``attempts`` at ``seed`` is retried: an overflow, in "retry"
-        mode, within ``max_retries``, when the policy lowered the seed (to ``new_scale``)."""
+    def _retries(self, tried: Judged, seed: float, policy, attempts: int) -> bool:
+        """Whether attempt number ``attempts`` at ``seed``, an overflow judged ``tried``, is
+        retried: in "retry" mode, within ``max_retries``, when the policy lowered the seed."""
         o = self.options.record
         return (
-            outcome == OVERFLOW
-            and o.on_overflow == "retry"
+            o.on_overflow == "retry"
             and attempts <= o.max_retries
-            and backward_seed(new_scale, self.seed_type, policy) < seed
+            and backward_seed(tried.new_state.scale, self.seed_type, policy) < seed
         )
 
     def _check_state(self, found, finite: bool, batch_ok: bool, before, step: int):

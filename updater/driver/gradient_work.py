@@ -12,7 +12,8 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import graph_leaves, host_view
-from .checks import Ask, FiniteCheck, HostReads, StepFacts, host_grads
+from .checks import Ask, Extras, FiniteCheck, HostReads, StepFacts, host_grads
+from .checks.base import NO_EXTRAS
 from .options import LiveOptions
 from .solver_group import SolverGroup
 
@@ -76,13 +77,12 @@ class GradientWork:
         return host_grads(self.params())
 
     def facts(
-        self, rounds, forward_state, need_absmax: bool, unscale_by=None, need_sumsq=False
+        self, reads: StepReads, need_absmax: bool, unscale_by=None, need_sumsq=False
     ) -> StepFacts:
         """The attempt's facts, one record from one call: the finite check
         (:meth:`FiniteCheck.facts`, :class:`Ask`; |g| max over the reduced gradients when only
-        some are reduced) with what it reads besides the gradients from ``rounds``
-        (:class:`Rounds`) and ``forward_state`` (:class:`ForwardState`), which read on the host
-        what it does not."""
+        some are reduced) with what ``reads`` (planned: :meth:`StepReads.plan`) has it read
+        besides the gradients and read on the host for it."""
         o = self.options.record
         absmax_over = o.grads if o.comm is not None and o.grads else ()
         ask = Ask(
@@ -91,13 +91,8 @@ class GradientWork:
             unscale_by=unscale_by,
             need_sumsq=need_sumsq,
         )
-        extras = rounds.extras(forward_state.checked_with_gradients())
-        host = HostReads(
-            loss_finite=rounds.host_loss_finite,
-            inputs_finite=rounds.host_inputs_finite,
-            nonfinite_statistics=forward_state.nonfinite_indices,
-        )
-        return self.check.facts(self.params, ask, extras, host)
+        extras = reads.extras() if reads.with_gradients else NO_EXTRAS
+        return self.check.facts(self.params, ask, extras, reads.host)
 
     def unscale(self, factor: float) -> None:
         """Multiply every gradient by ``factor``."""
@@ -116,6 +111,45 @@ class GradientWork:
         if weight_decay is not None:
             solver.weight_decay(weight_decay)
         solver.update()
+
+
+class StepReads:
+    """What an attempt's facts read besides the gradients, planned once per build: from
+    ``rounds`` (:class:`Rounds`: the loss and the inputs) and ``forward_state``
+    (:class:`ForwardState`: the statistics), what the ``check``'s path reads with the gradients
+    and what the host reads for it (:class:`HostReads`), made by :meth:`plan` on first use,
+    when the state the graph writes is found (:attr:`stateful`).
+
+    Attributes:
+        with_gradients (bool): the path reads the loss, the inputs or the statistics with the
+            gradients (:meth:`extras`); else it reads nothing but the gradients.
+        host (HostReads or None): the host's reads, None until :meth:`plan`.
+        stateful (bool): the graph writes state (set by :meth:`plan`): without, no statistic
+            is copied, checked or reported.
+    """
+
+    def __init__(self, rounds, forward_state, check: FiniteCheck):
+        self.rounds = rounds
+        self.forward_state = forward_state
+        self.with_gradients = check.reads_statistics or not rounds.batch_on_host
+        self.host: HostReads | None = None
+        self.stateful = False
+
+    def plan(self) -> StepReads:
+        """Find the state (once) and make :attr:`host`; returns itself."""
+        if self.host is None:
+            state, rounds = self.forward_state, self.rounds
+            self.stateful = bool(state.written)
+            self.host = HostReads(
+                loss_finite=rounds.host_loss_finite,
+                inputs_finite=rounds.host_inputs_finite,
+                nonfinite_statistics=state.nonfinite_indices if self.stateful else None,
+            )
+        return self
+
+    def extras(self) -> Extras:
+        """What the path reads with the gradients (:meth:`Rounds.extras`)."""
+        return self.rounds.extras(self.forward_state.checked_with_gradients())
 
 
 def trained_leaves(loss) -> Set[int]:

@@ -181,7 +181,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
     def finite_check(self) -> str:
         """The finite check path in use: "numpy", "solver" or "nnabla"; assignable as the
         argument ("auto" too)."""
-        self._build()
+        if self._stale:  # an option or the policy changed the path
+            self._assemble()
         return self._work.check.name
 
     @finite_check.setter
@@ -245,8 +246,9 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
                 (no data feeder), or after a forward pass of the loss run outside the updater
                 (:meth:`backward`).
         """
-        refuse_new_scale(new_scale)
-        self._order.start_update(self._rounds.inputs())
+        if new_scale is not None:
+            refuse_new_scale(new_scale)
+        self._order.start_update(self._rounds.inputs)
         pending = self._backward(by_update=True)
         self._attempts.unscale(pending)
         return self._step(pending, by_step=False)
@@ -268,18 +270,13 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._order.start()
         return self._backward(by_update=False).finite
 
-    def _build(self) -> None:
-        """Build the collaborators again when an option that chooses a structure, or one that
-        changes the finite check's path, was assigned."""
-        if self._stale:
-            self._assemble()
-
     def _backward(self, by_update: bool) -> Pending:
         """:meth:`backward` once the call order allowed it; ``by_update``: called by
         ``update()``, which unscales in the checking pass (or measures for clipping in the same
         read) when the recorder does not want this step's scaled gradients
         (:meth:`updater.driver.attempts.Attempts.run`)."""
-        self._build()
+        if self._stale:
+            self._assemble()
         o = self._live.record
         self._outside.check()
         self._work.new_step()
@@ -348,7 +345,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._history.append(record)
         if self._monitor is not None:
             self._monitor.add(step, record.scale, counters.skips)
-        self._forward_state.report(pending.statistics, step)
+        if pending.statistics:
+            self._forward_state.report(pending.statistics, step)
         if counters.consecutive_nonfinite >= o.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
                 record,

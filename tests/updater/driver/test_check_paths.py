@@ -57,7 +57,7 @@ def test_each_path_answers_what_it_checks_and_marks_the_rest_not_checked(path, b
         assert u._rounds.host_loss_finite() is (not bad_input)
         assert u._rounds.inputs_finite is not bad_input
     # the one call the attempts make: every fact answered, none NOT_CHECKED
-    facts = u._work.facts(u._rounds, u._forward_state, False)
+    facts = u._work.facts(u._attempts.reads.plan(), False)
     answered = (facts.finite, facts.loss_finite, facts.inputs_in_range, list(facts.statistics))
     assert answered == (not bad_input, not bad_input, not bad_input, [])
 

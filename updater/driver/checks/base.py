@@ -116,15 +116,15 @@ class HostReads:
         loss_finite (callable): ``() -> bool``, every round's loss was finite (read by the
             rounds, on the host, as they ran).
         inputs_finite (callable): ``() -> bool``, no checked input was bad (read when asked).
-        nonfinite_statistics (callable): ``(concatenated_first: bool) -> list of int``, the
-            indices of the state the forward pass writes that hold inf/NaN now; with
+        nonfinite_statistics (callable or None): ``(concatenated_first: bool) -> list of
+            int``, the indices of the state the forward pass writes that hold inf/NaN now; with
             ``concatenated_first`` one view of their concatenation first, the arrays one by one
-            only when it is not finite.
+            only when it is not finite. None: the graph writes no state.
     """
 
     loss_finite: Callable[[], bool]
     inputs_finite: Callable[[], bool]
-    nonfinite_statistics: Callable[[bool], List[int]]
+    nonfinite_statistics: Callable[[bool], List[int]] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,8 +223,9 @@ class FiniteCheck:
             loss = host.loss_finite()
         if inputs is NOT_CHECKED:  # read only when the verdict reads it
             inputs = finite or host.inputs_finite()
-        if statistics is NOT_CHECKED or not statistics:  # read when first asked
-            read, concatenated_first = host.nonfinite_statistics, statistics is NOT_CHECKED
+        read = host.nonfinite_statistics
+        if read is not None and (statistics is NOT_CHECKED or not statistics):
+            concatenated_first = statistics is NOT_CHECKED  # read when first asked
             statistics = ReadWhenAsked(lambda: read(concatenated_first))
         else:
             statistics = ()

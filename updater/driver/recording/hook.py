@@ -60,25 +60,27 @@ class Recording:
     Args:
         options (LiveOptions): reads ``recorder`` and ``probes`` (which it is built with)
             (:func:`updater.driver.recording.options.probes_of`).
-        rounds (Rounds): the step's rounds, run again by the probes.
+        reads (StepReads): the step's rounds (:class:`Rounds`, run again by the probes), the
+            state the forward pass writes (:class:`ForwardState`, copied) and what the check
+            reads besides the gradients.
         work (GradientWork): the gradients and the check.
-        forward_state (ForwardState): copies of the state the forward pass writes.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
     """
 
-    def __init__(self, options, rounds, work, forward_state, seed_type):
+    def __init__(self, options, reads, work, seed_type):
         self.recorder = options.record.recorder
         self.probes = probes_of(self.recorder, options.record.probes)
-        self.rounds = rounds
+        self.reads = reads
+        self.rounds = reads.rounds
         self.work = work
-        self.forward_state = forward_state
+        self.forward_state = reads.forward_state
         self.seed_type = seed_type
         self._policy = None  # the policy of the step recorded (for probe bounds and seeds)
         self._reference = None  # float32 copy of the graph, for flush measurement
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()
         if self.probes.flush:
-            _check_copyable(rounds.loss)
+            _check_copyable(self.rounds.loss)
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call ``step`` is recorded."""
@@ -190,5 +192,5 @@ class Recording:
         worker leaves the others' steps as they are)."""
         seed = backward_seed(scale, self.seed_type, self._policy)
         self.rounds.run(seed, replay=True, keep=True, count=False)
-        needs_absmax = self._policy.needs_grad_absmax
-        return self.work.facts(self.rounds, self.forward_state, needs_absmax).finite
+        reads = self.reads.plan()
+        return self.work.facts(reads, self._policy.needs_grad_absmax).finite
