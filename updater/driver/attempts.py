@@ -129,12 +129,6 @@ class Attempts:
             state=state,
         )
 
-    def unscale(self, pending: Pending) -> None:
-        """Multiply the gradients of ``pending`` by ``1/seed``, once, when they are finite."""
-        if not pending.unscaled and pending.finite:
-            self.work.unscale(1.0 / pending.seed)
-        pending.unscaled = True
-
     def run(self, policy, state: ScaleState, step: int, by_update: bool) -> Pending:
         """The attempts of iteration ``step`` from ``state`` under ``policy``; ``by_update``:
         called by ``update()``, which, when the recorder does not want this step's scaled

@@ -94,9 +94,13 @@ class GradientWork:
         extras = reads.extras() if reads.with_gradients else NO_EXTRAS
         return self.check.facts(self.params, ask, extras, reads.host)
 
-    def unscale(self, factor: float) -> None:
-        """Multiply every gradient by ``factor``."""
-        self.check.unscale(self.params, factor)
+    def unscale(self, pending) -> None:
+        """Multiply every gradient by ``1/seed`` of the iteration ``pending``
+        (:class:`~updater.driver.attempts.Pending`) once, when they are finite, and mark it
+        unscaled."""
+        if not pending.unscaled and pending.finite:
+            self.check.unscale(self.params, 1.0 / pending.seed)
+        pending.unscaled = True
 
     def apply(self, sumsq: float | None, weight_decay) -> None:
         """On unscaled gradients: clip their global L2 norm to the option ``clip_grad_norm`` with

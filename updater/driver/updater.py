@@ -250,7 +250,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
             refuse_new_scale(new_scale)
         self._order.start_update(self._rounds.inputs)
         pending = self._backward(by_update=True)
-        self._attempts.unscale(pending)
+        self._work.unscale(pending)
         return self._step(pending, by_step=False)
 
     def backward(self) -> bool:
@@ -300,7 +300,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         Raises:
             RuntimeError: called before :meth:`backward`.
         """
-        self._attempts.unscale(self._order.require("unscale()"))
+        self._work.unscale(self._order.require("unscale()"))
 
     def step(self) -> StepRecord:
         """Last stage: :meth:`unscale` if not done; if finite, clipping, weight decay and
@@ -316,7 +316,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
                 applied no update.
         """
         pending = self._order.require("step()")
-        self._attempts.unscale(pending)
+        self._work.unscale(pending)
         return self._step(pending, by_step=True)
 
     def _step(self, pending: Pending, by_step: bool) -> StepRecord:

@@ -26,6 +26,10 @@ class Group:
     """The :class:`updater.trace.Trace` attribute that holds the group."""
     KINDS: ClassVar[Dict[str, str]] = {}
     """Each array's kind in the archive (:meth:`updater.common.npz.NpzFile.array`)."""
+    PROBED: ClassVar[bool] = True
+    """Its part of a recorded row is what a probe measured under :attr:`KEY` (the default
+    :meth:`row_part`): a step that holds none has no part, and the group is not asked; False:
+    the group makes a part of every step's row from its gradients (:meth:`row_part`)."""
     SHAPES: ClassVar[Dict[str, tuple]] = {}
     """Each array's shape: ``"steps"`` or ``"bins"`` (of ``counts``), another field's name (its
     length) or None (any length); an array of another shape is refused before it is read."""

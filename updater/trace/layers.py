@@ -32,6 +32,7 @@ class Layers(Group):
     layer_zeros: np.ndarray
     layer_absmax: np.ndarray
 
+    PROBED: ClassVar[bool] = False
     KEY: ClassVar[str] = "layers"
     KINDS: ClassVar[dict] = {
         "layer_names": "text",

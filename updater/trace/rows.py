@@ -88,8 +88,11 @@ def step_row(step: MeasuredStep, layer_names: List[str] | None) -> RecordedStep:
     """The row of ``step`` (:func:`histograms`, and each group's part of it: ``ValueError``
     from a group that refuses what was measured); ``layer_names``: the recorder's, None
     without ``per_parameter``."""
-    arrays = histograms(step)
-    parts = {group.KEY: group.row_part(step, arrays, layer_names) for group in GROUPS}
+    arrays, measured = histograms(step), step.measured
+    parts = {
+        g.KEY: g.row_part(step, arrays, layer_names) if g.KEY in measured or not g.PROBED else None
+        for g in GROUPS
+    }
     return RecordedStep(
         counts=arrays.counts.sum(axis=0),
         zeros=int(arrays.zeros.sum()),

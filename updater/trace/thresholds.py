@@ -45,6 +45,7 @@ class Thresholds(Group):
     finite_scale: np.ndarray
     overflow_probed: bool = False
 
+    PROBED: ClassVar[bool] = False
     KEY: ClassVar[str] = "thresholds"
     KINDS: ClassVar[dict] = {"overflow_scale": "number", "finite_scale": "number"}
     SHAPES: ClassVar[dict] = {"overflow_scale": ("steps",), "finite_scale": ("steps",)}
