@@ -21,7 +21,10 @@ loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch
 not and the loss or an input is bad (bad data, which no scale fixes: skipped, never retried, and
 the policy takes it as its third outcome, ``bad_batch=True``: the scale does not move); an
 overflow otherwise. The state is checked once per attempt, before the verdict
-(:meth:`ForwardState.inspect`), and that check is the one a step whose state stays reports.
+(:meth:`ForwardState.inspect`), and that check is the one a step whose state stays reports; a
+graph that writes no state (:attr:`StepReads.stateful`) has none copied, checked or reported.
+The facts the verdict reads come from one call per attempt (:meth:`GradientWork.facts`, a
+:class:`~updater.driver.checks.base.StepFacts`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The gradient work of one step: the solver's parameters read once per step, the all-reduce and
-the workers' agreement, the finite check (:mod:`updater.driver.checks`), and clip ->
+the workers' agreement, the attempt's facts (the finite check of :mod:`updater.driver.checks`
+with what :class:`StepReads` plans it to read besides the gradients), the unscaling, and clip ->
 weight decay -> ``solver.update()``."""
 
 from __future__ import annotations
