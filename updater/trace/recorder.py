@@ -209,7 +209,8 @@ class GradientRecorder:
         """Add one step by hand: :meth:`record_step` of the
         :class:`~updater.trace.measured.MeasuredStep` of these arguments.
 
-        Not split: nine arguments, one per measurement of the step the driver hands over.
+        Not split: the arguments scripts have recorded with, one per measurement of the step
+        (the fields of the value it builds); the updater hands over that value itself.
 
         Args:
             step (int): the ``update()`` call number (0-based).
