@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from benchmarks import (
+    bench_calls,
     bench_comm,
     bench_depth,
     bench_fp16,
@@ -72,6 +73,11 @@ def main(argv=None) -> None:
             "Updater cost at depth",
             lambda: bench_depth.run(args.quick),
             bench_depth.markdown,
+        ),
+        (
+            "Python calls per update",
+            lambda: bench_calls.run(args.quick),
+            bench_calls.markdown,
         ),
         (
             "Where an update's time goes",

@@ -216,10 +216,18 @@ def iterate(updater, steps: int, staged: bool) -> list:
 
 
 def inspect(updater, seed=None):
-    """The updater's finite check of the gradients as they are now, as a step runs it: with
-    ``seed``, fused with unscaling by ``1/seed`` (and the sum of squares when clipping)."""
+    """The updater's facts of the gradients as they are now (a ``StepFacts``), as a step asks
+    them: with ``seed``, the check fused with unscaling by ``1/seed`` (and the sum of squares
+    when clipping)."""
     work = updater._work
     work.new_step()
     factor = None if seed is None else 1.0 / seed
     clip = seed is not None and updater.clip_grad_norm is not None
-    return work.inspect(updater.policy.needs_grad_absmax, factor, clip)
+    reads = updater._attempts.reads.plan()
+    return work.facts(reads, updater.policy.needs_grad_absmax, factor, clip)
+
+
+def inspected(updater, seed=None) -> tuple:
+    """``(arrays, finite, absmax, bad)`` of :func:`inspect`: the gradients' facts."""
+    found = inspect(updater, seed)
+    return found.arrays, found.finite, found.absmax, found.bad

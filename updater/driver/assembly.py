@@ -13,7 +13,7 @@ from .arrays import seed_dtype
 from .attempts import Attempts
 from .checks import choose_check, resolve_path
 from .forward_state import ForwardState
-from .gradient_work import GradientWork
+from .gradient_work import GradientWork, StepReads
 from .options import LiveOptions, UpdaterOptions
 from .recording import Recording
 from .records import Counters, Monitor
@@ -56,12 +56,12 @@ def assemble(live: LiveOptions, policy, counters: Counters) -> Parts:
     work = GradientWork(live, check)
     state = ForwardState(live, check, counters)
     rounds = Rounds(live, check, work.params, counters, lambda: state.written)
-    recording = None if o.recorder is None else Recording(live, rounds, work, state, seed_type)
+    reads = StepReads(rounds, state, check)
+    recording = None if o.recorder is None else Recording(live, reads, work, seed_type)
     attempts = Attempts(
         options=live,
-        rounds=rounds,
+        reads=reads,
         work=work,
-        forward_state=state,
         counters=counters,
         seed_type=seed_type,
         recording=recording,

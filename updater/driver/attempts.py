@@ -21,7 +21,10 @@ loss is then counted in ``nonfinite_losses`` and warned about once); a bad batch
 not and the loss or an input is bad (bad data, which no scale fixes: skipped, never retried, and
 the policy takes it as its third outcome, ``bad_batch=True``: the scale does not move); an
 overflow otherwise. The state is checked once per attempt, before the verdict
-(:meth:`ForwardState.inspect`), and that check is the one a step whose state stays reports.
+(:meth:`ForwardState.inspect`), and that check is the one a step whose state stays reports; a
+graph that writes no state (:attr:`StepReads.stateful`) has none copied, checked or reported.
+The facts the verdict reads come from one call per attempt (:meth:`GradientWork.facts`, a
+:class:`~updater.driver.checks.base.StepFacts`).
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from ..policy import ScaleState
 from .arrays import backward_seed
-from .checks import NOT_CHECKED, Findings
+from .checks import StepFacts
 from .forward_state import StateCheck
 from .options import LiveOptions
 from .recording.hook import Attempted
@@ -42,9 +45,10 @@ from .records import APPLIED, BAD_BATCH, OVERFLOW, verdict
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Pending:
-    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()``."""
+    """An iteration between :meth:`DynamicLossScalingUpdater.backward` and ``step()`` (built by
+    keyword)."""
 
     seed: float
     finite: bool
@@ -60,11 +64,12 @@ class Pending:
     state: ScaleState | None = None  # the state the last attempt started from
 
 
-class Judged(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Judged:
     """An attempt judged (:meth:`Attempts._attempt`), on the facts agreed across workers.
 
     Attributes:
-        found (Findings): what the finite check found.
+        found (StepFacts): the attempt's facts (:meth:`GradientWork.facts`).
         finite (bool): the gradients are finite.
         loss_finite (bool): the loss is finite.
         outcome (str): the verdict (:func:`updater.driver.records.verdict`).
@@ -73,7 +78,7 @@ class Judged(NamedTuple):
         checked (StateCheck or None): the state's check, when the verdict read it.
     """
 
-    found: Findings
+    found: StepFacts
     finite: bool
     loss_finite: bool
     outcome: str
@@ -90,29 +95,22 @@ class Attempts:
             ``max_retries`` (retries per iteration in "retry" mode), ``restore_on_skip`` (a
             skipped step puts back what its forward pass wrote), ``clip_grad_norm`` and
             ``comm``.
-        rounds (Rounds): the forward/backward rounds of an attempt.
+        reads (StepReads): the forward/backward rounds of an attempt (:class:`Rounds`), the
+            state the forward pass writes (:class:`ForwardState`: copied, checked, reported
+            only when the graph writes some) and what the check reads besides the gradients.
         work (GradientWork): the all-reduce, the agreement and the finite check.
-        forward_state (ForwardState): copies of the state the forward pass writes.
         counters (Counters): ``overflows`` and ``nonfinite_losses`` move here.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
         recording (Recording or None, default None): the hook of the option ``recorder``,
             called before each attempt and after the attempts of a step it records.
     """
 
-    def __init__(
-        self,
-        options: LiveOptions,
-        rounds,
-        work,
-        forward_state,
-        counters,
-        seed_type,
-        recording=None,
-    ):
+    def __init__(self, options: LiveOptions, reads, work, counters, seed_type, recording=None):
         self.options = options
-        self.rounds = rounds
+        self.reads = reads
+        self.rounds = reads.rounds
         self.work = work
-        self.forward_state = forward_state
+        self.forward_state = reads.forward_state
         self.counters = counters
         self.seed_type = seed_type
         self.recording = recording
@@ -146,22 +144,23 @@ class Attempts:
         sumsq = fuse and o.clip_grad_norm is not None
         keep = o.on_overflow == "retry" or (recorded and recording.replays(step))
         attempts, overflow_scale, moved = 0, None, None
-        before = self.forward_state.save("before") if o.restore_on_skip else None
+        stateful = (self.reads if self.reads.host is not None else self.reads.plan()).stateful
+        saves = o.restore_on_skip and stateful  # else nothing to copy
+        before = self.forward_state.save("before") if saves else None
         try:
             while True:
                 attempts += 1
                 hook = recording.attempt_hook(step) if recorded else None
                 seed = backward_seed(state.scale, self.seed_type, policy)
-                loss_finite = self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
-                tried = self._attempt(policy, state, step, seed, loss_finite, fuse, sumsq, before)
-                retry = self._retries(tried.outcome, tried.new_state.scale, seed, policy, attempts)
+                self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
+                tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
                 self.counters.overflows += not tried.finite
-                if not retry:
+                if tried.outcome != OVERFLOW or not self._retries(tried, seed, policy, attempts):
                     break
                 state, overflow_scale = tried.new_state, seed
                 if before is not None:  # the retry starts from the statistics before the batch
                     before.restore()
-                elif moved is None:
+                elif moved is None and stateful:
                     moved = self.forward_state.save("moved")
         except BaseException:  # a feeder or forward that raised: the batches fed so far leave
             if before is not None:  # no trace in the statistics (restore_on_skip)
@@ -174,8 +173,7 @@ class Attempts:
         if applied and not tried.loss_finite:
             self._count_nonfinite_loss(step)
         _put_back(before if not applied else None, moved)
-        stays = applied or before is None  # the statistics this step wrote stay
-        checked = tried.checked if moved is None else None  # put back to the first's: read again
+        stays = stateful and (applied or before is None)  # the statistics this step wrote stay
         return Pending(
             seed=seed,
             finite=applied,
@@ -187,9 +185,17 @@ class Attempts:
             unscaled=found.unscaled,
             sumsq=found.sumsq,
             bad_batch=bad_batch,
-            statistics=self.forward_state.new_nonfinite(found, checked) if stays else [],
+            statistics=self._new_statistics(tried, moved is not None) if stays else [],
             state=state,
         )
+
+    def _new_statistics(self, tried: Judged, put_back: bool) -> list:
+        """The statistics inf/NaN after the step and not reported before: as the last attempt's
+        facts found them, or, ``put_back`` to the first attempt's, read again."""
+        state = self.forward_state
+        if put_back:
+            return state.new_nonfinite(state.nonfinite_indices(), None)
+        return state.new_nonfinite(tried.found.statistics, tried.checked)
 
     def _hand_over(self, step: int, policy, seed: float, tried: Judged, overflow_scale) -> None:
         """The attempts of a recorded step to the recording hook: the last at ``seed`` judged
@@ -203,27 +209,26 @@ class Attempts:
         )
         self.recording.after(step, policy, done)
 
-    def _attempt(self, policy, state, step, seed, loss_finite, fuse, need_sumsq, before):
-        """After an attempt's rounds: the all-reduce, the check (fused with unscaling by
-        ``1/seed`` with ``fuse``), the facts agreed across workers, the verdict and the
-        policy's advance (:class:`Judged`); ``before``: the copy of the state taken before the
-        batch (``restore_on_skip``), else None."""
-        rounds, work = self.rounds, self.work
-        work.all_reduce()
-        extras = rounds.extras(self.forward_state.checked_with_gradients())
+    def _attempt(self, policy, state, step, seed, fuse, need_sumsq, before) -> Judged:
+        """After an attempt's rounds: the all-reduce, the attempt's facts (one call,
+        :meth:`GradientWork.facts`; the check fused with unscaling by ``1/seed`` with
+        ``fuse``), agreed across workers, the verdict and the policy's advance
+        (:class:`Judged`); ``before``: the copy of the state taken before the batch
+        (``restore_on_skip``), else None."""
+        work, comm = self.work, self.options.record.comm
+        if comm is not None:
+            work.all_reduce()
         unscale_by = 1.0 / seed if fuse else None
-        found = work.inspect(policy.needs_grad_absmax, unscale_by, need_sumsq, extras)
+        found = work.facts(self.reads, policy.needs_grad_absmax, unscale_by, need_sumsq)
         finite, absmax = found.finite, found.absmax
-        if loss_finite is NOT_CHECKED:  # the check read it
-            loss_finite = found.loss_finite
-        inputs_ok = found.inputs_in_range
-        if inputs_ok is NOT_CHECKED:  # checked on the host, read only when the verdict needs it
-            inputs_ok = finite or rounds.inputs_finite
-        checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
+        loss_finite, inputs_ok = found.loss_finite, found.inputs_in_range
+        checked = None
+        if self.reads.stateful:  # the state's check
+            checked = self._check_state(found, finite, loss_finite and inputs_ok, before, step)
         state_ok = checked is None or not checked.made
         # across workers: a worker's batch bad whatever the agreed gradients (state it made
         # inf/NaN, or a bad input with its own gradients not finite) is bad for all
-        if self.options.record.comm is not None:
+        if comm is not None:
             finite, bad_loss, bad_batch = work.agree(
                 finite, not loss_finite, not (state_ok and (finite or inputs_ok))
             )
@@ -243,15 +248,14 @@ class Attempts:
             checked=checked,
         )
 
-    def _retries(self, outcome: str, new_scale, seed: float, policy, attempts: int) -> bool:
-        """Whether attempt number ``attempts`` at ``seed`` is retried: an overflow, in "retry"
-        mode, within ``max_retries``, when the policy lowered the seed (to ``new_scale``)."""
+    def _retries(self, tried: Judged, seed: float, policy, attempts: int) -> bool:
+        """Whether attempt number ``attempts`` at ``seed``, an overflow judged ``tried``, is
+        retried: in "retry" mode, within ``max_retries``, when the policy lowered the seed."""
         o = self.options.record
         return (
-            outcome == OVERFLOW
-            and o.on_overflow == "retry"
+            o.on_overflow == "retry"
             and attempts <= o.max_retries
-            and backward_seed(new_scale, self.seed_type, policy) < seed
+            and backward_seed(tried.new_state.scale, self.seed_type, policy) < seed
         )
 
     def _check_state(self, found, finite: bool, batch_ok: bool, before, step: int):

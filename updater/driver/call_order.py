@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from typing import Any, Dict, Sequence
+from typing import Any, Callable, Dict, Sequence
 
 import nnabla as nn
 import numpy as np
@@ -78,12 +78,16 @@ class CallOrder:
                 "step() (or call update(), which runs backward(), unscale() and step())"
             )
 
-    def start_update(self, inputs: Sequence[nn.Variable]) -> None:
+    def start_update(self, inputs: Callable[[], Sequence[nn.Variable]]) -> None:
         """Before ``update()``: ``RuntimeError`` for the GradScaler habit (module doc), when
-        ``inputs`` hold what the last ``step()`` left in them."""
+        the graph's inputs (``inputs()``, asked only then) hold what the last ``step()`` left
+        in them."""
         self.start()
         left, self._left = self._left, None
-        same = left and len(left) == len(inputs)
+        if not left:
+            return
+        inputs = inputs()
+        same = len(left) == len(inputs)
         if same and all(same_values(v.data, kept) for v, kept in zip(inputs, left)):
             raise RuntimeError(
                 "update() was called right after step() on the same batch: update() is not "

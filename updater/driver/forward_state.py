@@ -30,7 +30,7 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import bad_indices, describe_inputs, grad_stats, host_view
-from .checks import NOT_CHECKED, FiniteCheck
+from .checks import FiniteCheck, StepFacts
 from .flat import FlatGraphs, SavedData, loss_context
 from .function_roles import BACKWARD_STATE, FORWARD_STATE, state_inputs, writer_names
 from .options import LiveOptions
@@ -136,21 +136,21 @@ class ForwardState:
         them (they are read on the host, :meth:`inspect`)."""
         return [v.data for v in self.written] if self.check.reads_statistics else None
 
-    def _nonfinite(self, found) -> List[int]:
-        """Indices into :attr:`written` of the state inf/NaN now (``found``: the attempt's
-        inspection, whose device check may have looked at it already; else one host view of
-        their concatenation, and a view of each only when one is not finite)."""
+    def nonfinite_indices(self, concatenated_first: bool = True) -> List[int]:
+        """Indices into :attr:`written` of the state inf/NaN now, read on the host (the host
+        fallback of :class:`~updater.driver.checks.base.HostReads`): with
+        ``concatenated_first``, one view of their concatenation, and a view of each only when
+        it is not finite; else (the check found one not finite) a view of each."""
         written, graphs = self._found()
-        checked = found.statistics_finite
-        if not written or (checked is not NOT_CHECKED and checked):
+        if not written:
             return []
-        if checked is NOT_CHECKED:  # read on the host: one view of their concatenation
+        if concatenated_first:
             values = graphs.concatenated([v.data for v in written])
             if values is None or grad_stats([host_view(values)], False)[0][0]:
                 return []
         return bad_indices([v.data for v in written])
 
-    def inspect(self, found, before: SavedData | None) -> StateCheck:
+    def inspect(self, facts: StepFacts, before: SavedData | None) -> StateCheck:
         """The state inf/NaN after this attempt's forward pass, and what of it the pass made
         inf/NaN (:class:`StateCheck`). With ``before`` (the copy taken before the batch, with
         ``restore_on_skip``): a state with a value finite in ``before`` and inf/NaN now, read
@@ -158,7 +158,7 @@ class ForwardState:
         so was not made by it. Without: the inf/NaN state not reported before. Never what only
         a backward pass writes (VATNoise's ``w``, inf when its backward overflowed)."""
         written = self.written
-        bad = self._nonfinite(found)
+        bad = facts.statistics
         if not bad:
             return StateCheck(nonfinite=[], made=[])
         forward = [i for i in bad if hash(written[i]) not in self._backward_writes()]
@@ -177,13 +177,14 @@ class ForwardState:
             self._backward_only = frozenset(hash(v) for v in backward) - forward
         return self._backward_only
 
-    def new_nonfinite(self, found, checked: StateCheck | None = None) -> List[nn.Variable]:
+    def new_nonfinite(self, found: List[int], checked: StateCheck | None) -> List[nn.Variable]:
         """The statistics inf/NaN now and not reported before: from ``checked`` (the
-        :meth:`inspect` of the state as it is now) when given, else read (``found``: the step's
-        inspection)."""
+        :meth:`inspect` of the state as it is now) when given, else ``found`` (indices into
+        :attr:`written`: the step's :attr:`StepFacts.statistics
+        <updater.driver.checks.base.StepFacts.statistics>`, or :meth:`nonfinite_indices`)."""
         if checked is None:
             written = self.written
-            nonfinite = [written[i] for i in self._nonfinite(found)]
+            nonfinite = [written[i] for i in found]
         else:
             nonfinite = checked.nonfinite
         return [v for v in nonfinite if hash(v) not in self._reported]

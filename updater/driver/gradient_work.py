@@ -1,5 +1,6 @@
 """The gradient work of one step: the solver's parameters read once per step, the all-reduce and
-the workers' agreement, the finite check (:mod:`updater.driver.checks`), and clip ->
+the workers' agreement, the attempt's facts (the finite check of :mod:`updater.driver.checks`
+with what :class:`StepReads` plans it to read besides the gradients), the unscaling, and clip ->
 weight decay -> ``solver.update()``."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import nnabla as nn
 import numpy as np
 
 from .arrays import graph_leaves, host_view
-from .checks import Ask, Extras, Findings, FiniteCheck, host_grads
+from .checks import Ask, Extras, FiniteCheck, HostReads, StepFacts, host_grads
 from .checks.base import NO_EXTRAS
 from .options import LiveOptions
 from .solver_group import SolverGroup
@@ -76,11 +77,13 @@ class GradientWork:
         """Host views of every gradient (:func:`updater.driver.checks.host_grads`)."""
         return host_grads(self.params())
 
-    def inspect(
-        self, need_absmax: bool, unscale_by=None, need_sumsq=False, extras: Extras = NO_EXTRAS
-    ) -> Findings:
-        """The finite check (:meth:`FiniteCheck.inspect`, :class:`Ask`), |g| max over the
-        reduced gradients when only some are reduced."""
+    def facts(
+        self, reads: StepReads, need_absmax: bool, unscale_by=None, need_sumsq=False
+    ) -> StepFacts:
+        """The attempt's facts, one record from one call: the finite check
+        (:meth:`FiniteCheck.facts`, :class:`Ask`; |g| max over the reduced gradients when only
+        some are reduced) with what ``reads`` (planned: :meth:`StepReads.plan`) has it read
+        besides the gradients and read on the host for it."""
         o = self.options.record
         absmax_over = o.grads if o.comm is not None and o.grads else ()
         ask = Ask(
@@ -89,11 +92,16 @@ class GradientWork:
             unscale_by=unscale_by,
             need_sumsq=need_sumsq,
         )
-        return self.check.inspect(self.params, ask, extras)
+        extras = reads.extras() if reads.with_gradients else NO_EXTRAS
+        return self.check.facts(self.params, ask, extras, reads.host)
 
-    def unscale(self, factor: float) -> None:
-        """Multiply every gradient by ``factor``."""
-        self.check.unscale(self.params, factor)
+    def unscale(self, pending) -> None:
+        """Multiply every gradient by ``1/seed`` of the iteration ``pending``
+        (:class:`~updater.driver.attempts.Pending`) once, when they are finite, and mark it
+        unscaled."""
+        if not pending.unscaled and pending.finite:
+            self.check.unscale(self.params, 1.0 / pending.seed)
+        pending.unscaled = True
 
     def apply(self, sumsq: float | None, weight_decay) -> None:
         """On unscaled gradients: clip their global L2 norm to the option ``clip_grad_norm`` with
@@ -108,6 +116,45 @@ class GradientWork:
         if weight_decay is not None:
             solver.weight_decay(weight_decay)
         solver.update()
+
+
+class StepReads:
+    """What an attempt's facts read besides the gradients, planned once per build: from
+    ``rounds`` (:class:`Rounds`: the loss and the inputs) and ``forward_state``
+    (:class:`ForwardState`: the statistics), what the ``check``'s path reads with the gradients
+    and what the host reads for it (:class:`HostReads`), made by :meth:`plan` on first use,
+    when the state the graph writes is found (:attr:`stateful`).
+
+    Attributes:
+        with_gradients (bool): the path reads the loss, the inputs or the statistics with the
+            gradients (:meth:`extras`); else it reads nothing but the gradients.
+        host (HostReads or None): the host's reads, None until :meth:`plan`.
+        stateful (bool): the graph writes state (set by :meth:`plan`): without, no statistic
+            is copied, checked or reported.
+    """
+
+    def __init__(self, rounds, forward_state, check: FiniteCheck):
+        self.rounds = rounds
+        self.forward_state = forward_state
+        self.with_gradients = check.reads_statistics or not rounds.batch_on_host
+        self.host: HostReads | None = None
+        self.stateful = False
+
+    def plan(self) -> StepReads:
+        """Find the state (once) and make :attr:`host`; returns itself."""
+        if self.host is None:
+            state, rounds = self.forward_state, self.rounds
+            self.stateful = bool(state.written)
+            self.host = HostReads(
+                loss_finite=rounds.host_loss_finite,
+                inputs_finite=rounds.host_inputs_finite,
+                nonfinite_statistics=state.nonfinite_indices if self.stateful else None,
+            )
+        return self
+
+    def extras(self) -> Extras:
+        """What the path reads with the gradients (:meth:`Rounds.extras`)."""
+        return self.rounds.extras(self.forward_state.checked_with_gradients())
 
 
 def trained_leaves(loss) -> Set[int]:

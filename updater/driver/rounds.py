@@ -23,8 +23,8 @@ from .arrays import (
     input_leaves,
     restore_array,
 )
-from .checks import NOT_CHECKED, Extras, FiniteCheck
-from .checks.base import NO_EXTRAS, NotChecked
+from .checks import Extras, FiniteCheck
+from .checks.base import NO_EXTRAS
 from .options import LiveOptions
 from .outside_forward import updater_forward
 from .value_ranges import Range, input_ranges
@@ -66,6 +66,7 @@ class Rounds:
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
         self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
+        self._loss_finite = True  # every loss of the last counted rounds, read on the host
         # the loss and the inputs are checked on the host, each round (one read of the loss,
         # one pass over the inputs), unless the check reads them with the gradients
         self.batch_on_host = not check.reads_batch(options.record.accum_grad)
@@ -82,6 +83,15 @@ class Rounds:
         finite, which asks nothing, reads none."""
         self._check_pending_round()
         return not self._bad_inputs
+
+    def host_loss_finite(self) -> bool:
+        """Whether every loss of the last counted rounds read on the host was finite (True when
+        the check reads the loss: :attr:`batch_on_host` False)."""
+        return self._loss_finite
+
+    def host_inputs_finite(self) -> bool:
+        """:attr:`inputs_finite` (for :class:`~updater.driver.checks.base.HostReads`)."""
+        return self.inputs_finite
 
     def _check_pending_round(self) -> None:
         if self._check_pending:  # whether any is bad: the names are read when asked
@@ -128,14 +138,14 @@ class Rounds:
         count: bool = True,
         loss=None,
         hook=None,
-    ) -> bool | NotChecked:
+    ) -> None:
         """zero_grad and ``accum_grad`` rounds of ``loss`` (default the updater's) seeded with
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
-        calling the feeder); ``count``: add the rounds to ``passes`` and check the loss (and,
-        unless ``replay``, the inputs); a probe or the float32 reference run counts nothing;
-        ``hook``: the forward's ``function_post_hook`` (None: none).
-        Returns whether every round's loss was finite when read on the host
-        (:attr:`batch_on_host`), else ``NOT_CHECKED``."""
+        calling the feeder); ``count``: add the rounds to ``passes`` and check the loss on the
+        host when the check does not read it (:attr:`batch_on_host`; the answer is
+        :meth:`host_loss_finite`) (and, unless ``replay``, the inputs); a probe or the float32
+        reference run counts nothing; ``hook``: the forward's ``function_post_hook`` (None:
+        none)."""
         o = self.options.record
         loss = o.loss if loss is None else loss
         rounds, feeder, clear = o.accum_grad, o.data_feeder, o.clear_buffer
@@ -144,44 +154,42 @@ class Rounds:
             self._kept = []
         on_host = o.enabled and self.batch_on_host
         read_loss = count and on_host
-        loss_finite = True if read_loss else NOT_CHECKED
+        if count:
+            self._loss_finite = True
         check_inputs = count and not replay and on_host
         if check_inputs:
             self._bad_inputs = set()
             self._check_pending = rounds == 1  # checked when asked, if ever
             check_inputs = not self._check_pending
         o.solver.zero_grad()
-        for v in self.inputs():
+        inputs = self._inputs if self._inputs is not None else self.inputs()
+        for v in inputs:
             if v.need_grad:
                 v.grad.zero()
         for r in range(rounds):
-            self._feed(r, feeder, replay, keep, check_inputs)
+            self._feed(r, inputs, replay, keep, check_inputs)
             loss.forward(clear_no_need_grad=clear, function_post_hook=hook)
             updater_forward()
             loss.backward(seed, clear_buffer=clear)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
-                loss_finite = self.loss_finite() and loss_finite
+                self._loss_finite = host_all_finite(loss.data) and self._loss_finite
             self.counters.passes += count
-        return loss_finite
 
-    def _feed(self, r: int, feeder, replay: bool, keep: bool, check_inputs: bool) -> None:
-        """Round ``r``'s inputs (:meth:`run`): the feeder's batch, kept and checked as asked,
-        or with ``replay`` the batch kept for it written back."""
+    def _feed(self, r: int, inputs, replay: bool, keep: bool, check_inputs: bool) -> None:
+        """Round ``r``'s ``inputs`` (:meth:`run`): the feeder's batch, kept and checked as
+        asked, or with ``replay`` the batch kept for it written back."""
         if not replay:
+            feeder = self.options.record.data_feeder
             if feeder is not None:
                 feeder()
                 self.counters.batches += 1
             if keep:
-                self._kept.append([copy_array(v.data) for v in self.inputs()])
+                self._kept.append([copy_array(v.data) for v in inputs])
             if check_inputs:
                 self._bad_inputs.update(self._bad_indices())
         elif keep:
-            for v, saved in zip(self.inputs(), self._kept[r]):
+            for v, saved in zip(inputs, self._kept[r]):
                 restore_array(v, saved)
-
-    def loss_finite(self) -> bool:
-        """Whether the loss is finite now (one host read)."""
-        return host_all_finite(self.options.record.loss.data)
 
     def bad_input_names(self) -> List[str]:
         """The inputs that were bad, named by the function they feed and their shape, with the

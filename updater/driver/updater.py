@@ -31,6 +31,7 @@ from .records import Counters, NonFiniteGradientsError, StepRecord
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..policy.base import Policy
     from ..trace.recorder import GradientRecorder
+    from .attempts import Pending
     from .probe_options import Probes
     from .solver_group import SolverGroup
 
@@ -180,7 +181,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
     def finite_check(self) -> str:
         """The finite check path in use: "numpy", "solver" or "nnabla"; assignable as the
         argument ("auto" too)."""
-        self._build()
+        if self._stale:  # an option or the policy changed the path
+            self._assemble()
         return self._work.check.name
 
     @finite_check.setter
@@ -244,11 +246,12 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
                 (no data feeder), or after a forward pass of the loss run outside the updater
                 (:meth:`backward`).
         """
-        refuse_new_scale(new_scale)
-        self._order.start_update(self._rounds.inputs())
-        self._backward(by_update=True)
-        self.unscale()
-        return self._step(by_step=False)
+        if new_scale is not None:
+            refuse_new_scale(new_scale)
+        self._order.start_update(self._rounds.inputs)
+        pending = self._backward(by_update=True)
+        self._work.unscale(pending)
+        return self._step(pending, by_step=False)
 
     def backward(self) -> bool:
         """First stage: zero_grad, ``accum_grad`` rounds of feed, forward and
@@ -264,20 +267,16 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
                 loss's forward pass ran outside the updater since its last step in a graph
                 whose forward writes state (:mod:`updater.driver.outside_forward`).
         """
-        return self._backward(by_update=False)
+        self._order.start()
+        return self._backward(by_update=False).finite
 
-    def _build(self) -> None:
-        """Build the collaborators again when an option that chooses a structure, or one that
-        changes the finite check's path, was assigned."""
+    def _backward(self, by_update: bool) -> Pending:
+        """:meth:`backward` once the call order allowed it; ``by_update``: called by
+        ``update()``, which unscales in the checking pass (or measures for clipping in the same
+        read) when the recorder does not want this step's scaled gradients
+        (:meth:`updater.driver.attempts.Attempts.run`)."""
         if self._stale:
             self._assemble()
-
-    def _backward(self, by_update: bool) -> bool:
-        """:meth:`backward`; ``by_update``: called by ``update()``, which unscales in the
-        checking pass (or measures for clipping in the same read) when the recorder does not
-        want this step's scaled gradients (:meth:`updater.driver.attempts.Attempts.run`)."""
-        self._order.start()
-        self._build()
         o = self._live.record
         self._outside.check()
         self._work.new_step()
@@ -291,7 +290,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
             self._state = pending.state  # the failed attempts advanced the policy
         self._order.pending = pending
         self._outside.after_step()
-        return pending.finite
+        return pending
 
     def unscale(self) -> None:
         """Second stage: multiply every gradient by ``1/seed`` in float32 (bit for bit as
@@ -301,10 +300,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         Raises:
             RuntimeError: called before :meth:`backward`.
         """
-        pending = self._order.require("unscale()")
-        if not pending.unscaled and pending.finite:
-            self._work.unscale(1.0 / pending.seed)
-        pending.unscaled = True
+        self._work.unscale(self._order.require("unscale()"))
 
     def step(self) -> StepRecord:
         """Last stage: :meth:`unscale` if not done; if finite, clipping, weight decay and
@@ -319,12 +315,13 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
             NonFiniteGradientsError: when ``max_consecutive_nonfinite`` consecutive iterations
                 applied no update.
         """
-        return self._step(by_step=True)
-
-    def _step(self, by_step: bool) -> StepRecord:
-        """:meth:`step`; ``by_step``: called as ``step()``, not by ``update()``."""
         pending = self._order.require("step()")
-        self.unscale()
+        self._work.unscale(pending)
+        return self._step(pending, by_step=True)
+
+    def _step(self, pending: Pending, by_step: bool) -> StepRecord:
+        """:meth:`step` of the iteration ``pending``, unscaled; ``by_step``: called as
+        ``step()``, not by ``update()``."""
         finite = pending.finite
         o = self._live.record
         if finite:
@@ -348,7 +345,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._history.append(record)
         if self._monitor is not None:
             self._monitor.add(step, record.scale, counters.skips)
-        self._forward_state.report(pending.statistics, step)
+        if pending.statistics:
+            self._forward_state.report(pending.statistics, step)
         if counters.consecutive_nonfinite >= o.max_consecutive_nonfinite:
             raise NonFiniteGradientsError.after(
                 record,

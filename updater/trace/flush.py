@@ -72,3 +72,15 @@ class FlushCurve(Group):
 
     def describe(self) -> str | None:
         return f"flush_scales={self.width}"
+
+    @classmethod
+    def row_checked(cls, value) -> dict:
+        """``(scales, shares)`` of one step, float64 arrays ``(K,)``."""
+        scales, shares = (np.asarray(a, dtype=np.float64) for a in value)
+        return {"flush_scales": scales, "flush_shares": shares}
+
+    @classmethod
+    def unmeasured_row(cls, part: dict) -> dict:
+        """NaN (steps without a measurement: bad batches)."""
+        empty = np.full_like(part["flush_scales"], np.nan)
+        return {"flush_scales": empty, "flush_shares": empty}

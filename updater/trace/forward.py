@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..common.float16 import FORWARD_NEAR_FACTOR
 from .group import Group
 
 
@@ -52,3 +53,21 @@ class ForwardHeadroom(Group):
 
     def unmeasured(self, steps: int) -> ForwardHeadroom:
         return ForwardHeadroom(np.full(steps, np.nan), ("",) * steps)
+
+    @classmethod
+    def row_checked(cls, value) -> dict:
+        """``(peak, where)`` of one step; ``ValueError`` unless the peak is >= 0."""
+        peak, where = float(value[0]), str(value[1])
+        if not peak >= 0:
+            raise ValueError(f"forward_peak must be a number >= 0, got {peak!r}")
+        return {"forward_peak": peak, "forward_where": where}
+
+    @classmethod
+    def unmeasured_row(cls, part: dict) -> dict:
+        return {"forward_peak": np.nan, "forward_where": ""}
+
+    @staticmethod
+    def near(part: dict | None) -> bool:
+        """Whether the step of ``part`` came within
+        :data:`updater.common.float16.FORWARD_NEAR_FACTOR` of 65504 in its forward pass."""
+        return part is not None and part["forward_peak"] >= 1 / FORWARD_NEAR_FACTOR

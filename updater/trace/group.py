@@ -1,7 +1,8 @@
 """A group of a trace's fields that go together (NumPy only): the base of the trace's
 sub-records (:data:`updater.trace.format.GROUPS`). A group holds its fields' check, their
-arrays in the trace's archive, their reading, the concatenation of traces and the selection of
-steps, so that a new group is one module and its place in ``GROUPS``."""
+arrays in the trace's archive, their reading, the concatenation of traces, the selection of
+steps, and its part of a recorded step's row (what the probes measured, to the row and back to
+the trace's fields), so that a new group is one module and its place in ``GROUPS``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ class Group:
     """The :class:`updater.trace.Trace` attribute that holds the group."""
     KINDS: ClassVar[Dict[str, str]] = {}
     """Each array's kind in the archive (:meth:`updater.common.npz.NpzFile.array`)."""
+    PROBED: ClassVar[bool] = True
+    """Its part of a recorded row is what a probe measured under :attr:`KEY` (the default
+    :meth:`row_part`): a step that holds none has no part, and the group is not asked; False:
+    the group makes a part of every step's row from its gradients (:meth:`row_part`)."""
     SHAPES: ClassVar[Dict[str, tuple]] = {}
     """Each array's shape: ``"steps"`` or ``"bins"`` (of ``counts``), another field's name (its
     length) or None (any length); an array of another shape is refused before it is read."""
@@ -117,6 +122,45 @@ class Group:
     def describe(self) -> str | None:
         """What :func:`repr` of the trace says of the group (None: nothing)."""
         return None
+
+    @classmethod
+    def row_part(cls, step, arrays, layer_names) -> dict | None:
+        """The group's part of the row of a recorded ``step``
+        (:class:`updater.trace.measured.MeasuredStep`; ``arrays``: its histograms per gradient
+        array, :class:`updater.trace.rows.ArrayHistograms`; ``layer_names``: the recorder's list
+        of them, None without ``per_parameter``): its fields at this step by name, None when
+        not measured. By default what a probe measured under the group's ``KEY``
+        (``step.measured``), as :meth:`row_checked` checks it."""
+        value = step.measured.get(cls.KEY)
+        return None if value is None else cls.row_checked(value)
+
+    @classmethod
+    def row_checked(cls, value) -> dict:
+        """The group's fields at one step from what its probe measured (``ValueError`` naming
+        what is wrong)."""
+        raise NotImplementedError
+
+    @classmethod
+    def unmeasured_row(cls, part: dict) -> dict:
+        """The fields at a step that did not measure what ``part`` (another step's) holds."""
+        raise ValueError(f"{cls.KEY} cannot be left out of some steps only")
+
+    @classmethod
+    def from_rows(cls, parts: list, layer_names) -> dict:
+        """The trace's fields of the group from the rows' ``parts`` (:meth:`row_part`; None:
+        not measured at that step, :meth:`unmeasured_row` there); empty when no row has
+        it."""
+        given = [p for p in parts if p is not None]
+        if not given:
+            return {}
+        empty = cls.unmeasured_row(given[0])
+        rows = [empty if p is None else p for p in parts]
+        return {
+            name: tuple(r[name] for r in rows)
+            if cls.KINDS[name] == "text"
+            else np.stack([r[name] for r in rows])
+            for name in cls.names()
+        }
 
     @classmethod
     def _per_step(cls, name: str) -> bool:

@@ -9,7 +9,7 @@ from typing import ClassVar, List, Tuple
 import numpy as np
 
 from .group import Group
-from .values import NBINS, check_counts, check_label, check_magnitudes
+from .values import NBINS, check_counts, check_label, check_magnitudes, layer_columns
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Layers(Group):
     layer_zeros: np.ndarray
     layer_absmax: np.ndarray
 
+    PROBED: ClassVar[bool] = False
     KEY: ClassVar[str] = "layers"
     KINDS: ClassVar[dict] = {
         "layer_names": "text",
@@ -111,3 +112,30 @@ class Layers(Group):
 
     def describe(self) -> str | None:
         return f"layers={len(self.layer_names)}"
+
+    @classmethod
+    def row_part(cls, step, arrays, layer_names) -> dict | None:
+        """With ``per_parameter`` (``layer_names`` a list): each gradient array's histogram
+        and its column among the recorder's names (a name first seen is added to them,
+        :func:`updater.trace.values.layer_columns`); else None."""
+        if layer_names is None:
+            return None
+        return {
+            "columns": layer_columns(layer_names, step.names, len(step.grads)),
+            "layer_counts": arrays.counts,
+            "layer_zeros": arrays.zeros,
+            "layer_absmax": arrays.absmax,
+        }
+
+    @classmethod
+    def from_rows(cls, parts: list, layer_names) -> dict:
+        """Columns by ``layer_names``; a column absent from a step stays 0 there."""
+        if layer_names is None:
+            return {}
+        shape = (len(parts), len(layer_names))
+        c, z, a = np.zeros(shape + (NBINS,), np.int64), np.zeros(shape, np.int64), np.zeros(shape)
+        for t, part in enumerate(parts):
+            columns = part["columns"]
+            c[t, columns], z[t, columns] = part["layer_counts"], part["layer_zeros"]
+            a[t, columns] = part["layer_absmax"]
+        return {"layer_names": layer_names, "layer_counts": c, "layer_zeros": z, "layer_absmax": a}

@@ -1,14 +1,13 @@
 """GradientRecorder: writes a :class:`updater.trace.Trace` from a training run (NumPy only).
 
-The updater hands it each recorded step's gradients (:mod:`updater.driver.recording`); with the
-updater's option ``probes`` (:class:`updater.Probes`) it also probes the step before handing
-it over, and tells the recorder whether the steps' overflow thresholds were probed
-(:meth:`GradientRecorder.set_overflow_probed`).
+The updater hands it each recorded step as one value (:class:`updater.trace.measured.MeasuredStep`,
+:meth:`GradientRecorder.record_step`; :mod:`updater.driver.recording`); with the updater's option
+``probes`` (:class:`updater.Probes`) it also probes the step before handing it over, and the
+value says whether the step's overflow threshold was probed and how many passes that took.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import secrets
@@ -19,12 +18,13 @@ from typing import List, Union
 
 import numpy as np
 
-from ..common.float16 import FORWARD_NEAR_FACTOR
 from ..common.names import shown
-from ..common.validation import check_bool, check_int, check_number, check_positive
+from ..common.validation import check_bool, check_int, check_positive
 from .deprecated_probes import deprecated_probes
 from .exits import watch_exit
 from .format import Trace
+from .forward import ForwardHeadroom
+from .measured import MeasuredStep
 from .parts import (
     PartsLock,
     check_trace_path,
@@ -36,7 +36,7 @@ from .parts import (
     recover_parts,
 )
 from .rows import Held, step_row, warn_forward, write_at_exit
-from .values import check_label, layer_columns
+from .values import check_label
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,7 @@ class GradientRecorder:
     65504 is logged as a warning naming the function, the step and the fix. Training is left
     exactly as without probing (:mod:`updater.driver.recording`). Cost: the extra
     forward/backward rounds, counted in :attr:`probe_passes`. The trace is marked
-    ``overflow_probed`` when the updater said so of each of its steps
-    (:meth:`set_overflow_probed`).
+    ``overflow_probed`` when the updater probed each of its steps' threshold.
 
     Args:
         path (str or Path): output ``.npz`` path.
@@ -133,8 +132,8 @@ class GradientRecorder:
 
     Attributes:
         probe_passes (int): forward/backward rounds the probes ran so far.
-        overflow_probed (bool): the steps recorded from now on have their overflow threshold
-            measured by probes (:meth:`set_overflow_probed`).
+        overflow_probed (bool): the last step recorded had its overflow threshold measured by
+            probes (before any: the deprecated ``probe_overflow``; :meth:`record` passes it on).
         steps (list of int): the ``update()`` numbers of the recorded steps held in memory
             (emptied when they are written as a part).
     """
@@ -195,17 +194,6 @@ class GradientRecorder:
         """Whether ``update()`` call number ``step`` (0-based) should be recorded."""
         return step % self.every == 0
 
-    def set_overflow_probed(self, probed: bool) -> None:
-        """Say whether the steps recorded from now on have their overflow threshold measured
-        by probes (the updater says so when it is built, from its ``probes``); a trace is
-        ``Trace.overflow_probed`` when all its steps have."""
-        self.overflow_probed = check_bool("probed", probed)
-
-    def count_probe_passes(self, passes: int) -> None:
-        """Add ``passes``, the forward/backward rounds the updater's probes ran on a recorded
-        step, to :attr:`probe_passes`."""
-        self.probe_passes += passes
-
     def record(  # noqa: PLR0913 (tests/test_layout.py: PUBLIC_SIGNATURES)
         self,
         step: int,
@@ -218,7 +206,11 @@ class GradientRecorder:
         finite_scale: float | None = None,
         forward_peak: tuple | None = None,
     ) -> None:
-        """Add one step (as a :class:`updater.trace.rows.RecordedStep`).
+        """Add one step by hand: :meth:`record_step` of the
+        :class:`~updater.trace.measured.MeasuredStep` of these arguments.
+
+        The arguments scripts have recorded with, one per measurement of the step (the fields
+        of the value it builds); the updater hands over that value itself.
 
         Args:
             step (int): the ``update()`` call number (0-based).
@@ -255,33 +247,37 @@ class GradientRecorder:
         >>> t.nonfinite.tolist(), t.overflow_scale.tolist(), t.absmax[0] == 65520.0 / 1024
         ([False, True], [1024.0, inf], True)
         """
-        scale = check_positive("scale", scale)
-        over = math.inf
-        if overflow_scale is not None:
-            ok = isinstance(overflow_scale, (int, float, np.integer, np.floating))
-            if not ok or isinstance(overflow_scale, bool) or not overflow_scale > 0:
-                raise ValueError(
-                    f"overflow_scale must be a number > 0 or None, got {overflow_scale!r}"
-                )
-            over = float(overflow_scale)
-        seen_finite = 0.0
-        if finite_scale is not None:
-            seen_finite = check_number("finite_scale", finite_scale, 0.0, math.inf)
-        grads = list(grads)
-        columns = (
-            layer_columns(self._layer_names, names, len(grads)) if self.per_parameter else None
+        measured = {"flush": flush, "forward": forward_peak}
+        self.record_step(
+            MeasuredStep(
+                step=step,
+                grads=grads,
+                scale=scale,
+                bad_batch=loss_finite is not None and not loss_finite,
+                overflow_scale=math.inf if overflow_scale is None else overflow_scale,
+                finite_scale=0.0 if finite_scale is None else finite_scale,
+                names=names,
+                overflow_probed=self.overflow_probed,
+                measured={k: v for k, v in measured.items() if v is not None},
+            )
         )
-        bad = loss_finite is not None and not loss_finite
-        row = step_row(grads, scale, bad, over, seen_finite, columns, flush, forward_peak)
-        row = dataclasses.replace(row, probed=self.overflow_probed)
+
+    def record_step(self, step: MeasuredStep) -> None:
+        """Add one step measured (:class:`updater.trace.measured.MeasuredStep`, what the
+        updater hands over): its row (:func:`updater.trace.rows.step_row`, each group's part);
+        its ``probe_passes`` count in :attr:`probe_passes` and its ``overflow_probed`` becomes
+        :attr:`overflow_probed`. A step refused (``ValueError``) adds nothing."""
+        row = step_row(step, self._layer_names)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
-        peak = row.forward[0] if row.forward is not None else 0.0
-        if peak >= 1 / FORWARD_NEAR_FACTOR and not self._forward_warned:
+        forward = row.parts[ForwardHeadroom.KEY]
+        if ForwardHeadroom.near(forward) and not self._forward_warned:
             self._forward_warned = True
-            warn_forward(self.path, step, *row.forward)
+            warn_forward(self.path, step.step, forward["forward_peak"], forward["forward_where"])
+        self.overflow_probed = step.overflow_probed
+        self.probe_passes += step.probe_passes
         self._rows.append(row)
-        self.steps.append(int(step))
+        self.steps.append(int(step.step))
         every, seconds = self.write_every, self.write_seconds
         if (every is not None and len(self._rows) >= every) or (
             seconds is not None and time.monotonic() - self._last_write >= seconds

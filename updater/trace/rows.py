@@ -1,7 +1,8 @@
-"""A recorder's rows (one :class:`RecordedStep` per recorded step): the trace they make
-(:func:`trace_of`), what a recorder shares with its exit hook (:class:`Held`: the rows, the
-parts written, their writing and merging) and the exit hook that writes what a recorder never
-closed recorded (:func:`write_at_exit`)."""
+"""A recorder's rows (one :class:`RecordedStep` per recorded step, each group of the trace
+holding its part: :meth:`updater.trace.group.Group.row_part`): the trace they make
+(:func:`trace_of`, each group's fields from its parts), what a recorder shares with its exit
+hook (:class:`Held`: the rows, the parts written, their writing and merging) and the exit hook
+that writes what a recorder never closed recorded (:func:`write_at_exit`)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,60 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List
 
 import numpy as np
 
 from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
 from ..common.names import shown
 from .exits import EXITING
-from .format import Trace
+from .format import GROUPS, Trace
+from .measured import MeasuredStep
 from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
-from .thresholds import check_step
 from .values import NBINS, binade_histogram
 
 logger = logging.getLogger("updater.trace.recorder")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class ArrayHistograms:
+    """The histograms of a recorded step's gradient arrays divided by its scale, one row per
+    array (:func:`histograms`).
+
+    Attributes:
+        counts (int64 array ``(P, NBINS)``), zeros (int64 array ``(P,)``), absmax (float64
+            array ``(P,)``): each array's histogram; an overflowed array's ``absmax`` is at
+            least 65520 / scale.
+        overflowed (bool): the gradients held inf/NaN and the step was not a bad batch: it
+            overflowed at its scale.
+    """
+
+    counts: np.ndarray
+    zeros: np.ndarray
+    absmax: np.ndarray
+    overflowed: bool
+
+
+def histograms(step: MeasuredStep) -> ArrayHistograms:
+    """The histograms of ``step``'s gradients divided by its scale. Non-finite gradients of a
+    step that is not a bad batch overflowed at its scale: their arrays' ``absmax`` is at least
+    65520 / scale (the group :class:`~updater.trace.thresholds.Thresholds` takes the scale as
+    its threshold)."""
+    rows = [binade_histogram(np.asarray(g, dtype=np.float64) / step.scale) for g in step.grads]
+    absmax = np.array([r[2] for r in rows], np.float64)
+    finite = np.array([r[3] for r in rows], bool)
+    overflowed = not finite.all() and not step.bad_batch
+    if overflowed:
+        absmax[~finite] = np.maximum(absmax[~finite], FP16_OVERFLOW / step.scale)
+    return ArrayHistograms(
+        counts=np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS),
+        zeros=np.array([r[1] for r in rows], np.int64),
+        absmax=absmax,
+        overflowed=overflowed,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class RecordedStep:
     """One recorded step: a row of the trace (:class:`updater.trace.Trace`'s fields of one
     step).
@@ -33,70 +72,33 @@ class RecordedStep:
     Attributes:
         counts (int64 array ``(NBINS,)``), zeros (int), absmax (float): the step's histogram.
         nonfinite (bool): a bad batch.
-        overflow_scale (float): the scale from which it overflows (inf: none seen).
-        finite_scale (float): the largest scale it was seen finite at (0: not known).
-        layers (tuple or None): ``(columns, counts, zeros, absmax)``, the histogram of each
-            parameter array and its column among the recorder's layer names; None without
-            ``per_parameter``.
-        flush (tuple or None): ``(scales, shares)``, float64 arrays ``(K,)``; None: not
-            measured.
-        forward (tuple or None): ``(peak, where)``; None: not measured.
-        probed (bool): ``overflow_scale`` was measured by probes (the trace is
-            ``overflow_probed`` when all its steps are).
+        parts (dict): each group's part of the row by its ``KEY``
+            (:meth:`updater.trace.group.Group.row_part`: the group's fields at this step; None:
+            not measured).
     """
 
     counts: np.ndarray
     zeros: int
     absmax: float
     nonfinite: bool
-    overflow_scale: float
-    finite_scale: float
-    layers: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-    flush: Tuple[np.ndarray, np.ndarray] | None = None
-    forward: Tuple[float, str] | None = None
-    probed: bool = False
+    parts: Dict[str, dict | None]
 
 
-def step_row(
-    grads: list,
-    scale: float,
-    bad: bool,
-    overflow_scale: float,
-    finite_scale: float,
-    columns: np.ndarray | None,
-    flush: tuple | None = None,
-    forward: tuple | None = None,
-) -> RecordedStep:
-    """The row of one step (:meth:`updater.trace.recorder.GradientRecorder.record`'s arguments,
-    checked there): the histograms of ``grads`` divided by ``scale``, per array in ``columns``
-    (None: no layers). Non-finite ``grads`` of a step that is not a bad batch overflowed at
-    ``scale``: its threshold is at most ``scale`` and its arrays' ``absmax`` at least
-    65520 / ``scale``. ``ValueError`` unless ``finite_scale`` stays below the threshold
-    (:func:`updater.trace.thresholds.check_step`) and the forward peak is >= 0."""
-    rows = [binade_histogram(np.asarray(g, dtype=np.float64) / scale) for g in grads]
-    layer_counts = np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS)
-    layer_zeros = np.array([r[1] for r in rows], np.int64)
-    layer_absmax = np.array([r[2] for r in rows], np.float64)
-    layer_finite = np.array([r[3] for r in rows], bool)
-    if not layer_finite.all() and not bad:  # overflowed at this scale
-        overflow_scale = min(overflow_scale, scale)
-        bound = FP16_OVERFLOW / scale
-        layer_absmax[~layer_finite] = np.maximum(layer_absmax[~layer_finite], bound)
-    check_step(overflow_scale, finite_scale)
-    if forward is not None:
-        forward = (float(forward[0]), str(forward[1]))
-        if not forward[0] >= 0:
-            raise ValueError(f"forward_peak must be a number >= 0, got {forward[0]!r}")
+def step_row(step: MeasuredStep, layer_names: List[str] | None) -> RecordedStep:
+    """The row of ``step`` (:func:`histograms`, and each group's part of it: ``ValueError``
+    from a group that refuses what was measured); ``layer_names``: the recorder's, None
+    without ``per_parameter``."""
+    arrays, measured = histograms(step), step.measured
+    parts = {
+        g.KEY: g.row_part(step, arrays, layer_names) if g.KEY in measured or not g.PROBED else None
+        for g in GROUPS
+    }
     return RecordedStep(
-        counts=layer_counts.sum(axis=0),
-        zeros=int(layer_zeros.sum()),
-        absmax=float(layer_absmax.max(initial=0.0)),
-        nonfinite=bad,
-        overflow_scale=overflow_scale,
-        finite_scale=finite_scale,
-        layers=None if columns is None else (columns, layer_counts, layer_zeros, layer_absmax),
-        flush=None if flush is None else tuple(np.asarray(a, dtype=np.float64) for a in flush),
-        forward=forward,
+        counts=arrays.counts.sum(axis=0),
+        zeros=int(arrays.zeros.sum()),
+        absmax=float(arrays.absmax.max(initial=0.0)),
+        nonfinite=step.bad_batch,
+        parts=parts,
     )
 
 
@@ -104,36 +106,21 @@ def trace_of(
     rows: List[RecordedStep], name: str, layer_names: List[str] | None, every: int = 1
 ) -> Trace:
     """The :class:`Trace` of a recorder's ``rows`` (per-layer columns by ``layer_names``),
-    recorded every ``every`` steps; ``overflow_probed`` when every row was probed."""
+    recorded every ``every`` steps: each group's fields from its parts of the rows
+    (:meth:`updater.trace.group.Group.from_rows`)."""
     if not rows:
         raise ValueError("no steps recorded yet; call update() before building a trace")
-    groups = {}
-    if layer_names is not None:  # columns absent from a step stay 0
-        shape = (len(rows), len(layer_names))
-        c, z, a = np.zeros(shape + (NBINS,), np.int64), np.zeros(shape, np.int64), np.zeros(shape)
-        for t, row in enumerate(rows):
-            columns, c_t, z_t, a_t = row.layers
-            c[t, columns], z[t, columns], a[t, columns] = c_t, z_t, a_t
-        groups.update(layer_names=layer_names, layer_counts=c, layer_zeros=z, layer_absmax=a)
-    measured = [row.flush for row in rows if row.flush is not None]
-    if measured:  # steps without a measurement (bad batches) get NaN rows
-        empty = np.full_like(measured[0][0], np.nan)
-        groups["flush_scales"] = np.stack([empty if r.flush is None else r.flush[0] for r in rows])
-        groups["flush_shares"] = np.stack([empty if r.flush is None else r.flush[1] for r in rows])
-    if any(row.forward is not None for row in rows):
-        groups["forward_peak"] = [np.nan if r.forward is None else r.forward[0] for r in rows]
-        groups["forward_where"] = tuple("" if r.forward is None else r.forward[1] for r in rows)
+    fields = {}
+    for group in GROUPS:
+        fields.update(group.from_rows([row.parts[group.KEY] for row in rows], layer_names))
     return Trace(
         np.stack([row.counts for row in rows]),
         [row.zeros for row in rows],
         [row.absmax for row in rows],
         [row.nonfinite for row in rows],
         name,
-        [row.overflow_scale for row in rows],
-        overflow_probed=all(row.probed for row in rows),
-        finite_scale=[row.finite_scale for row in rows],
         every=every,
-        **groups,
+        **fields,
     )
 
 

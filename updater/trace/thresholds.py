@@ -45,6 +45,7 @@ class Thresholds(Group):
     finite_scale: np.ndarray
     overflow_probed: bool = False
 
+    PROBED: ClassVar[bool] = False
     KEY: ClassVar[str] = "thresholds"
     KINDS: ClassVar[dict] = {"overflow_scale": "number", "finite_scale": "number"}
     SHAPES: ClassVar[dict] = {"overflow_scale": ("steps",), "finite_scale": ("steps",)}
@@ -112,3 +113,25 @@ class Thresholds(Group):
 
     def describe(self) -> str | None:
         return f"overflow_scale={'probed' if self.overflow_probed else 'seen'}"
+
+    @classmethod
+    def row_part(cls, step, arrays, layer_names) -> dict:
+        """Every step's: its overflow scale (at most its own ``scale`` when its gradients
+        overflowed there, ``arrays.overflowed``), the scale it was seen finite at
+        (:func:`check_step`) and whether probes measured them."""
+        over = min(step.overflow_scale, step.scale) if arrays.overflowed else step.overflow_scale
+        check_step(over, step.finite_scale)
+        return {
+            "overflow_scale": over,
+            "finite_scale": step.finite_scale,
+            "overflow_probed": step.overflow_probed,
+        }
+
+    @classmethod
+    def from_rows(cls, parts: list, layer_names) -> dict:
+        """Probed when every step was."""
+        return {
+            "overflow_scale": [p["overflow_scale"] for p in parts],
+            "finite_scale": [p["finite_scale"] for p in parts],
+            "overflow_probed": all(p["overflow_probed"] for p in parts),
+        }

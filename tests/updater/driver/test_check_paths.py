@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.nnabla_models import TinyClassifier
-from updater.driver.checks import NOT_CHECKED, PATHS, Ask, FiniteCheck
+from updater.driver.checks import PATHS, Ask, FiniteCheck
+from updater.driver.checks.base import NOT_CHECKED
 from updater.driver.options import OPTIONS, UpdaterOptions
 from updater.driver.updater import DynamicLossScalingUpdater
 
@@ -43,18 +44,22 @@ def test_each_path_answers_what_it_checks_and_marks_the_rest_not_checked(path, b
     feed()
     if bad_input:
         m.x.d = np.full(m.x.shape, np.inf, np.float32)
-    loss_finite = u._rounds.run(1.0)
+    u._rounds.run(1.0)
     extras = u._rounds.extras(u._forward_state.checked_with_gradients())
     found = u._work.check.inspect(u._work.params, Ask(False), extras)
     assert found.finite == (not bad_input)
-    facts = (found.loss_finite, found.inputs_in_range, found.statistics_finite)
+    own = (found.loss_finite, found.inputs_in_range, found.statistics_finite)
     if path == "solver":
-        assert facts == (not bad_input, not bad_input, True)
-        assert loss_finite is NOT_CHECKED
+        assert own == (not bad_input, not bad_input, True)
+        assert u._rounds.host_loss_finite()  # not read on the host
     else:
-        assert facts == (NOT_CHECKED,) * 3
-        assert loss_finite is (not bad_input)
+        assert own == (NOT_CHECKED,) * 3
+        assert u._rounds.host_loss_finite() is (not bad_input)
         assert u._rounds.inputs_finite is not bad_input
+    # the one call the attempts make: every fact answered, none NOT_CHECKED
+    facts = u._work.facts(u._attempts.reads.plan(), False)
+    answered = (facts.finite, facts.loss_finite, facts.inputs_in_range, list(facts.statistics))
+    assert answered == (not bad_input, not bad_input, not bad_input, [])
 
 
 def test_finite_check_accepts_auto_and_the_paths_only():

@@ -103,7 +103,8 @@ def test_updater_numpy_check_through_views_equals_nnabla_check(case, type_config
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="numpy")
     values = gradient_values(m, case, dtype, seed=5)
     set_grads(m, values)
-    arrays, finite, absmax, bad = inspect(u)[:4]
+    found = inspect(u)
+    arrays, finite, absmax, bad = found.arrays, found.finite, found.absmax, found.bad
     assert finite == (not m.solver.check_inf_or_nan_grad())
     assert set(bad) == {n for n, v in values.items() if not np.isfinite(v).all()}
     assert [a.dtype for a in arrays] == [dtype] * len(values)
@@ -124,7 +125,8 @@ def test_updater_numpy_check_through_float16_views_on_generated_values(values):
     name = "fc2/affine/W"
     filled = np.resize(values, m.params[name].shape).astype(np.float16)
     set_grads(m, {name: filled})
-    _, finite, _, bad = inspect(u)[:4]
+    found = inspect(u)
+    finite, bad = found.finite, found.bad
     assert finite == (not m.solver.check_inf_or_nan_grad())
     assert bad == ([] if np.isfinite(filled).all() else [name])
 
@@ -137,7 +139,10 @@ def test_auto_check_uses_numpy_views_on_cpu_for_large_models(hidden, expected):
     assert u.finite_check == expected
     ref = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), finite_check="solver")
     set_grads(m, {"fc1/affine/b": np.full(hidden, np.inf, np.float32)})
-    assert inspect(u)[:4][1:] == inspect(ref)[:4][1:] == (False, None, ["fc1/affine/b"])
+    facts = [inspect(v) for v in (u, ref)]
+    assert [(f.finite, f.absmax, list(f.bad)) for f in facts] == [
+        (False, None, ["fc1/affine/b"])
+    ] * 2
 
 
 @pytest.mark.parametrize("check", ["numpy", "solver"])

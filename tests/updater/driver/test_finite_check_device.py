@@ -14,6 +14,7 @@ from tests.nnabla_models import (
     assert_same_values,
     gradient_values,
     inspect,
+    inspected,
     iterate,
     param_values,
     set_grads,
@@ -47,10 +48,10 @@ def test_device_check_decides_as_numpy_and_nnabla_in_one_host_read(case, type_co
     values = gradient_values(m, case, dtype)
     set_grads(m, values)
     before = host_reads()
-    on_device = inspect(device_path)[:4]
+    on_device = inspected(device_path)
     assert host_reads() - before == 1
     assert on_device[0] is None  # no gradient came to the host
-    assert on_device[1:] == inspect(numpy_path)[:4][1:]
+    assert on_device[1:] == inspected(numpy_path)[1:]
     assert on_device[1] == (not m.solver.check_inf_or_nan_grad())
     assert set(on_device[3]) == {n for n, v in values.items() if not np.isfinite(v).all()}
     if policy.needs_grad_absmax:

@@ -94,17 +94,18 @@ def test_both_spellings_at_once_are_refused(tmp_path):
 
 
 def test_a_trace_is_probed_only_when_every_step_was(tmp_path):
-    """The updater tells the recorder; a recorder moved to an updater without overflow probes
-    marks the trace unprobed (steps of both kinds), and a recorder of its own is not probed."""
+    """Each recorded step says whether it was probed (the updater leaves the recorder as made);
+    a recorder moved to an updater without overflow probes marks the trace unprobed (steps of
+    both kinds), and a recorder of its own is not probed."""
     solver, loss = _sum_model("probed_steps", [4.0, -1.0])
     recorder = GradientRecorder(tmp_path / "t.npz")
     assert not recorder.overflow_probed
     probed = DynamicLossScalingUpdater(
         solver, loss, None, recorder=recorder, probes=Probes(overflow=True)
     )
-    assert recorder.overflow_probed
+    assert not recorder.overflow_probed  # no step recorded yet
     probed.update()
-    assert recorder.trace().overflow_probed
+    assert recorder.overflow_probed and recorder.trace().overflow_probed
     plain = DynamicLossScalingUpdater(solver, loss, None, recorder=recorder)
     plain.update()
     assert not recorder.overflow_probed and not Trace.load(recorder.close()).overflow_probed

@@ -43,6 +43,16 @@ def _start(path, steps, write_every=10, close_at=-1, pause=0.0):
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
 
 
+def _first_line(proc) -> str:
+    """The first line ``proc`` printed, read byte by byte from its pipe: a buffered
+    ``proc.stdout.readline()`` may take the next lines into a buffer that ``communicate()``
+    (which reads the pipe itself) never sees, and the steps printed would be undercounted."""
+    line = b""
+    while not line.endswith(b"\n"):
+        line += os.read(proc.stdout.fileno(), 1)
+    return line.decode()
+
+
 def _record(rec, steps, start=0):
     for step in range(start, start + steps):
         rec.record(step, [np.full(4, step + 1, np.float16)], 1024.0)
@@ -116,7 +126,7 @@ def test_sigterm_at_a_random_moment_writes_the_trace_then_ends_by_sigterm(tmp_pa
     for trial in range(12):
         path = tmp_path / f"t{trial}.npz"
         proc = _start(path, steps=40, write_every=write_every, pause=0.005)
-        assert proc.stdout.readline() == "0\n"  # recording: a moment within its 40 steps
+        assert _first_line(proc) == "0\n"  # recording: a moment within its 40 steps
         wait = rng.uniform(0.0, 0.4)
         try:
             proc.wait(timeout=wait)
@@ -151,7 +161,7 @@ def test_sigkill_at_a_random_moment_after_a_close_loses_no_written_step(tmp_path
     for trial in range(12):
         path = tmp_path / f"t{trial}.npz"
         proc = _start(path, steps=60, write_every=10, close_at=24, pause=0.004)
-        assert proc.stdout.readline() == "0\n"
+        assert _first_line(proc) == "0\n"
         wait = rng.uniform(0.05, 0.5)
         try:
             proc.wait(timeout=wait)

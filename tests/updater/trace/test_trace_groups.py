@@ -120,8 +120,14 @@ def test_the_recorder_keeps_named_rows(tmp_path):
     rec.record(0, [np.array([1.0, np.inf], np.float16)], 8.0, finite_scale=4.0)
     row = rec._rows[0]
     assert isinstance(row, RecordedStep)
-    assert (row.overflow_scale, row.finite_scale, row.nonfinite) == (8.0, 4.0, False)
-    assert row.layers is None and row.flush is None and row.forward is None
+    thresholds = row.parts["thresholds"]
+    assert (thresholds["overflow_scale"], thresholds["finite_scale"], row.nonfinite) == (
+        8.0,
+        4.0,
+        False,
+    )
+    assert row.parts["layers"] is None and row.parts["flush"] is None
+    assert row.parts["forward"] is None
     with pytest.raises(ValueError, match="finite_scale must be below the step's overflow"):
         rec.record(1, [np.array([np.inf], np.float16)], 8.0, finite_scale=8.0)
     assert len(rec._rows) == 1

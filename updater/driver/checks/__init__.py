@@ -1,17 +1,19 @@
 """The finite check of a step's gradients, one object per path (``finite_check=``), one module
 per path, chosen once by :func:`choose_check`: it finds whether they are finite (with the largest
 |gradient|, the sum of squares and the names of non-finite parameters when asked), unscales them
-and measures their sum of squares, and answers one record of what the attempt found
-(:class:`~updater.driver.checks.base.Findings`: the gradients, and the loss, the inputs and the
-statistics when the path reads them, else ``NOT_CHECKED``). No other module compares the path's
-name.
+and measures their sum of squares, and answers one record of the attempt's facts
+(:meth:`~updater.driver.checks.base.FiniteCheck.facts`,
+:class:`~updater.driver.checks.base.StepFacts`: the gradients, the loss, the inputs, the
+statistics and the names), reading on the host (:class:`~updater.driver.checks.base.HostReads`)
+what the path does not read with the gradients: its own answer's ``NOT_CHECKED`` never leaves
+this package. No other module compares the path's name.
 
 Three paths, same decisions: "numpy" (:mod:`.host`), "solver" (:mod:`.device`), "nnabla"
 (:mod:`.nnabla`). A new path is a :class:`~updater.driver.checks.base.FiniteCheck` subclass in a
 module of its own here, named in :data:`PATHS`.
 
 The names of the parameters whose gradients are not finite are read from the gradients when
-first asked (:class:`~updater.driver.checks.base.NonFiniteNames`), on the two concatenating
+first asked (:func:`~updater.driver.checks.base.non_finite_names`), on the two concatenating
 layouts.
 """
 
@@ -20,12 +22,12 @@ from __future__ import annotations
 from typing import List
 
 from ..arrays import on_cpu
-from .base import NOT_CHECKED, Ask, Extras, Findings, FiniteCheck, host_grads
+from .base import Ask, Extras, FiniteCheck, HostReads, StepFacts, host_grads
 from .device import DeviceCheck
 from .host import HostCheck, per_array
 from .nnabla import NnablaCheck
 
-__all__ = ["NOT_CHECKED", "PATHS", "Ask", "Extras", "Findings", "FiniteCheck", "choose_check"]
+__all__ = ["PATHS", "Ask", "Extras", "FiniteCheck", "HostReads", "StepFacts", "choose_check"]
 __all__ += ["host_grads", "resolve_path"]
 
 PATHS = {check.name: check for check in (HostCheck, DeviceCheck, NnablaCheck)}

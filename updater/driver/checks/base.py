@@ -1,7 +1,9 @@
 """What every finite-check path shares: the request (:class:`Ask`), what a path reads besides the
-gradients (:class:`Extras`), the one record of what an attempt's check found (:class:`Findings`,
-with :data:`NOT_CHECKED` for what the path leaves to the host), the base class
-:class:`FiniteCheck`, and the host reads of the gradients the paths share."""
+gradients (:class:`Extras`), what a path's own read found (:class:`Findings`, with
+:data:`NOT_CHECKED` for what it leaves to the host, never seen outside this package), the host
+reads a path falls back on (:class:`HostReads`), the one record of an attempt's facts that
+:meth:`FiniteCheck.facts` answers (:class:`StepFacts`), the base class :class:`FiniteCheck`, and
+the host reads of the gradients the paths share."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import contextlib
 import math
 import operator
 from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass
 from typing import Callable, Dict, List, NamedTuple, Sequence
 
 import nnabla as nn
@@ -104,6 +107,61 @@ class Findings(NamedTuple):
     statistics_finite: bool | NotChecked = NOT_CHECKED
 
 
+@dataclass(frozen=True)
+class HostReads:
+    """What the host reads for a path that leaves the loss, the inputs or the statistics to it
+    (:attr:`FiniteCheck.reads_batch`, :attr:`FiniteCheck.reads_statistics`).
+
+    Attributes:
+        loss_finite (callable): ``() -> bool``, every round's loss was finite (read by the
+            rounds, on the host, as they ran).
+        inputs_finite (callable): ``() -> bool``, no checked input was bad (read when asked).
+        nonfinite_statistics (callable or None): ``(concatenated_first: bool) -> list of
+            int``, the indices of the state the forward pass writes that hold inf/NaN now; with
+            ``concatenated_first`` one view of their concatenation first, the arrays one by one
+            only when it is not finite. None: the graph writes no state.
+    """
+
+    loss_finite: Callable[[], bool]
+    inputs_finite: Callable[[], bool]
+    nonfinite_statistics: Callable[[bool], List[int]] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFacts:
+    """The facts of an attempt, one record from one call (:meth:`FiniteCheck.facts`): what the
+    path read with the gradients, the rest read on the host (:class:`HostReads`).
+
+    Attributes:
+        finite (bool): the gradients are finite (no inf/NaN).
+        absmax (float or None): largest |gradient| before unscaling (inf when not finite);
+            None when not asked.
+        bad (sequence of str): names of the parameters whose gradients hold inf/NaN (read when
+            first asked).
+        sumsq (float or None): sum of squares of the unscaled gradients, when asked and finite.
+        unscaled (bool): the gradients were unscaled by the same pass.
+        arrays (list of numpy arrays or None): host views of the (scaled) gradients, when the
+            "numpy" path read them array by array without unscaling; else None.
+        loss_finite (bool): every round's loss is finite.
+        inputs_in_range (bool): no checked input is bad (inf/NaN, or outside the values its
+            readers take); read on the host only when the gradients are not finite (the
+            verdict reads it only then), True otherwise.
+        statistics (sequence of int): indices of the state the forward pass writes holding
+            inf/NaN (:attr:`updater.driver.forward_state.ForwardState.written`), read on the host
+            when first asked unless the path read them clean.
+    """
+
+    finite: bool
+    absmax: float | None
+    bad: Sequence[str]
+    sumsq: float | None
+    unscaled: bool
+    arrays: list | None
+    loss_finite: bool
+    inputs_in_range: bool
+    statistics: Sequence[int]
+
+
 class FiniteCheck:
     """What every path shares; ``params`` arguments are callables returning the solver's
     current parameters (name -> Variable), read only when the path needs them. A path is a
@@ -149,6 +207,40 @@ class FiniteCheck:
             sumsq=found.sumsq if finite else None,
         )
 
+    def facts(
+        self,
+        params: Callable[[], Dict[str, nn.Variable]],
+        ask: Ask,
+        extras: Extras,
+        host: HostReads,
+    ) -> StepFacts:
+        """The attempt's facts (:class:`StepFacts`): :meth:`inspect`, and ``host`` for what the
+        path leaves to the host."""
+        found = self.inspect(params, ask, extras)
+        finite, loss, inputs = found.finite, found.loss_finite, found.inputs_in_range
+        statistics = found.statistics_finite
+        if loss is NOT_CHECKED:
+            loss = host.loss_finite()
+        if inputs is NOT_CHECKED:  # read only when the verdict reads it
+            inputs = finite or host.inputs_finite()
+        read = host.nonfinite_statistics
+        if read is not None and (statistics is NOT_CHECKED or not statistics):
+            concatenated_first = statistics is NOT_CHECKED  # read when first asked
+            statistics = ReadWhenAsked(lambda: read(concatenated_first))
+        else:
+            statistics = ()
+        return StepFacts(
+            finite=finite,
+            absmax=found.absmax,
+            bad=found.bad,
+            sumsq=found.sumsq,
+            unscaled=found.unscaled,
+            arrays=found.arrays,
+            loss_finite=loss,
+            inputs_in_range=inputs,
+            statistics=statistics,
+        )
+
     def _inspect(self, params, ask: Ask, extras: Extras) -> Findings:
         raise NotImplementedError
 
@@ -186,18 +278,17 @@ def _zeros(array) -> np.ndarray:
     return np.zeros(array.size, array_dtype(array))
 
 
-class NonFiniteNames(SequenceABC):
-    """The names of the parameters in ``params`` whose gradients hold inf/NaN, read from the
-    gradients (a host view of each) when first asked: valid while the gradients are the ones
-    checked (the updater asks only before the next attempt)."""
+class ReadWhenAsked(SequenceABC):
+    """A list that ``read()`` makes when first asked: valid while what it reads is the attempt's
+    (the updater asks only before the next attempt)."""
 
-    def __init__(self, params: Dict[str, nn.Variable]):
-        self._params = params
-        self._names: List[str] | None = None
+    def __init__(self, read: Callable[[], list]):
+        self._read = read
+        self._names: list | None = None
 
-    def _found(self) -> List[str]:
+    def _found(self) -> list:
         if self._names is None:
-            self._names = read_and_check(self._params, False)[2]
+            self._names = self._read()
         return self._names
 
     def __getitem__(self, index):
@@ -211,6 +302,12 @@ class NonFiniteNames(SequenceABC):
 
     def __repr__(self) -> str:
         return repr(self._found())
+
+
+def non_finite_names(params: Dict[str, nn.Variable]) -> ReadWhenAsked:
+    """The names of the parameters in ``params`` whose gradients hold inf/NaN, read from the
+    gradients (a host view of each) when first asked."""
+    return ReadWhenAsked(lambda: read_and_check(params, False)[2])
 
 
 def overflow_quiet(factor: float):

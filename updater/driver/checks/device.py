@@ -7,7 +7,7 @@ attempt has one round) and the state the forward pass writes."""
 from __future__ import annotations
 
 from ..flat import DeviceStats, loss_context
-from .base import NOT_CHECKED, Ask, Extras, Findings, FiniteCheck, NonFiniteNames, grads_of
+from .base import NOT_CHECKED, Ask, Extras, Findings, FiniteCheck, grads_of, non_finite_names
 
 
 class DeviceCheck(FiniteCheck):
@@ -55,7 +55,7 @@ class DeviceCheck(FiniteCheck):
             arrays=None,
             finite=finite,
             absmax=stats.absmax,
-            bad=[] if finite else NonFiniteNames(params),
+            bad=[] if finite else non_finite_names(params),
             sumsq=stats.sumsq,
             loss_finite=not stats.loss_bad if batch else NOT_CHECKED,
             inputs_in_range=not (inputs and stats.inputs_bad) if batch else NOT_CHECKED,

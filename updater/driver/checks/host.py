@@ -15,8 +15,8 @@ from .base import (
     Extras,
     Findings,
     FiniteCheck,
-    NonFiniteNames,
     grads_of,
+    non_finite_names,
     overflow_quiet,
     read_and_check,
 )
@@ -71,7 +71,7 @@ class HostCheck(FiniteCheck):
         if self.flat is not None:
             factor = unscale_by if ask.need_sumsq else None
             finite, absmax, sumsq = check_concatenated(self.flat, params, own_absmax, factor)
-            bad = [] if finite else NonFiniteNames(params)
+            bad = [] if finite else non_finite_names(params)
         elif unscale_by is None:
             arrays, absmax, bad = read_and_check(params, own_absmax)
             finite = not bad

@@ -7,11 +7,13 @@ another scale, not counted, checked on this worker alone (no collective)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple
+from dataclasses import dataclass
+from typing import Dict, List
 
 import nnabla as nn
 import numpy as np
 
+from ...trace.measured import MeasuredStep
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
 from ..probe_options import probes_of
@@ -19,7 +21,8 @@ from .forward_peak import ForwardPeak
 from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
 
 
-class Attempted(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Attempted:
     """How the attempts of a recorded step ended.
 
     Attributes:
@@ -51,32 +54,33 @@ def _check_copyable(loss) -> None:
 
 
 class Recording:
-    """The hook of the options ``recorder`` and ``probes`` (module doc). It tells the recorder
-    whether the steps it records have their overflow threshold probed.
+    """The hook of the options ``recorder`` and ``probes`` (module doc); it leaves the recorder
+    as the user made it, handing it one value per recorded step.
 
     Args:
         options (LiveOptions): reads ``recorder`` and ``probes`` (which it is built with)
             (:func:`updater.driver.probe_options.probes_of`).
-        rounds (Rounds): the step's rounds, run again by the probes.
+        reads (StepReads): the step's rounds (:class:`Rounds`, run again by the probes), the
+            state the forward pass writes (:class:`ForwardState`, copied) and what the check
+            reads besides the gradients.
         work (GradientWork): the gradients and the check.
-        forward_state (ForwardState): copies of the state the forward pass writes.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
     """
 
-    def __init__(self, options, rounds, work, forward_state, seed_type):
+    def __init__(self, options, reads, work, seed_type):
         self.recorder = options.record.recorder
         self.probes = probes_of(self.recorder, options.record.probes)
-        self.recorder.set_overflow_probed(self.probes.overflow)
-        self.rounds = rounds
+        self.reads = reads
+        self.rounds = reads.rounds
         self.work = work
-        self.forward_state = forward_state
+        self.forward_state = reads.forward_state
         self.seed_type = seed_type
         self._policy = None  # the policy of the step recorded (for probe bounds and seeds)
         self._reference = None  # float32 copy of the graph, for flush measurement
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()
         if self.probes.flush:
-            _check_copyable(rounds.loss)
+            _check_copyable(self.rounds.loss)
 
     def wants(self, step: int) -> bool:
         """Whether ``update()`` call ``step`` is recorded."""
@@ -97,33 +101,38 @@ class Recording:
     def after(self, step: int, policy, attempt: Attempted) -> None:
         """After the attempts of recorded step ``step`` under ``policy``: probe its overflow
         threshold and flushing when the recorder asks (and the batch was not bad), then hand
-        the step to the recorder."""
+        the step to the recorder as one value (:class:`~updater.trace.measured.MeasuredStep`:
+        what the probes measured, by the trace group that holds it)."""
         self._policy = policy
-        probes, rec = self.probes, self.recorder
+        probes = self.probes
         seed, good_batch = attempt.seed, attempt.good_batch
         over = seed if not attempt.finite and good_batch else attempt.overflow_scale
-        grads, scale, flush, finite_scale = attempt.arrays, seed, None, None
-        flush_due = probes.wants_flush(step // rec.every)
+        grads, scale, finite_scale, passes, measured = attempt.arrays, seed, 0.0, 0, {}
+        flush_due = probes.wants_flush(step // self.recorder.every)
         if (probes.overflow or flush_due) and good_batch:
             found = self._probe(attempt, over, flush_due)
-            rec.count_probe_passes(found.passes)
-            grads, flush = None, found.flush  # host views taken before may be stale
+            passes, grads = found.passes, None  # host views taken before may be stale
+            if found.flush is not None:
+                measured["flush"] = (seed * 2.0 ** np.array(FLUSH_OFFSETS), found.flush)
             if probes.overflow:
                 over, finite_scale = found.threshold, found.finite_scale
             if found.finite_grads is not None:
                 grads, scale = found.finite_grads, found.finite_seed
-        peak = self._forward_peak
-        rec.record(
-            step,
-            grads or self.host_grads(),
-            scale,
-            loss_finite=good_batch,
-            overflow_scale=over,
-            names=list(self.params()),
-            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+        if probes.forward_headroom:
+            measured["forward"] = (self._forward_peak.peak, self._forward_peak.where)
+        measured_step = MeasuredStep(
+            step=step,
+            grads=grads or self.host_grads(),
+            scale=scale,
+            bad_batch=not good_batch,
+            overflow_scale=math.inf if over is None else over,
             finite_scale=finite_scale,
-            forward_peak=(peak.peak, peak.where) if probes.forward_headroom else None,
+            names=list(self.params()),
+            overflow_probed=probes.overflow,
+            probe_passes=passes,
+            measured=measured,
         )
+        self.recorder.record_step(measured_step)
 
     def _probe(self, attempt: Attempted, over: float | None, flush: bool):
         """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
@@ -183,5 +192,5 @@ class Recording:
         worker leaves the others' steps as they are)."""
         seed = backward_seed(scale, self.seed_type, self._policy)
         self.rounds.run(seed, replay=True, keep=True, count=False)
-        extras = self.rounds.extras(self.forward_state.checked_with_gradients())
-        return self.work.inspect(self._policy.needs_grad_absmax, extras=extras).finite
+        reads = self.reads.plan()
+        return self.work.facts(reads, self._policy.needs_grad_absmax).finite
