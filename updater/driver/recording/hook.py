@@ -16,7 +16,8 @@ from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
 from .forward_peak import ForwardPeak
 from .options import probes_of
-from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
+from .flush_scales import flush_scales
+from .probes import probe_bounds, probe_step
 
 
 class Attempted(NamedTuple):
@@ -120,7 +121,7 @@ class Recording:
             loss_finite=good_batch,
             overflow_scale=over,
             names=list(self.params()),
-            flush=None if flush is None else (seed * 2.0 ** np.array(FLUSH_OFFSETS), flush),
+            flush=None if flush is None else (flush_scales(seed, self._bounds()), flush),
             finite_scale=finite_scale,
             forward_peak=(peak.peak, peak.where) if probes.forward_headroom else None,
         )
@@ -129,7 +130,7 @@ class Recording:
         """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
         next step's search starts where this one's threshold was."""
         known = math.inf if over is None else over
-        bounds = probe_bounds(self._policy, self.seed_type)
+        bounds = self._bounds()
         guess = self._probe_guess if self.probes.from_previous else None
         overflow = self.probes.overflow
         found = probe_step(
@@ -139,6 +140,10 @@ class Recording:
             t = found.threshold
             self._probe_guess = t if t < math.inf else (found.finite_scale or None)
         return found
+
+    def _bounds(self) -> tuple:
+        """The scales the probes stay within, for the policy of the step recorded."""
+        return probe_bounds(self._policy, self.seed_type)
 
     # ------------------------------------- what the probes rerun (updater.driver.recording.probes)
 
