@@ -14,9 +14,9 @@ import numpy as np
 
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
+from .flush_scales import flush_scales
 from .forward_peak import ForwardPeak
 from .options import probes_of
-from .flush_scales import flush_scales
 from .probes import probe_bounds, probe_step
 
 
