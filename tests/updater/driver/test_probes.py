@@ -91,8 +91,9 @@ def test_measured_flushing_against_float32(tmp_path):
     """w's gradient is x * seed. 2**-24 (float16's smallest subnormal) flushes at seeds up to
     2**-1 (2**-25 is a tie and rounds to even, 0) and survives from 2**0 on; 2**-30 is already 0
     as a float16 input, so it is lost at every scale (float16 arithmetic upstream, which no
-    binade model sees); 1 and 2**-14 never flush. The float32 copy sees all four. The scales measured: the policy's top
-    (2**2) and 2**-4, 2**-8, 2**-12 times it, with the seed 2**-1 in place of 2**-2."""
+    binade model sees); 1 and 2**-14 never flush. The float32 copy sees all four. The scales
+    measured: the policy's top (2**2) and 2**-4, 2**-8, 2**-12 times it, with the seed 2**-1 in
+    place of 2**-2."""
     solver, loss = _sum_model("probe_flush", [1.0, 2.0**-14, 2.0**-24, 2.0**-30, 0.0])
     recorder = GradientRecorder(tmp_path / "t.npz")
     policy = DynamicScale(init_scale=2.0**-1, min_scale=2.0**-10, max_scale=2.0**2)

@@ -10,8 +10,8 @@ float16 seed): ``top``, ``top / 2**4``, ``top / 2**8``, ``top / 2**12`` (2**15 d
 those below the bounds' lowest are left out). The step's own seed takes the place of the grid
 scale nearest it below the top, or fills a place the bounds left (its pass is the recorded
 attempt, free), so the probes cost the same three passes as before, and a recording under the
-default (2**15) and one under nnabla-legacy (8) measure the same four scales. A scale above the step's overflow threshold
-measures nothing (NaN), and a replay there skips the step anyway.
+default (2**15) and one under nnabla-legacy (8) measure the same four scales. A scale above
+the step's overflow threshold measures nothing (NaN), and a replay there skips the step anyway.
 """
 
 from __future__ import annotations

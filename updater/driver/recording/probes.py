@@ -22,8 +22,9 @@ Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every fu
 float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;
 the share at a scale is the share of their nonzero values that the float16 backward at that
 scale left at exactly zero (anywhere on their way: below 2**-24 after scaling, or zeroed by
-float16 arithmetic upstream), measured at the scales :func:`~updater.driver.recording.flush_scales.flush_scales` spreads
-over the probe bounds, the seed used among them (NaN where that backward overflowed).
+float16 arithmetic upstream), measured at the scales
+:func:`~updater.driver.recording.flush_scales.flush_scales` gives (one grid from the top of the
+probe bounds down, the seed used among them; NaN where that backward overflowed).
 
 Each probe is a forward and a backward per accumulation round (one forward reused for several
 backwards is wrong for ``PF.lstm``); with a communicator each worker probes its own gradients, with
