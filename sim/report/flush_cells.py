@@ -63,7 +63,7 @@ def table_notes(rows: List[Dict[str, Any]], traces: Dict[str, Any]) -> List[str]
     (:func:`flush_cells`), saying why; ``traces`` maps the rows' ``trace`` to the trace
     (:func:`measured_scales`)."""
     notes = []
-    for name in dict.fromkeys(r["trace"] for r in rows):
+    for name in sorted({r["trace"] for r in rows}):
         mine = [r for r in rows if r["trace"] == name]
         if any(not_measured(r) for r in mine):
             notes.append(
@@ -74,18 +74,31 @@ def table_notes(rows: List[Dict[str, Any]], traces: Dict[str, Any]) -> List[str]
             )
             continue
         some = [r for r in mine if bounded(r)]
+        ranged = [r for r in some if _prints_range(r)]
         if not some:
             continue
         scales = measured_scales(traces[name]) if name in traces else None
         span = "" if scales is None else f" ({scale_text(scales[0])} to {scale_text(scales[1])})"
-        notes.append(
+        where = (
             f"{name}: for {len(some)} of {len(mine)} rows the policy's scale lay outside the "
-            f"scales {name} measured flushing at{span} on some applied steps: their flushed "
-            f"share and {head('signal_lost')} print as bounds (above those scales between 0 "
-            "and the share at the highest; below, at least the share at the lowest); record "
-            f"under a policy that visits these scales ({RECORDING_GUIDE})"
+            f"scales {name} measured flushing at{span} on some applied steps"
+        )
+        if not ranged:
+            notes.append(f"{where}; the flushing there moves no printed figure")
+            continue
+        notes.append(
+            f"{where}: {len(ranged)} print their flushed share or {head('signal_lost')} as "
+            "bounds (above those scales between 0 and the share at the highest; below, at least "
+            "the share at the lowest); record under a policy that visits these scales "
+            f"({RECORDING_GUIDE})"
         )
     return notes
+
+
+def _prints_range(row: Dict[str, Any]) -> bool:
+    """Whether :func:`flush_cells` prints one of ``row``'s figures as a range."""
+    cells = flush_cells(row)
+    return any("-" in str(cells.get(k, "")) for k in ("mean_flushed", "signal_lost"))
 
 
 def range_text(low: float, high: float) -> str:

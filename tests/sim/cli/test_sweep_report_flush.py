@@ -52,7 +52,7 @@ def test_sweep_prints_bounds_and_not_measured_and_writes_them_to_csv(tmp_path, c
     assert _cells(out, "2^15  bare")[5:7] == ["not measured", ">=0%"]
     words = " ".join(out.split())
     assert "note: old: for 1 of 2 rows the policy's scale lay outside the scales old" in words
-    assert "measured flushing at (2^-9 to 2^3)" in words
+    assert "measured flushing at (2^-9 to 2^3) on some applied steps: 1 print their" in words
     assert "note: bare: flushing not measured (a recording without Probes(flush=True))" in words
     rows = {(r["init_scale"], r["trace"]): r for r in csv.DictReader(out_csv.open())}
     assert rows[("32768.0", "old")]["flushing"] == "bounded"
