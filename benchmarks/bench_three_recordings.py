@@ -86,7 +86,7 @@ def replay(trace, policy: str) -> Dict:
         "spread": (
             float(np.percentile(m["signal_lost_low"], 5)),
             float(np.percentile(m["signal_lost_high"], 95)),
-        ),  # fmt: skip
+        ),
         "word": flush_word(row),
         "flushed": row["mean_flushed"],
     }
@@ -191,7 +191,7 @@ def markdown(result: Dict) -> str:
                 rows,
                 ["way", "choice", "default", "legacy", "agrees"],
                 [*heads, "agrees with the default's recording"],
-            ),  # fmt: skip
+            ),
             "",
             "Each recording's own training run, measured against its float32 shadow (the "
             "flushed share of applied steps that policy really had), and the recorder's cost:",
