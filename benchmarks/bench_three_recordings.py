@@ -11,12 +11,15 @@ under ``nnabla-legacy`` (:func:`sim.replay.run.simulate`, jitter 0.25): the sign
 uncertainty, the 5-95% spread of the jittered runs widened by the flush bounds where the replay
 went beyond the scales the recording measured flushing at (:mod:`sim.replay.flush_basis`), or
 ``not measured`` where it measured none. A recording agrees when each policy's figure lies
-within a factor of 2 of the default recording's (or both below 0.01 points) and the two
-uncertainties overlap, and ``dls tune`` chose the same settings; a recording without flush
+within a factor of 2 of the default recording's (or both below 0.01 points), their bounds
+overlap once widened by that factor (a figure measured at every replayed scale is its own bound;
+the jittered runs' spread is the replay's, not a prediction's), and ``dls tune`` chose the same
+settings; a recording without flush
 probes agrees when it says it cannot tell (``not measured``, ``dls tune``'s "not a confident
 ranking") and its bounds hold the measured figures, never a bare 0%. Each training run also
-measured its own flushing against a float32 shadow (:func:`sim.nnabla_studies.real_runs.
-measure_run`): what the default and nnabla-legacy really flushed, beside the replays.
+measured its own flushing against a float32 shadow
+(:func:`sim.nnabla_studies.real_runs.measure_run`): what the default and nnabla-legacy really
+flushed, beside the replays.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def agrees(row: Dict, reference: Dict) -> str:
         a, b = row[p], reference[p]
         near = max(a["lost"], b["lost"]) <= FACTOR * min(a["lost"], b["lost"])
         near = near or max(a["lost"], b["lost"]) < FLOOR
-        overlap = a["spread"][0] <= b["spread"][1] and b["spread"][0] <= a["spread"][1]
+        overlap = a["low"] <= b["high"] * FACTOR and b["low"] <= a["high"] * FACTOR
         same = same and near and overlap
     return "yes" if same else "no"
 
