@@ -6,62 +6,24 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from sim.replay.flush_basis import flush_basis
 from sim.replay.metrics import METRICS, head
+from sim.report.flush_cells import (
+    RECORDING_GUIDE,
+    bounded,
+    flush_cells,
+    flush_word,
+    measured_scales,
+    not_measured,
+    range_text,
+    scale_text,
+    table_notes,
+)
 from sim.tables import format_percent, format_value
 
-RECORDING_GUIDE = "docs/guide/recording.md"
-"""Where the recording guide says which probes measure flushing."""
 INTERVAL_GUIDE = "docs/simulator/cli.md#the-predictive-interval"
 """Where the docs say how the predictive interval is made and how well it held."""
 
-
-def not_measured(row: Dict[str, Any]) -> bool:
-    """Whether some replayed recording of ``row`` measured no flushing at all."""
-    return "none" in str(row.get("flush_basis", ""))
-
-
-def bounded(row: Dict[str, Any]) -> bool:
-    """Whether ``row``'s flushed share rests partly on no measurement (only bounded)."""
-    return bool(row.get("flush_unmeasured", 0) > 0)
-
-
-def flush_cells(row: Dict[str, Any]) -> Dict[str, Any]:
-    """``row`` with its ``mean_flushed`` and ``signal_lost`` cells (and ``lost_mean``, ``tune``'s
-    name) as text where flushing was not measured: ``not measured`` and ``>=`` the skipped
-    steps' share when the trace measured none, the bounds ``low-high`` when part of it rests
-    on extrapolation (one figure where both print alike); unchanged where every share was
-    measured or exact."""
-    if not bounded(row):
-        return row
-    out = dict(row)
-    low, high = row["signal_lost_low"], row["signal_lost_high"]
-    if not_measured(row):
-        out["mean_flushed"] = "not measured"
-        lost = f">={format_percent(low)}"
-    else:
-        out["mean_flushed"] = _range(row["mean_flushed_low"], row["mean_flushed_high"])
-        lost = _range(low, high)
-    for name in ("signal_lost", "lost_mean"):
-        if name in row:
-            out[name] = lost
-    return out
-
-
-def _range(low: float, high: float) -> str:
-    """``low-high`` in percent, or one figure where both print alike."""
-    text = [format_percent(low), format_percent(high)]
-    return text[0] if text[0] == text[1] else "-".join(text)
-
-
-def measured_scales(trace) -> tuple | None:
-    """The lowest and highest scale at which ``trace`` (a Trace or a TracePool) measured
-    flushing, or None where it measured none."""
-    found = [flush_basis(t).scales for t in getattr(trace, "traces", [trace])]
-    found = [s for s in found if s is not None]
-    if not found:
-        return None
-    return min(s[0] for s in found), max(s[1] for s in found)
+__all__ = ["flush_cells", "flush_notes", "flush_word", "interval_text", "table_notes"]
 
 
 def flush_notes(row: Dict[str, Any], trace) -> List[str]:
@@ -79,13 +41,13 @@ def flush_notes(row: Dict[str, Any], trace) -> List[str]:
     notes = []
     if bounded(row):
         scales = measured_scales(trace)
-        span = "" if scales is None else f" ({_scale(scales[0])} to {_scale(scales[1])})"
+        span = "" if scales is None else f" ({scale_text(scales[0])} to {scale_text(scales[1])})"
         rests = row["flush_unmeasured_lost"] / row["signal_lost"] if row["signal_lost"] else 0.0
         where = (
             f"on {format_percent(row['flush_unmeasured'])} of applied steps the policy's scale "
             f"lay outside the scales {name} measured flushing at{span}"
         )
-        if "-" not in _range(row["signal_lost_low"], row["signal_lost_high"]):
+        if "-" not in range_text(row["signal_lost_low"], row["signal_lost_high"]):
             notes.append(  # the bounds print alike: say so, briefly
                 f"{where}; {format_percent(rests)} of the replayed {lost} rests on them, less "
                 "than its printed digits"
@@ -105,10 +67,6 @@ def flush_notes(row: Dict[str, Any], trace) -> List[str]:
             "larger power-of-two scale flushes no more"
         )
     return notes
-
-
-def _scale(value: float) -> str:
-    return format_value(value, name="scale")
 
 
 def interval_text(intervals: Dict[str, Dict[str, Any]]) -> str:

@@ -6,6 +6,7 @@ import csv
 import io
 import itertools
 
+from sim.cli.evidence import flush_cells, flush_word, table_notes
 from sim.cli.names import resolve
 from sim.cli.options import FORMATTER, MEMORY_NOTE, add_run_options, finish
 from sim.cli.preflight import check_memory, check_output_file, trace_for
@@ -109,9 +110,11 @@ def run(args) -> int:
     columns = [*grid, "trace", *(c for c in SUMMARY_COLUMNS if c not in ("label", "trace"))]
     print(terminal_text(describe_policy(args.policy, policies[0], swept=grid), first="policy: "))
     print(terminal_text(_grid_line(args, grid, len(combos), names, bool(families))))
-    print(summary_table(rows, columns))
+    print(summary_table([flush_cells(r) for r in rows], columns))
     for note in na_notes(rows):
         print(note)
+    for note in table_notes(rows, {t.name: t for t in recorded}):
+        print(terminal_text(note, first="note: "))
     if args.csv is not None:
         write_csv(args.csv, rows, columns, args.force, inputs)
         print(f"wrote {shown(args.csv)}")
@@ -150,15 +153,27 @@ def _grid_line(args, grid, settings: int, names, synthetic: bool) -> str:
     )
 
 
+FLUSH_CSV = {
+    "signal_lost_low": "signal lost, low (%)",
+    "signal_lost_high": "signal lost, high (%)",
+    "flushing": "flushing",
+}
+"""The CSV's columns after ``columns``: the bounds of signal lost and what the flushed share
+rests on (:func:`sim.cli.evidence.flush_word`: measured, exact, bounded or not measured)."""
+
+
 def write_csv(path, rows, columns, force: bool = False, inputs=()) -> None:
     """Every row as CSV: each column under its one name with its unit
-    (:func:`sim.replay.metrics.csv_head`: shares in percent, ``signal lost (%)``), text cells
-    made inert for spreadsheets (:func:`inert_cell`), written by
+    (:func:`sim.replay.metrics.csv_head`: shares in percent, ``signal lost (%)``), then
+    :data:`FLUSH_CSV`, text cells made inert for spreadsheets (:func:`inert_cell`), written by
     :func:`updater.common.writing.write_text` (``force``, ``inputs``: its rules)."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow([inert_cell(csv_head(c)) for c in columns])
-    writer.writerows([inert_cell(csv_value(c, r[c])) for c in columns] for r in rows)
+    writer.writerow([inert_cell(csv_head(c)) for c in columns] + list(FLUSH_CSV.values()))
+    for r in rows:
+        cells = [csv_value(c, r[c]) for c in columns]
+        cells += [100.0 * r["signal_lost_low"], 100.0 * r["signal_lost_high"], flush_word(r)]
+        writer.writerow([inert_cell(c) for c in cells])
     write_text(path, text.getvalue(), force, inputs, csv=True)
 
 

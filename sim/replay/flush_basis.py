@@ -1,12 +1,15 @@
 """What a replayed flushed share rests on: measured, exact, or extrapolated (NumPy only).
 
 A trace recorded with ``Probes(flush=True)`` measured, on its measured steps, the share of the
-true nonzero gradient values float16 flushed to zero at a few scales (the recorded scale and
-2^-4, 2^-8, 2^-12 times it: :class:`updater.trace.flush.FlushCurve`). Between the lowest and the
-highest of them the replay interpolates a measurement; outside them it extrapolates
+true nonzero gradient values float16 flushed to zero at a few scales
+(:class:`updater.trace.flush.FlushCurve`: one grid from the top of the policy's bounds down,
+2^15 to 2^3, with the recorded scale among them,
+:mod:`updater.driver.recording.flush_scales`; an older recorder measured at the recorded scale
+and 2^-4, 2^-8, 2^-12 times it). Between the lowest and the highest of them the replay
+interpolates a measurement; outside them it extrapolates
 (:func:`sim.casting.underflow.measured_flushed_share`), which can be far off: flushing measured
-at scale 8 says little of flushing at 2^15. This module says, per replayed (step, run), which
-it was, and bounds the share where it was extrapolated. Rules:
+at scale 8 and below says little of flushing at 2^15. This module says, per replayed (step,
+run), which it was, and bounds the share where it was extrapolated. Rules:
 
 - A larger power-of-two scale flushes no more (scaling by a power of two is exact; it only moves
   values away from float16's flush limit, until they overflow, and an overflowing step is

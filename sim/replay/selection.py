@@ -81,8 +81,9 @@ def per_setting(
 ) -> List[Dict[str, Any]]:
     """Fold :func:`sim.replay.sweep.run_sweep` rows (one per trace and setting) into one row per
     setting: the settings, ``lost_<family>`` per family, ``lost_mean``, ``lost_worst``,
-    ``skipped_mean`` and ``flushed_mean`` (means over families). ``families`` (optional) keeps
-    only the rows of those traces."""
+    ``skipped_mean`` and ``flushed_mean`` (means over families), ``flush_<family>`` (what the
+    family's figure rests on: its :data:`EVIDENCE`) and the means of :data:`FLUSH_MEANS`.
+    ``families`` (optional) keeps only the rows of those traces."""
     groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {}
     for r in rows:
         if families is not None and r["trace"] not in families:
@@ -94,6 +95,7 @@ def per_setting(
         lost = {f: r["signal_lost"] for f, r in by_family.items()}
         for f, v in lost.items():
             row[f"lost_{f}"] = v
+            row[f"flush_{f}"] = {k: by_family[f][k] for k in EVIDENCE if k in by_family[f]}
         row["lost_mean"] = float(np.mean(list(lost.values())))
         row["lost_worst"] = float(max(lost.values()))
         row["skipped_mean"] = float(np.mean([r["skipped"] for r in by_family.values()]))
@@ -114,6 +116,10 @@ FLUSH_MEANS = (
 )
 """Summary columns of what the flushed shares rest on (:mod:`sim.replay.flush_basis`) that
 :func:`per_setting` averages over families."""
+
+EVIDENCE = ("signal_lost", "mean_flushed", *FLUSH_MEANS, "flush_basis")
+"""A summary row's columns that say what its signal lost rests on, kept per family by
+:func:`per_setting` (``flush_<family>``) so a table can print each family's bounds."""
 
 
 def _flush_means(rows: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Dict, Sequence
 
 from sim.replay.metrics import METRICS, SHARES
 from sim.report.experiments import COMPARED, END_SHARE, ReportData
+from sim.report.flush_cells import flush_cells, table_notes
 from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, markdown_table, share_table
 from sim.report.text_defaults import defaults_section
@@ -47,9 +48,11 @@ def _settings(policy) -> str:
 
 def results_table(rows: Sequence[Dict[str, Any]]) -> str:
     """The comparison table: family, policy, then every metric of
-    :data:`sim.replay.metrics.METRICS`."""
+    :data:`sim.replay.metrics.METRICS` (flushed and signal lost as
+    :func:`sim.report.flush_cells.flush_cells` prints them, with its notes underneath)."""
     columns = {"trace": "family", "label": "policy", **{k: m.head for k, m in METRICS.items()}}
-    return share_table(rows, columns, SHARES)
+    table = share_table([flush_cells(r) for r in rows], columns, SHARES)
+    return "\n\n".join([table, *table_notes(list(rows), {})])
 
 
 def render(data: ReportData, made_with: str) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 
 from sim.replay.selection import DYNAMIC_GRID, HEADROOM_GRID, HEADROOM_MAX_MARGIN
 from sim.report.experiments import ReportData
+from sim.report.flush_cells import bounded, flush_cells, not_measured
 from sim.report.tables import find_row, format_value, share_table
 from sim.report.tables import format_percent as pct
 from updater.policy import DynamicScale, HeadroomScale
@@ -19,7 +20,10 @@ def _mean(rows, key: str) -> float:
 
 
 def sweep_table(rows: Sequence[Dict[str, Any]], keys: Sequence[str], families) -> str:
-    """A sweep table: the settings, the signal lost per family, its mean and worst, skips."""
+    """A sweep table: the settings, the signal lost per family, its mean and worst, skips; a
+    family's figure and the mean as bounds or ``>=`` where the trace did not measure flushing
+    at the replayed scales (:func:`sim.report.flush_cells.flush_cells`)."""
+    rows = sorted(rows, key=lambda r: r["lost_mean"])
     columns = {k: k for k in keys}
     columns.update({f"lost_{f}": f"signal lost, {f}" for f in families})
     columns.update(
@@ -28,7 +32,25 @@ def sweep_table(rows: Sequence[Dict[str, Any]], keys: Sequence[str], families) -
         skipped_mean="skipped steps / run",
     )
     lost = [c for c in columns if c.startswith("lost_")]
-    return share_table(sorted(rows, key=lambda r: r["lost_mean"]), columns, lost)
+    return share_table([_lost_cells(r, families) for r in rows], columns, lost)
+
+
+def _lost_cells(row: Dict[str, Any], families) -> Dict[str, Any]:
+    """``row`` with its family figures, mean and worst as :func:`flush_cells` prints them (the
+    worst: ``>=`` the largest low bound where a family measured no flushing, the largest low
+    to the largest high bound where one is only bounded)."""
+    out = dict(flush_cells(row)) if "flush_basis" in row else dict(row)
+    found = [row[f"flush_{f}"] for f in families if f"flush_{f}" in row]
+    for f in families:
+        if f"flush_{f}" in row:
+            out[f"lost_{f}"] = flush_cells(row[f"flush_{f}"])["signal_lost"]
+    if any(bounded(e) for e in found):
+        worst = {"signal_lost": row["lost_worst"], "flush_unmeasured": 1.0}
+        worst["flush_basis"] = "none" if any(not_measured(e) for e in found) else "measured"
+        for end in ("signal_lost_low", "signal_lost_high", "mean_flushed_low", "mean_flushed_high"):
+            worst[end] = max(e.get(end, e["signal_lost"]) for e in found)
+        out["lost_worst"] = flush_cells(worst)["signal_lost"]
+    return out
 
 
 def defaults_section(data: ReportData) -> str:

@@ -12,12 +12,13 @@ from sim.traces.families import make_trace
 from updater.policy import DynamicScale, NnablaLegacy, StaticScale
 from updater.trace import Trace
 
-OFFSETS = 2.0 ** np.array([-12, -8, -4, 0])  # the recorder's flush scales, times its scale
+OFFSETS = 2.0 ** np.array([-12, -8, -4, 0])  # an older recorder's flush scales, times its scale
 
 
 def _recorded(steps=6, at=8.0, shares=(0.5, 0.375, 0.25, 0.1875), values=None):
-    """A trace as a recording at scale ``at`` with flush probes would hold: the measured
-    shares at ``at`` times :data:`OFFSETS`, on every step."""
+    """A trace as a recording at scale ``at`` with flush probes by an older recorder (before it
+    measured from the top of its bounds down) would hold: the measured shares at ``at`` times
+    :data:`OFFSETS`, on every step."""
     values = [2.0**-20, 2.0**-10, 1.0] if values is None else values
     t = Trace.from_steps([values] * steps, name="m")
     scales = np.tile(at * OFFSETS, (steps, 1))

@@ -264,6 +264,9 @@ def test_per_setting_folds_families_into_means_and_worst():
         {"a": 2, "trace": "y", "signal_lost": 0.1, "skipped": 8.0, "mean_flushed": 0.05},
     ]
     one, two = per_setting(rows, ["a"])
+    # what each family's figure rests on, kept for the tables (sim.report.flush_cells)
+    assert one.pop("flush_x") == {"signal_lost": 0.1, "mean_flushed": 0.01}
+    assert one.pop("flush_y")["signal_lost"] == 0.5
     assert one == {
         "a": 1,
         "lost_x": 0.1,

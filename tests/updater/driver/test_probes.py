@@ -88,20 +88,22 @@ def test_without_probes_the_recorder_keeps_the_old_rule(tmp_path):
 
 
 def test_measured_flushing_against_float32(tmp_path):
-    """w's gradient is x * seed. 2**-24 (float16's smallest subnormal) flushes at seed 2**-2
-    (2**-26 rounds to 0) and survives from 2**2 on; 2**-30 is already 0 as a float16 input, so
-    it is lost at every scale (float16 arithmetic upstream, which no binade model sees); 1 and
-    2**-14 never flush. The float32 copy sees all four."""
+    """w's gradient is x * seed. 2**-24 (float16's smallest subnormal) flushes at seeds up to
+    2**-1 (2**-25 is a tie and rounds to even, 0) and survives from 2**0 on; 2**-30 is already 0
+    as a float16 input, so it is lost at every scale (float16 arithmetic upstream, which no
+    binade model sees); 1 and 2**-14 never flush. The float32 copy sees all four. The scales
+    measured: the policy's top (2**2) and 2**-4, 2**-8, 2**-12 times it, with the seed 2**-1 in
+    place of 2**-2."""
     solver, loss = _sum_model("probe_flush", [1.0, 2.0**-14, 2.0**-24, 2.0**-30, 0.0])
     recorder = GradientRecorder(tmp_path / "t.npz")
-    policy = DynamicScale(init_scale=2.0**10)
+    policy = DynamicScale(init_scale=2.0**-1, min_scale=2.0**-10, max_scale=2.0**2)
     upd = DynamicLossScalingUpdater(
         solver, loss, None, policy=policy, recorder=recorder, probes=Probes(flush=True)
     )
     upd.update()
     trace = recorder.trace()
-    assert trace.flush_scales.tolist() == [[2.0**-2, 2.0**2, 2.0**6, 2.0**10]]
-    assert trace.flush_shares.tolist() == [[0.5, 0.25, 0.25, 0.25]]
+    assert trace.flush_scales.tolist() == [[2.0**-10, 2.0**-6, 2.0**-1, 2.0**2]]
+    assert trace.flush_shares.tolist() == [[0.5, 0.5, 0.5, 0.25]]
     assert recorder.probe_passes == 4  # float32 once, float16 at three other scales
     assert not trace.overflow_probed and Trace.load(recorder.close()).has_flush
 

@@ -17,8 +17,9 @@ from ...trace.measured import MeasuredStep
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
 from ..probe_options import probes_of
+from .flush_scales import flush_scales
 from .forward_peak import ForwardPeak
-from .probes import FLUSH_OFFSETS, probe_bounds, probe_step
+from .probes import probe_bounds, probe_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +114,7 @@ class Recording:
             found = self._probe(attempt, over, flush_due)
             passes, grads = found.passes, None  # host views taken before may be stale
             if found.flush is not None:
-                measured["flush"] = (seed * 2.0 ** np.array(FLUSH_OFFSETS), found.flush)
+                measured["flush"] = (flush_scales(seed, self._bounds()), found.flush)
             if probes.overflow:
                 over, finite_scale = found.threshold, found.finite_scale
             if found.finite_grads is not None:
@@ -138,7 +139,7 @@ class Recording:
         """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
         next step's search starts where this one's threshold was."""
         known = math.inf if over is None else over
-        bounds = probe_bounds(self._policy, self.seed_type)
+        bounds = self._bounds()
         guess = self._probe_guess if self.probes.from_previous else None
         overflow = self.probes.overflow
         found = probe_step(
@@ -148,6 +149,10 @@ class Recording:
             t = found.threshold
             self._probe_guess = t if t < math.inf else (found.finite_scale or None)
         return found
+
+    def _bounds(self) -> tuple:
+        """The scales the probes stay within, for the policy of the step recorded."""
+        return probe_bounds(self._policy, self.seed_type)
 
     # ------------------------------------- what the probes rerun (updater.driver.recording.probes)
 

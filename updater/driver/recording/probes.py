@@ -22,8 +22,9 @@ Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every fu
 float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;
 the share at a scale is the share of their nonzero values that the float16 backward at that
 scale left at exactly zero (anywhere on their way: below 2**-24 after scaling, or zeroed by
-float16 arithmetic upstream), measured at the seed used and at ``seed * 2**k`` for ``k`` in
-:data:`FLUSH_OFFSETS` (NaN where that backward overflowed).
+float16 arithmetic upstream), measured at the scales
+:func:`~updater.driver.recording.flush_scales.flush_scales` gives (one grid from the top of the
+probe bounds down, the seed used among them; NaN where that backward overflowed).
 
 Each probe is a forward and a backward per accumulation round (one forward reused for several
 backwards is wrong for ``PF.lstm``); with a communicator each worker probes its own gradients, with
@@ -44,9 +45,7 @@ import numpy as np
 
 from ...common.float16 import FP16_SMALLEST_SUBNORMAL, LARGEST_SEED_POWER, flushed_shares
 from ..arrays import copy_array
-
-FLUSH_OFFSETS = (-12, -8, -4, 0)
-"""Powers of two, relative to the seed used, at which flushing is measured."""
+from .flush_scales import flush_scales
 
 
 class Rerun(Protocol):
@@ -78,7 +77,7 @@ class ProbeResult(NamedTuple):
             scale at which it was finite (None when it was finite at its scale, or nowhere).
         finite_grads (list of arrays or None): the host gradients of that finite probe.
         flush (float64 array or None): with flush measurement, the flushed share at
-            ``seed * 2**FLUSH_OFFSETS`` (NaN where the backward overflowed); else None.
+            ``flush_scales(seed, bounds)`` (NaN where the backward overflowed); else None.
         finite_scale (float): the largest scale the overflow search saw the step finite at (0:
             none, or no search); with ``threshold`` inf the step is censored above it.
     """
@@ -120,7 +119,8 @@ def probe_step(
             overflowed (inf when none): probes above it are not needed.
         overflow (bool): find the overflow threshold.
         flush (bool): measure the flushed shares.
-        bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`).
+        bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`), for the
+            overflow search and the flush scales alike.
         guess (float or None, default None): where the threshold likely is (the previous
             step's); the search probes nearest it first. None: the seed (walk outward).
 
@@ -136,12 +136,12 @@ def probe_step(
         if flush:
             true = step.reference_grads()
             passes += step.rounds_per_attempt
-            shares = np.full(len(FLUSH_OFFSETS), np.nan)
-            for i, k in enumerate(FLUSH_OFFSETS):
-                scale = seed * 2.0**k
-                if scale < FP16_SMALLEST_SUBNORMAL:  # a seed of 0 in float16
+            scales = flush_scales(seed, bounds)
+            shares = np.full(scales.size, np.nan)
+            for i, scale in enumerate(scales):
+                if not scale >= FP16_SMALLEST_SUBNORMAL:  # NaN: fewer scales in bounds
                     continue
-                if k == 0:
+                if scale == seed:
                     ok, half = finite, used
                 else:
                     ok = step.probe(scale)
