@@ -50,6 +50,8 @@ import numpy as np
 
 from sim.replay.clock import training_clock
 from sim.replay.result import (
+    MIN_BLOCK_RUNS,
+    RUN_BLOCK,
     RunResult,
     overflow_thresholds,
     policy_label,
@@ -380,16 +382,16 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
     it, as ``dls simulate`` and ``dls sweep`` do) needs at its peak: an estimate.
 
     Per step about 7000 bytes: the trace (about 1000 bytes a step kept, 5800 while a synthetic
-    family is drawn) and the per-step tables of the underflow model. Per step and run, 48 bytes
-    (jitter factors, scales, flags, underflow shares and their temporaries) plus 32 bytes per
-    policy advancing together (the stacked states and every policy's kept trajectories). Per run
-    and policy, 186 bytes whatever the steps (the final states, the per-run overflow limits,
-    metrics and summaries; 66 of them the bounds of what the flushed shares rest on,
-    :func:`sim.replay.flush_basis.flush_run_metrics`, held twice while the blocks' are joined).
+    family is drawn) and the per-step tables of the underflow model. Per step and run, 8 bytes
+    (the jitter factors) plus 9 per policy advancing together (its kept scales and overflow
+    flags): nothing else is held per (step, run). Per step and run of the widest block of runs
+    (:func:`sim.replay.result.run_blocks`), 48 bytes: the block's safe scales, flushed shares and
+    their temporaries while the metrics are worked out. Per run and policy, 170 bytes whatever
+    the steps (the stacked states and their temporaries, the metrics and summaries).
     Measured as the peak resident memory of ``dls simulate`` less that of a one-run, one-step
-    command: tests/sim/cli/test_cli.py checks it against both that and tracemalloc's peak
-    (``--steps 1 --runs 1000000`` peaked at 271 MiB, this says 254 MiB; ``--steps 1000 --runs
-    2000`` at 130 MiB, this says 160 MiB).
+    command: tests/sim/cli/test_memory.py checks it against both that and tracemalloc's peak
+    (``--steps 1 --runs 1000000`` peaked at 186 MiB, this says 190 MiB; ``--steps 1000 --runs
+    2000`` at 115 MiB, this says 131 MiB).
 
     Args:
         steps (int, >= 1): steps of the trace.
@@ -397,6 +399,7 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
         policies (int, default 1): policies advancing together.
 
     >>> memory_estimate(10000, 64)
-    121211904
+    111610880
     """
-    return steps * (7000 + 48 * runs + 32 * policies * runs) + 186 * runs * policies
+    widest = min(runs, 2 * max(MIN_BLOCK_RUNS, RUN_BLOCK // steps))
+    return steps * (7000 + (8 + 9 * policies) * runs + 48 * widest) + 170 * runs * policies
