@@ -3,7 +3,8 @@
 ``dls simulate --steps 10 --runs N`` calls :func:`sim.replay.run.simulate`; its core is
 :func:`sim.replay.run._advance`, every run's state one element of an array, given the jitter
 factors drawn (each step's gradient sizes and limits it works out from them, row by row). The
-two are timed side by side (interleaved rounds, best kept) for each ``N``: what the end-to-end
+two are timed side by side (interleaved rounds, best kept; CPU time of this process, page faults
+included, so that other work on the machine does not count) for each ``N``: what the end-to-end
 call adds to the core is the trace set-up, the jitter's draw, the policies' stacking and the
 metrics, and it should grow with ``N`` no faster than the core does (goal: at most
 :data:`GOAL` times the core).
@@ -34,11 +35,11 @@ def run(runs=(200_000, 10_000_000), steps: int = 10, repeats: int = 2) -> Dict:
     best: Dict[tuple, float] = {}
     for _ in range(repeats):
         for n in runs:
-            start = time.perf_counter()
+            start = time.process_time()
             simulate(policy, trace, runs=n, seed=0, jitter=0.25, progress=False)
             _keep(best, (n, "simulate"), start)
             factor = jitter_factors(steps, n, seed=0, jitter=0.25)
-            start = time.perf_counter()
+            start = time.process_time()
             _advance(policy, trace, factor, n, False, "dynamic")
             _keep(best, (n, "core"), start)
             del factor
@@ -46,7 +47,7 @@ def run(runs=(200_000, 10_000_000), steps: int = 10, repeats: int = 2) -> Dict:
 
 
 def _keep(best: Dict[tuple, float], key: tuple, start: float) -> None:
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     best[key] = min(best.get(key, seconds), seconds)
 
 
@@ -59,8 +60,8 @@ def markdown(result: Dict) -> str:
         rows.append([f"{n:,}", f"{full:.2f}", f"{core:.2f}", f"{full / core:.1f}x", f"{rate:.3g}"])
     heads = [
         "runs",
-        "simulate() (s)",
-        "core loop alone (s)",
+        "simulate() (CPU s)",
+        "core loop alone (CPU s)",
         "simulate / core",
         "policy-steps/s end to end",
     ]
@@ -69,10 +70,10 @@ def markdown(result: Dict) -> str:
     verdict = "met" if ratio <= GOAL else "not met"
     return (
         f"`dynamic` on the stationary trace, {result['steps']} steps, best of "
-        f"{result['repeats']} interleaved rounds: `simulate()` end to end (as `dls simulate "
-        "--runs N` calls it: trace set-up, the jitter drawn, the policy stacked for N runs, "
-        "metrics) beside its vectorised core alone (the loop over steps, given the jitter "
-        "factors).\n\n"
+        f"{result['repeats']} interleaved rounds of CPU time: `simulate()` end to end (as "
+        "`dls simulate --runs N` calls it: trace set-up, the jitter drawn, the policy stacked "
+        "for N runs, metrics) beside its vectorised core alone (the loop over steps, given the "
+        "jitter factors).\n\n"
         + markdown_grid(heads, rows)
         + f"\n\nGoal at {n:,} runs: `simulate()` at most {GOAL:g}x the core; {ratio:.1f}x, "
         f"{verdict}. Per (step, run) the replay holds the jitter factors, the scales and the "
