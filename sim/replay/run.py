@@ -193,12 +193,10 @@ def _overflow_limits(trace: Trace) -> list:
 
 
 def _row_limit(limit, factor):
-    """One step's ``limit`` of :func:`_overflow_limits` for runs of jitter factors ``factor``
-    (an array, or a number for one run): None, or the threshold divided by the factors (inf
-    stays the number inf) and the floor, as :func:`_step_outcome` takes it."""
-    if limit is None:
-        return None
-    return (limit[0] if limit[0] == np.inf else limit[0] / factor), limit[1]
+    """One step's ``limit`` of :func:`_overflow_limits` under jitter ``factor`` (array or number),
+    as :func:`_step_outcome` takes it: the threshold divided by the factors (inf stays inf)."""
+    if limit is not None:
+        return (limit[0] if limit[0] == np.inf else limit[0] / factor), limit[1]
 
 
 def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
@@ -225,14 +223,10 @@ def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
 
 
 def _advance(policy, trace, factor, runs, progress, desc):
-    """The inner loop: per step two multiplies (the step's gradient size under each run's jitter
-    ``factor``, then under its scale), one or two compares and the policy update.
-
-    ``factor`` (steps, columns) holds the jitter factors; ``runs`` is a multiple of its columns
-    (stacked policies: the columns repeat, as :func:`simulate_many` stacks them) or it has one
-    column (no jitter). Only the trajectories are (steps, runs) arrays; a step's sizes and
-    limits are worked out for its row and dropped.
-    """
+    """The inner loop: per step two multiplies (the gradient size under each run's jitter, then
+    under its scale), one or two compares and the policy update. ``runs`` is a multiple of the
+    columns of ``factor`` (stacked policies repeat them) or it has one (no jitter); only the
+    trajectories are (steps, runs) arrays, a step's sizes and limits live for its row."""
     steps = trace.steps
     scale = np.empty((steps + 1, runs))
     overflow = np.empty((steps, runs), dtype=bool)
