@@ -3,8 +3,10 @@
 ``dls simulate --steps 10 --runs N`` calls :func:`sim.replay.run.simulate`; its core is
 :func:`sim.replay.run._advance`, every run's state one element of an array, given the jitter
 factors drawn (each step's gradient sizes and limits it works out from them, row by row). The
-two are timed side by side (interleaved rounds, best kept; CPU time of this process, page faults
-included, so that other work on the machine does not count) for each ``N``: what the end-to-end
+two are timed side by side (interleaved rounds, the round of least CPU time kept; CPU time of this
+process, user and system, so that other work on the machine does not count: the system part is
+mostly page faults of fresh arrays, and it varies from round to round far more than the user
+part, which is also shown) for each ``N``: what the end-to-end
 call adds to the core is the trace set-up, the jitter's draw, the policies' stacking and the
 metrics, and it should grow with ``N`` no faster than the core does (goal: at most
 :data:`GOAL` times the core).
@@ -15,7 +17,7 @@ Run ``python -m benchmarks.bench_many_runs [--runs N ...]``; it prints a markdow
 from __future__ import annotations
 
 import argparse
-import time
+import resource
 from typing import Dict
 
 from sim.replay.run import _advance, jitter_factors, simulate
@@ -32,23 +34,35 @@ def run(runs=(200_000, 10_000_000), steps: int = 10, repeats: int = 2) -> Dict:
     ``repeats`` interleaved rounds) on the stationary trace of ``steps`` steps."""
     trace = make_trace("stationary", steps=steps, seed=0)
     policy = PRESETS["dynamic"]
-    best: Dict[tuple, float] = {}
+    best: Dict[tuple, tuple] = {}
     for _ in range(repeats):
         for n in runs:
-            start = time.process_time()
+            start = _cpu()
             simulate(policy, trace, runs=n, seed=0, jitter=0.25, progress=False)
             _keep(best, (n, "simulate"), start)
             factor = jitter_factors(steps, n, seed=0, jitter=0.25)
-            start = time.process_time()
+            start = _cpu()
             _advance(policy, trace, factor, n, False, "dynamic")
             _keep(best, (n, "core"), start)
             del factor
-    return {"steps": steps, "repeats": repeats, "seconds": best, "runs": list(runs)}
+    seconds = {key: total for key, (total, _) in best.items()}
+    user = {key: u for key, (_, u) in best.items()}
+    return {"steps": steps, "repeats": repeats, "seconds": seconds, "user": user, "runs": runs}
 
 
-def _keep(best: Dict[tuple, float], key: tuple, start: float) -> None:
-    seconds = time.process_time() - start
-    best[key] = min(best.get(key, seconds), seconds)
+def _cpu() -> tuple:
+    """This process's ``(user, system)`` CPU seconds so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def _keep(best: Dict[tuple, tuple], key: tuple, start) -> None:
+    """Keep the round of least CPU time (user and system) as ``(total, user)``."""
+    end = _cpu()
+    user = end[0] - start[0]
+    total = user + end[1] - start[1]
+    if key not in best or total < best[key][0]:
+        best[key] = (total, user)
 
 
 def markdown(result: Dict) -> str:
@@ -57,12 +71,17 @@ def markdown(result: Dict) -> str:
     for n in result["runs"]:
         full, core = result["seconds"][(n, "simulate")], result["seconds"][(n, "core")]
         rate = n * result["steps"] / full
-        rows.append([f"{n:,}", f"{full:.2f}", f"{core:.2f}", f"{full / core:.1f}x", f"{rate:.3g}"])
+        core_user = result["user"][(n, "core")]  # read in clock ticks: short ones are 0
+        user = f"{result['user'][(n, 'simulate')] / core_user:.1f}x" if core_user > 0.1 else "-"
+        rows.append(
+            [f"{n:,}", f"{full:.2f}", f"{core:.2f}", f"{full / core:.1f}x", user] + [f"{rate:.3g}"]
+        )
     heads = [
         "runs",
         "simulate() (CPU s)",
         "core loop alone (CPU s)",
         "simulate / core",
+        "of it user time: simulate / core",
         "policy-steps/s end to end",
     ]
     n = result["runs"][-1]
