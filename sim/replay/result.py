@@ -37,7 +37,8 @@ class RunResult:
         metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
         source (callable): ``source(name, scale, overflow)`` gives the per-(step, run) array
             ``name`` (:data:`DERIVED`) of the runs whose ``scale`` and ``overflow`` it is given
-            (a :class:`Replayed`; the commands never read these arrays, a figure does).
+            (a :class:`Replayed`; the metrics never need them whole, a figure or the report's
+            tail shares read them).
 
     Each array of :data:`DERIVED` is a property worked out by ``source`` on first access and
     kept:
