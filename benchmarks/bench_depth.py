@@ -258,12 +258,14 @@ def markdown(res):
         rows.append(
             [arrays, f"{1e3 * r['seconds']['bare']:.2f} ms"]
             + [f"{cost[n]:+.0f}" for n in VARIANTS[1:]]
-            + [r["auto"], f"{r['functions']:g} / {r['reads']:g}"]
+            + [f"{cost['auto'] / cost[VARIANTS[1]]:.2f}x", r["auto"]]
+            + [f"{r['functions']:g} / {r['reads']:g}"]
         )
     heads = [
         "parameter arrays",
         "bare step",
         *variants,
+        '"auto" / nnabla\'s overhead',
         '"auto" chose',
         "device path: nnabla functions / host reads per update",
     ]
@@ -276,9 +278,9 @@ def markdown(res):
         markdown_grid(heads, rows),
         "",
         "Python calls per step inside `updater/` (`sys.setprofile`, a separate pass, not "
-        "timed). The bare loop and nnabla's updater make the same few: nnabla tries to import "
-        "the missing `nnabla.nnabla_ext` in forward and backward, and each try asks every "
-        "import finder, `updater`'s `MOVED` aliases among them (`updater/common/moved.py`):",
+        "timed). The bare loop and nnabla's updater make the same few: during a step nnabla "
+        "tries to import the missing `nnabla.nnabla_ext`, and each try asks every import "
+        "finder, `updater`'s `MOVED` aliases among them (`updater/common/moved.py`):",
         "",
         markdown_grid(
             ["parameter arrays", "bare step", *variants],
