@@ -1,22 +1,30 @@
 """Updater cost at real depth: how it grows with the number of parameter arrays.
 
 A 64-wide MLP (batch 16, Momentum, cpu:float) with 22 to 302 parameter arrays, and a
-convolutional net with BatchNormalization. Each variant trains its own copy of the model on the
-same kind of data; the timed loop alternates the variants iteration by iteration (rotating the
-order), and each cell is a median over interleaved iterations, minus the bare loop's. The
-slope per parameter array is a least-squares line through the four MLP depths. Also: the nnabla
-functions the device path runs per update (:func:`updater.driver.flat.device_functions`) at each
-depth.
+convolutional net with BatchNormalization. Each variant trains :data:`COPIES` copies of the model
+of its own (one copy's time moves by tens of microseconds with where its memory landed) on the
+same kind of data; the timed loop alternates every copy of every variant iteration by iteration
+(rotating the order) and reads CPU time (:func:`time.process_time`: other work on the machine
+does not count); each cell is the mean over a variant's copies of their medians over interleaved
+iterations, minus the bare loop's. The slope per parameter array is a least-squares line through
+the four MLP depths. Also, in a separate pass that is not timed: the Python calls per update
+inside ``updater/`` (:func:`benchmarks.common.python_calls`) and the nnabla functions the device
+path runs per update (:func:`updater.driver.flat.device_functions`) at each depth.
+
+Run ``python -m benchmarks.bench_depth [--iters N] [--blocks N] [--copies N] [--depths ...]``;
+it prints the markdown section (``python -m benchmarks.run_all`` writes it to the report).
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import time
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import interleaved_blocks
+from benchmarks.common import interleaved_blocks, python_calls
 from sim.tables import markdown_grid
 
 DEPTHS = (22, 102, 202, 302)
@@ -24,6 +32,10 @@ DEPTHS = (22, 102, 202, 302)
 PATHS = ("auto", "numpy", "solver", "nnabla")
 """Our ``finite_check`` settings measured."""
 VARIANTS = ("bare", "nnabla's", *PATHS)
+COPIES = 3
+"""Model copies per variant, each timed in turn: their mean cancels most of one copy's luck."""
+UPDATER = str(Path(__import__("updater").__file__).parent) + "/"
+"""The folder whose Python calls per update are counted."""
 _SCOPES = itertools.count()
 
 
@@ -85,16 +97,32 @@ def _conv_bn(blocks, rng):
     return _classifier(x, t, y, params, rng)
 
 
-def _steps(build, keep_skipped=False):
-    """One training step per variant, each on its own copy of the model; ``keep_skipped`` adds
-    "auto" with ``restore_on_skip=False`` (a skipped step's statistics are not copied)."""
+def _steps(build, keep_skipped=False, copies=COPIES):
+    """One training step per variant and copy, each copy a model of its own: ``({(variant,
+    copy): step}, {path: our first copy's updater})``; ``keep_skipped`` adds "auto" with
+    ``restore_on_skip=False`` (a skipped step's statistics are not copied)."""
     from nnabla.experimental.mixed_precision_training import (
         DynamicLossScalingUpdater as NnablaUpdater,
     )
 
     from updater import DynamicLossScalingUpdater
 
-    solver, loss, feed = build()
+    steps, ours = {}, {}
+    for copy in range(copies):  # copy by copy: a variant's copies lie apart in memory
+        steps["bare", copy] = _bare(*build())
+        steps["nnabla's", copy] = NnablaUpdater(*build(), scale=8.0).update
+        for path in PATHS:
+            u = DynamicLossScalingUpdater(*build(), scale=8.0, finite_check=path)
+            steps[path, copy] = u.update
+            ours.setdefault(path, u)
+        if keep_skipped:
+            u = DynamicLossScalingUpdater(*build(), scale=8.0, restore_on_skip=False)
+            steps["auto, restore_on_skip=False", copy] = u.update
+    return steps, ours
+
+
+def _bare(solver, loss, feed):
+    """The bare training step: no updater."""
 
     def bare():
         solver.zero_grad()
@@ -103,27 +131,30 @@ def _steps(build, keep_skipped=False):
         loss.backward(clear_buffer=True)
         solver.update()
 
-    steps = {"bare": bare, "nnabla's": NnablaUpdater(*build(), scale=8.0).update}
-    ours = {}
-    for path in PATHS:
-        ours[path] = DynamicLossScalingUpdater(*build(), scale=8.0, finite_check=path)
-        steps[path] = ours[path].update
-    if keep_skipped:
-        u = DynamicLossScalingUpdater(*build(), scale=8.0, restore_on_skip=False)
-        steps["auto, restore_on_skip=False"] = u.update
-    return steps, ours
+    return bare
 
 
-def interleaved(steps, iters, blocks, warmup=3):
-    """Median seconds per step of each variant: the median over blocks of
-    :func:`benchmarks.common.interleaved_blocks`."""
-    medians = interleaved_blocks(steps, iters, blocks, warmup)
-    return {n: float(np.median([m[n] for m in medians])) for n in steps}
+def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time):
+    """Seconds per step of each variant of ``steps`` (``(variant, copy) -> step``): the mean
+    over its copies of each copy's median over blocks of
+    :func:`benchmarks.common.interleaved_blocks` (every copy of every variant interleaved, read
+    by ``clock``)."""
+    medians = interleaved_blocks(steps, iters, blocks, warmup, clock)
+    per_copy = {key: float(np.median([m[key] for m in medians])) for key in steps}
+    variants = dict.fromkeys(variant for variant, _ in steps)
+    return {v: float(np.mean([t for (w, _), t in per_copy.items() if w == v])) for v in variants}
 
 
-def depth_costs(iters=40, blocks=5, depths=DEPTHS, seed=0):
-    """Per depth: seconds per step of each variant, what "auto" chose, and the nnabla functions
-    and host reads of the device path per update."""
+def calls_per_update(steps, times=5):
+    """Python calls inside ``updater/`` per step of each variant's first copy (an untimed pass
+    under :func:`sys.setprofile`)."""
+    return {v: python_calls(step, times, UPDATER) for (v, copy), step in steps.items() if not copy}
+
+
+def depth_costs(iters=20, blocks=5, depths=DEPTHS, seed=0, copies=COPIES):
+    """Per depth: seconds per step of each variant (:func:`interleaved`), what "auto" chose, the
+    Python calls per update inside ``updater/``, and the nnabla functions and host reads of the
+    device path per update."""
     import nnabla as nn
     from nnabla.ext_utils import get_extension_context
 
@@ -135,21 +166,23 @@ def depth_costs(iters=40, blocks=5, depths=DEPTHS, seed=0):
     out = {}
     for arrays in depths:
         nn.clear_parameters()
-        steps, ours = _steps(lambda arrays=arrays: _mlp(arrays, rng))
+        steps, ours = _steps(lambda arrays=arrays: _mlp(arrays, rng), copies=copies)
         seconds = interleaved(steps, iters, blocks)
+        calls = calls_per_update(steps)
         functions, reads = device_functions(), host_reads()
         for _ in range(5):
             ours["solver"].update()
         out[arrays] = {
             "seconds": seconds,
             "auto": ours["auto"].finite_check,
+            "calls": calls,
             "functions": (device_functions() - functions) / 5,
             "reads": (host_reads() - reads) / 5,
         }
     return out
 
 
-def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
+def conv_costs(blocks=12, iters=15, rounds=7, seed=0, copies=COPIES):
     """Seconds per step of each variant on the convolutional net with BatchNormalization, and
     the host checks' own cost per update: the inputs (bad batches) and the running statistics,
     each one pass over them, timed alone."""
@@ -161,7 +194,7 @@ def conv_costs(blocks=12, iters=30, rounds=7, seed=0):
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     nn.clear_parameters()
     rng = np.random.default_rng(seed)
-    steps, ours = _steps(lambda: _conv_bn(blocks, rng), keep_skipped=True)
+    steps, ours = _steps(lambda: _conv_bn(blocks, rng), keep_skipped=True, copies=copies)
     seconds = interleaved(steps, iters, rounds)
     u = ours["numpy"]
     inputs = [v.data for v in u._rounds.inputs()]
@@ -199,10 +232,18 @@ def slopes(depth):
     }
 
 
-def run(quick=False):
+def run(quick=False, iters=None, blocks=None, copies=COPIES, depths=DEPTHS):
+    """Both measurements; ``quick`` a smoke run (two small depths, a few iterations), ``iters``
+    and ``blocks`` (default 20 and 5, conv net 15 and 7) fewer iterations for a reduced run."""
     if quick:
-        return {"depth": depth_costs(4, 1, (22, 42)), "conv": conv_costs(2, 4, 1)}
-    return {"depth": depth_costs(), "conv": conv_costs()}
+        return {
+            "depth": depth_costs(4, 1, (22, 42), copies=copies),
+            "conv": conv_costs(2, 4, 1, copies=copies),
+            "copies": copies,
+        }
+    depth = depth_costs(iters or 20, blocks or 5, depths, copies=copies)
+    conv = conv_costs(iters=iters or 15, rounds=blocks or 7, copies=copies)
+    return {"depth": depth, "conv": conv, "copies": copies}
 
 
 def markdown(res):
@@ -215,20 +256,37 @@ def markdown(res):
         rows.append(
             [arrays, f"{1e3 * r['seconds']['bare']:.2f} ms"]
             + [f"{cost[n]:+.0f}" for n in VARIANTS[1:]]
-            + [r["auto"], f"{r['functions']:g} / {r['reads']:g}"]
+            + [f"{cost['auto'] / cost[VARIANTS[1]]:.2f}x", r["auto"]]
+            + [f"{r['functions']:g} / {r['reads']:g}"]
         )
     heads = [
         "parameter arrays",
         "bare step",
         *variants,
+        '"auto" / nnabla\'s overhead',
         '"auto" chose',
         "device path: nnabla functions / host reads per update",
     ]
+    copies = res.get("copies", COPIES)
     lines = [
         "Cost per update over a bare `zero_grad/forward/backward/update` loop, in microseconds "
-        "(64-wide MLP, batch 16, Momentum, cpu:float; medians of interleaved iterations):",
+        "of CPU time (64-wide MLP, batch 16, Momentum, cpu:float; each variant the mean over "
+        f"{copies} copies of the model of their medians over interleaved iterations):",
         "",
         markdown_grid(heads, rows),
+        "",
+        "Python calls per step inside `updater/` (`sys.setprofile`, a separate pass, not "
+        "timed). The bare loop and nnabla's updater make the same few: during a step nnabla "
+        "tries to import the missing `nnabla.nnabla_ext`, and each try asks every import "
+        "finder, `updater`'s `MOVED` aliases among them (`updater/common/moved.py`):",
+        "",
+        markdown_grid(
+            ["parameter arrays", "bare step", *variants],
+            [
+                [arrays, *(f"{depth[arrays]['calls'][n]:g}" for n in VARIANTS)]
+                for arrays in sorted(depth)
+            ],
+        ),
     ]
     slope = slopes(depth)
     lines += [
@@ -263,10 +321,11 @@ def markdown(res):
 
 
 GOAL_DEPTH = 202
-"""Issue 42: at this depth ours "auto" and "solver" cost at most nnabla's updater's overhead
-times :data:`GOAL_NOISE`; on the conv net ours ("auto") at most nnabla's overhead plus the
-forward-state copy timed alone."""
-GOAL_NOISE = 1.10
+"""At this depth ours "auto" and "solver" cost at most nnabla's updater's overhead times
+:data:`GOAL_RATIO`; on the conv net ours ("auto") at most nnabla's overhead plus the
+forward-state copy timed alone (issue 42)."""
+GOAL_RATIO = 1.25
+"""Most of nnabla's updater's overhead that ours may add at :data:`GOAL_DEPTH` (issue 51)."""
 
 
 def goals_text(res) -> str:
@@ -275,12 +334,13 @@ def goals_text(res) -> str:
     if GOAL_DEPTH in res["depth"]:
         cost = overheads(res["depth"][GOAL_DEPTH]["seconds"])
         theirs = cost["nnabla's"]
-        limit = GOAL_NOISE * theirs
         for path in ("auto", "solver"):
-            met = "met" if cost[path] <= limit else "not met"
+            ratio = cost[path] / theirs
+            met = "met" if ratio <= GOAL_RATIO else "not met"
             parts.append(
-                f'{GOAL_DEPTH} arrays, "{path}" {cost[path]:+.0f} us against at most '
-                f"{limit:+.0f} us ({GOAL_NOISE:g} x nnabla's {theirs:+.0f} us): {met}"
+                f'{GOAL_DEPTH} arrays, "{path}" {cost[path]:+.0f} us against nnabla\'s '
+                f"{theirs:+.0f} us: {ratio:.2f}x its overhead (goal at most {GOAL_RATIO:g}x): "
+                f"{met}"
             )
     conv = res["conv"]
     cost = overheads(conv["seconds"])
@@ -292,4 +352,21 @@ def goals_text(res) -> str:
         f'conv net, "auto" {cost["auto"]:+.0f} us against at most {limit:+.0f} us '
         f"(nnabla's {theirs:+.0f} us plus the copy, {copy:.1f} us): {met}"
     )
-    return "Goals at depth (medians of one interleaved run): " + "; ".join(parts) + "."
+    return "Goals at depth (one interleaved run): " + "; ".join(parts) + "."
+
+
+def main(argv=None) -> None:
+    """Print the section as markdown (``--iters`` and ``--blocks`` for a reduced run)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: two small depths")
+    parser.add_argument("--iters", type=int, help="iterations per block (default 20, conv 15)")
+    parser.add_argument("--blocks", type=int, help="blocks (default 5, conv net 7)")
+    parser.add_argument("--copies", type=int, default=COPIES, help="model copies per variant")
+    parser.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
+    args = parser.parse_args(argv)
+    res = run(args.quick, args.iters, args.blocks, args.copies, tuple(args.depths))
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()

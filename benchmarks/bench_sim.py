@@ -23,13 +23,7 @@ from typing import Dict
 
 import numpy as np
 
-from sim.replay.run import (
-    _advance,
-    _overflow_limits,
-    jitter_factors,
-    simulate,
-    simulate_scalar,
-)
+from sim.replay.run import _advance, jitter_factors, simulate, simulate_scalar
 from sim.tables import markdown_grid
 from sim.traces.families import make_trace
 from updater.policy.presets import PRESETS
@@ -70,8 +64,6 @@ def run(
     """
     trace = make_trace("stationary", steps=steps, seed=0)
     factor = jitter_factors(steps, runs, seed=0, jitter=0.25)
-    absmax = trace.absmax[:, None] * factor
-    limits = _overflow_limits(trace, factor)
     out: Dict = {
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, "
         f"Python {platform.python_version()}, NumPy {np.__version__}",
@@ -86,7 +78,7 @@ def run(
         for name in policies:
             policy = PRESETS[name]
             start = time.perf_counter()
-            _advance(policy, trace, absmax, limits, runs, False, name)
+            _advance(policy, trace, factor, runs, False, name)
             _best(seconds, f"{name}/loop", start)
             start = time.perf_counter()
             simulate(policy, trace, runs=runs, seed=0, jitter=0.25, progress=False)

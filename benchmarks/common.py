@@ -57,10 +57,12 @@ class Model:
         self.solver.update()
 
 
-def interleaved_blocks(steps, iters, blocks, warmup):
+def interleaved_blocks(steps, iters, blocks, warmup, clock=time.perf_counter):
     """Per block, the median seconds per call of each of ``steps`` (name -> callable): after
     ``warmup`` rounds, ``iters`` rounds calling every variant once, the order rotating each
-    round so that the machine's load hits all alike."""
+    round so that the machine's load hits all alike. ``clock`` (default
+    :func:`time.perf_counter`, wall time) reads the seconds; :func:`time.process_time` counts
+    this process's CPU only."""
     names = list(steps)
     for _ in range(warmup):
         for n in names:
@@ -71,11 +73,34 @@ def interleaved_blocks(steps, iters, blocks, warmup):
         for i in range(iters):
             k = i % len(names)
             for n in names[k:] + names[:k]:
-                t0 = time.perf_counter()
+                t0 = clock()
                 steps[n]()
-                times[n].append(time.perf_counter() - t0)
+                times[n].append(clock() - t0)
         medians.append({n: float(np.median(v)) for n, v in times.items()})
     return medians
+
+
+def python_calls(call, times: int, folder: str) -> float:
+    """Python function calls per ``call()`` whose code lives under ``folder`` (a package's
+    directory), over ``times`` calls, counted with :func:`sys.setprofile` (so never while
+    timing: the profile hook slows every call)."""
+    import sys
+
+    count = 0
+
+    def hook(frame, event, arg):
+        nonlocal count
+        if event == "call" and frame.f_code.co_filename.startswith(folder):
+            count += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        for _ in range(times):
+            call()
+    finally:
+        sys.setprofile(previous)
+    return count / times
 
 
 def benchmark_provenance(out) -> str:

@@ -109,9 +109,22 @@ def simulate_pooled(
 def _joined(results: List[RunResult], name: str) -> RunResult:
     """The runs of ``results`` (one policy over recordings of one length) as one result."""
     first = results[0]
-    arrays = {
-        f: np.concatenate([getattr(r, f) for r in results], axis=1)
-        for f in ("scale", "overflow", "skipped", "safe_scale", "flushed")
-    }
+    scale, overflow = (
+        np.concatenate([getattr(r, f) for r in results], axis=1) for f in ("scale", "overflow")
+    )
     metrics = {k: np.concatenate([r.metrics[k] for r in results]) for k in first.metrics}
-    return RunResult(first.label, first.policy, name, metrics=metrics, **arrays)
+    edges = np.cumsum([0] + [r.runs for r in results]).tolist()
+    parts = [(r.source, slice(a, b)) for r, a, b in zip(results, edges, edges[1:])]
+    return RunResult(first.label, first.policy, name, scale, overflow, metrics, _Joined(parts))
+
+
+class _Joined:
+    """The :attr:`~sim.replay.result.RunResult.source` of joined results: each part's source
+    over its columns, concatenated."""
+
+    def __init__(self, parts: list):
+        self.parts = parts  # (source, columns of the joined result)
+
+    def __call__(self, name: str, scale: np.ndarray, overflow: np.ndarray) -> np.ndarray:
+        arrays = [source(name, scale[:, c], overflow[:, c]) for source, c in self.parts]
+        return np.concatenate(arrays, axis=1)

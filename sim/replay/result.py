@@ -1,12 +1,18 @@
 """The result of replaying one policy over one trace (:class:`RunResult`): trajectories, each
 step's largest safe scale, the flushed shares (:mod:`sim.casting.underflow`) and the per-run metrics
 (:mod:`sim.replay.metrics`). :mod:`sim.replay.run` runs the replay.
+
+A result holds what the replay's loop made (the scales and overflow flags) and the per-run
+metrics; the other per-(step, run) arrays (skipped steps, safe scales, flushed shares) are worked
+out a block of runs at a time for the metrics and dropped, and worked out again, whole, on first
+access (:class:`Replayed`): at 10,000,000 runs each is 800 MB.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Dict
 
 import numpy as np
 
@@ -28,12 +34,20 @@ class RunResult:
         scale (float64 array (steps, runs)): the scale used at each step.
         overflow (bool array (steps, runs)): the scaled gradients overflowed (``a >= 65520``,
             or the scale reached the step's recorded ``overflow_scale``; see the module doc).
-        skipped (bool array (steps, runs)): the step was skipped (overflow or bad batch).
-        safe_scale (float64 array (steps, runs)): largest power of two ``s`` with
-            ``s * unscaled absmax <= 65504`` and below the step's recorded overflow threshold
-            (capped at the policy's ``max_scale`` if it has one).
-        flushed (float64 array (steps, runs)): share of nonzero values flushed at that scale.
         metrics (dict of arrays (runs,)): per run, see :func:`run_metrics`.
+        source (callable): ``source(name, scale, overflow)`` gives the per-(step, run) array
+            ``name`` (:data:`DERIVED`) of the runs whose ``scale`` and ``overflow`` it is given
+            (a :class:`Replayed`; the metrics never need them whole, a figure or the report's
+            tail shares read them).
+
+    Each array of :data:`DERIVED` is a property worked out by ``source`` on first access and
+    kept:
+
+    - ``skipped`` (bool array (steps, runs)): the step was skipped (overflow or bad batch).
+    - ``safe_scale`` (float64 array (steps, runs)): largest power of two ``s`` with
+      ``s * unscaled absmax <= 65504`` and below the step's recorded overflow threshold
+      (capped at the policy's ``max_scale`` if it has one).
+    - ``flushed`` (float64 array (steps, runs)): share of nonzero values flushed at that scale.
     """
 
     label: str
@@ -41,10 +55,23 @@ class RunResult:
     trace_name: str
     scale: np.ndarray
     overflow: np.ndarray
-    skipped: np.ndarray
-    safe_scale: np.ndarray
-    flushed: np.ndarray
     metrics: Dict[str, np.ndarray]
+    source: Callable[[str, np.ndarray, np.ndarray], np.ndarray] = field(compare=False)
+
+    @cached_property
+    def skipped(self) -> np.ndarray:
+        """The steps skipped (overflow or bad batch), bool (steps, runs)."""
+        return self.source("skipped", self.scale, self.overflow)
+
+    @cached_property
+    def safe_scale(self) -> np.ndarray:
+        """Each step's largest safe scale for each run, float64 (steps, runs)."""
+        return self.source("safe_scale", self.scale, self.overflow)
+
+    @cached_property
+    def flushed(self) -> np.ndarray:
+        """The share of nonzero values flushed at each run's scale, float64 (steps, runs)."""
+        return self.source("flushed", self.scale, self.overflow)
 
     @property
     def steps(self) -> int:
@@ -59,7 +86,7 @@ class RunResult:
     def __repr__(self) -> str:
         """One line: the policy, the trace, the size and the mean skipped steps per run (the
         arrays are in the attributes; :meth:`summary` gives every metric)."""
-        skipped = float(self.skipped.sum(axis=0).mean())
+        skipped = float(self.metrics["skipped"].mean())
         return (
             f"RunResult(label={self.label!r}, trace={self.trace_name!r}, steps={self.steps}, "
             f"runs={self.runs}, skipped_per_run={skipped:g})"
@@ -101,22 +128,27 @@ def _largest_power_of_two_below(limit) -> np.ndarray:
         return np.exp2(np.ceil(np.log2(limit)) - 1.0)
 
 
-def overflow_limits(trace, factor) -> tuple:
-    """The recorded part of the replay's overflow rule (:mod:`sim.replay.run`): ``(limit,
-    floor)``. ``limit`` (float64 ``(steps, columns of factor)``, or None when the trace records
-    no threshold): the loss scale from which a step overflows, its threshold divided by the
-    jitter factor, inf where none was recorded. A probed threshold ``S`` only says the real
-    limit lies in ``(S/2, S]`` (the probes step by powers of two), so its limit is the
-    bracket's geometric middle ``S / sqrt(2)``: the same verdict at every power-of-two scale
-    without jitter, and the jittered replay converges to it as the jitter goes to 0. ``floor``
-    (float64 ``(steps, 1)``): the trace's ``finite_scale``; at or below it a step never
-    overflows (0: not known)."""
+def overflow_thresholds(trace) -> tuple:
+    """The recorded part of the replay's overflow rule (:mod:`sim.replay.run`) before jitter:
+    ``(threshold, floor)``. ``threshold`` (float64 ``(steps,)``, or None when the trace records
+    none): the loss scale from which a step overflows, inf where none was recorded. A probed
+    threshold ``S`` only says the real limit lies in ``(S/2, S]`` (the probes step by powers of
+    two), so its threshold is the bracket's geometric middle ``S / sqrt(2)``: the same verdict
+    at every power-of-two scale without jitter, and the jittered replay converges to it as the
+    jitter goes to 0. ``floor`` (float64 ``(steps, 1)``): the trace's ``finite_scale``; at or
+    below it a step never overflows (0: not known)."""
     floor = trace.finite_scale[:, None]
     over = trace.overflow_scale
     if not np.isfinite(over).any():
         return None, floor
-    middle = over / np.sqrt(2.0) if trace.overflow_probed else over
-    return middle[:, None] / factor, floor
+    return (over / np.sqrt(2.0) if trace.overflow_probed else over), floor
+
+
+def overflow_limits(trace, factor) -> tuple:
+    """:func:`overflow_thresholds` under jitter: ``(limit, floor)``, ``limit`` (float64
+    ``(steps, columns of factor)``, or None) the threshold divided by the jitter factor."""
+    threshold, floor = overflow_thresholds(trace)
+    return (None if threshold is None else threshold[:, None] / factor), floor
 
 
 def safe_scales(absmax, overflow_from=None, max_scale=None, floor=None) -> np.ndarray:
@@ -142,37 +174,70 @@ def _into(ufunc, safe, other):
     return ufunc(safe, other, out=safe if own else None)
 
 
-def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> RunResult:
+DERIVED = ("skipped", "safe_scale", "flushed")
+"""The per-(step, run) arrays a :class:`RunResult` works out on first access."""
+
+
+class Replayed:
+    """The :attr:`RunResult.source` of a replay: works out the arrays of :data:`DERIVED` for
+    any runs (a block, or all of them) from what the replay drew.
+
+    Args:
+        trace (Trace): the replayed trace (on the training clock).
+        factor (float64 array (steps, runs or 1)): the jitter factors the loop used (kept by
+            reference, not copied).
+        cap (float or None): the policy's ``max_scale`` (None: no cap).
+    """
+
+    def __init__(self, trace, factor: np.ndarray, cap=None):
+        self.trace, self.factor, self.cap = trace, factor, cap
+
+    def block(self, scale: np.ndarray, overflow: np.ndarray, cols: slice) -> tuple:
+        """``(skipped, safe_scale, flushed)`` of the runs ``cols`` of ``scale`` and ``overflow``
+        (steps, runs), each (steps, width)."""
+        return tuple(self._part(name, scale, overflow, cols) for name in DERIVED)
+
+    def _part(self, name: str, scale: np.ndarray, overflow: np.ndarray, cols: slice):
+        """The array ``name`` of :data:`DERIVED` for the runs ``cols``."""
+        if name == "skipped":
+            return overflow[:, cols] | self.trace.nonfinite[:, None]
+        factor = np.broadcast_to(self.factor, scale.shape)[:, cols]
+        if name == "flushed":
+            return replay_flushed_share(self.trace, scale[:, cols] * factor)
+        over, floor = overflow_limits(self.trace, factor)
+        return safe_scales(self.trace.absmax[:, None] * factor, over, self.cap, floor)
+
+    def __call__(self, name: str, scale: np.ndarray, overflow: np.ndarray) -> np.ndarray:
+        """The array ``name`` of :data:`DERIVED` for every run, worked out a block at a time."""
+        if name == "skipped":
+            return self._part(name, scale, overflow, slice(None))
+        out = np.empty(scale.shape)
+        for cols in run_blocks(*scale.shape):
+            out[:, cols] = self._part(name, scale, overflow, cols)
+        return out
+
+
+def run_result(policy, trace, factor, scale_all, overflow, label) -> RunResult:
     """The :class:`RunResult` of a replay: ``scale_all`` (steps + 1, runs) and ``overflow``
-    (steps, runs) from the loop, ``absmax`` and ``factor`` (steps, runs or 1) as it used them.
-    The safe scales, flushed shares and metrics are worked out a block of runs at a time
-    (:func:`run_blocks`): each run's values do not depend on the others'. The metrics include
-    what the flushed shares rest on (:func:`sim.replay.flush_basis.flush_run_metrics`)."""
+    (steps, runs) from the loop, ``factor`` (steps, runs or 1) as it used it. The metrics are
+    worked out a block of runs at a time (:func:`run_blocks`: each run's values do not depend
+    on the others'), from the block's skipped steps, safe scales and flushed shares
+    (:meth:`Replayed.block`), which are then dropped; they include what the flushed shares rest
+    on (:func:`sim.replay.flush_basis.flush_run_metrics`)."""
     scale = scale_all[:-1]
     basis = flush_basis(trace)
-    skipped = overflow | trace.nonfinite[:, None]
-    cap = getattr(policy, "max_scale", None)
-    absmax, factor = np.broadcast_to(absmax, scale.shape), np.broadcast_to(factor, scale.shape)
-    safe, flushed = np.empty(scale.shape), np.empty(scale.shape)
-    parts = []
+    source = Replayed(trace, factor, getattr(policy, "max_scale", None))
+    metrics: Dict[str, np.ndarray] = {}
     for cols in run_blocks(*scale.shape):
-        over, floor = overflow_limits(trace, factor[:, cols])
-        safe[:, cols] = safe_scales(absmax[:, cols], over, cap, floor)
-        flushed[:, cols] = replay_flushed_share(trace, scale[:, cols] * factor[:, cols])
-        parts.append(
-            run_metrics(
-                scale[:, cols],
-                overflow[:, cols],
-                skipped[:, cols],
-                safe[:, cols],
-                flushed[:, cols],
-                trace.nonfinite,
-            )
+        skipped, safe, flushed = source.block(scale, overflow, cols)
+        part = run_metrics(
+            scale[:, cols], overflow[:, cols], skipped, safe, flushed, trace.nonfinite
         )
-        parts[-1].update(
-            flush_run_metrics(basis, scale[:, cols], skipped[:, cols], flushed[:, cols])
-        )
-    metrics = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        part.update(flush_run_metrics(basis, scale[:, cols], skipped, flushed))
+        for name, values in part.items():
+            if name not in metrics:
+                metrics[name] = np.empty(scale.shape[1], values.dtype)
+            metrics[name][cols] = values
     metrics["final_scale"] = scale_all[-1].copy()
     return RunResult(
         label=label or policy_label(policy),
@@ -180,8 +245,6 @@ def run_result(policy, trace, absmax, factor, scale_all, overflow, label) -> Run
         trace_name=trace.name,
         scale=scale,
         overflow=overflow,
-        skipped=skipped,
-        safe_scale=safe,
-        flushed=flushed,
         metrics=metrics,
+        source=source,
     )

@@ -49,7 +49,15 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from sim.replay.clock import training_clock
-from sim.replay.result import RunResult, overflow_limits, policy_label, run_blocks, run_result
+from sim.replay.result import (
+    MIN_BLOCK_RUNS,
+    RUN_BLOCK,
+    RunResult,
+    overflow_thresholds,
+    policy_label,
+    run_blocks,
+    run_result,
+)
 from sim.traces.named import named_trace
 from updater.common.float16 import FP16_OVERFLOW
 from updater.common.validation import check_instance, check_int, check_number
@@ -85,10 +93,11 @@ def jitter_factors(steps: int, runs: int, seed: int = 0, jitter: float = 0.25) -
     _check_runs_seed_jitter(runs, seed, jitter)
     if jitter == 0:
         return np.ones((steps, 1))
-    z = np.random.default_rng(seed).standard_normal((runs, steps), dtype=np.float32)
+    rng = np.random.default_rng(seed)
     factor = np.empty((steps, runs))  # run r's noise: row r of z, transposed block by block
-    for cols in run_blocks(steps, runs):
-        block = np.multiply(jitter, z[cols].T, out=factor[:, cols], dtype=np.float64)
+    for cols in run_blocks(steps, runs):  # drawn a block at a time: the same stream, in order
+        z = rng.standard_normal((cols.stop - cols.start, steps), dtype=np.float32)
+        block = np.multiply(jitter, z.T, out=factor[:, cols], dtype=np.float64)
         np.exp2(block, out=block)
     return factor
 
@@ -166,23 +175,28 @@ def simulate(
     trace = training_clock(trace)
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
-    absmax = trace.absmax[:, None] * factor  # unscaled, (steps, runs) or (steps, 1)
-    limits = _overflow_limits(trace, factor)
     desc = label or policy_label(policy)
-    scale, overflow = _advance(policy, trace, absmax, limits, runs, progress, desc)
-    return run_result(policy, trace, absmax, factor, scale, overflow, label)
+    scale, overflow = _advance(policy, trace, factor, runs, progress, desc)
+    return run_result(policy, trace, factor, scale, overflow, label)
 
 
-def _overflow_limits(trace: Trace, factor: np.ndarray) -> list:
-    """Per step: None (nothing recorded) or ``(limit, floor)``: the loss scales from which the
-    step overflows (one per column of ``factor``; inf: none) and the scale at or below which it
-    never does (:func:`sim.replay.result.overflow_limits`)."""
-    limit, floor = overflow_limits(trace, factor)
+def _overflow_limits(trace: Trace) -> list:
+    """Per step: None (nothing recorded) or ``(threshold, floor)``: the loss scale from which
+    the step overflows before jitter (inf: none) and the scale at or below which it never does
+    (:func:`sim.replay.result.overflow_thresholds`); :func:`_row_limit` applies a step's
+    jitter."""
+    threshold, floor = overflow_thresholds(trace)
     limits: list = [None] * trace.steps
-    inf = np.full(factor.shape[1], np.inf)
     for t in np.flatnonzero(trace.thresholds.known):
-        limits[t] = (inf if limit is None else limit[t], float(floor[t, 0]))
+        limits[t] = (np.inf if threshold is None else float(threshold[t]), float(floor[t, 0]))
     return limits
+
+
+def _row_limit(limit, factor):
+    """One step's ``limit`` of :func:`_overflow_limits` under jitter ``factor`` (array or number),
+    as :func:`_step_outcome` takes it: the threshold divided by the factors (inf stays inf)."""
+    if limit is not None:
+        return (limit[0] if limit[0] == np.inf else limit[0] / factor), limit[1]
 
 
 def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
@@ -208,20 +222,27 @@ def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
     return ovf, (np.zeros_like(ovf) if bad else np.logical_not(ovf))
 
 
-def _advance(policy, trace, absmax, limits, runs, progress, desc):
-    """The inner loop: per step one multiply, one or two compares and the policy update."""
+def _advance(policy, trace, factor, runs, progress, desc):
+    """The inner loop: per step two multiplies (the gradient size under each run's jitter, then
+    under its scale), one or two compares and the policy update. ``runs`` is a multiple of the
+    columns of ``factor`` (stacked policies repeat them) or it has one (no jitter); only the
+    trajectories are (steps, runs) arrays, a step's sizes and limits live for its row."""
     steps = trace.steps
     scale = np.empty((steps + 1, runs))
     overflow = np.empty((steps, runs), dtype=bool)
     bad = trace.nonfinite.tolist()
+    limits = _overflow_limits(trace)
+    repeat = runs // factor.shape[1] if factor.shape[1] > 1 else 1
+    row = np.empty(factor.shape[1] * repeat)  # the step's unscaled sizes, reused
     needs_absmax = policy.needs_grad_absmax
     update = policy.update
     state = policy.init((runs,))
     for t in _progress(range(steps), steps, progress, desc):
         s = state.scale
         scale[t] = s
-        a = absmax[t] * s
-        _, finite = _step_outcome(a, s, limits[t], bad[t], out=overflow[t])
+        f = factor[t] if repeat == 1 else np.tile(factor[t], repeat)
+        a = np.multiply(trace.absmax[t], f, out=row) * s
+        _, finite = _step_outcome(a, s, _row_limit(limits[t], f), bad[t], out=overflow[t])
         if bad[t]:  # the policy's third outcome
             state = update(state, finite, a if needs_absmax else None, True)
         else:
@@ -296,8 +317,6 @@ def simulate_many(
     _check_runs_seed_jitter(runs, seed, jitter)
     labels = [policy_label(p) for p in policies] if labels is None else list(labels)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
-    absmax = trace.absmax[:, None] * factor
-    limits = _overflow_limits(trace, factor)
     results: List[Any] = [None] * len(policies)
     groups: Dict[type, List[int]] = {}
     for i, p in enumerate(policies):
@@ -306,22 +325,13 @@ def simulate_many(
         stacked = stack_policies([policies[i] for i in members], runs)
         n = len(members)
         desc = "+".join(labels[i] for i in members)
-        tiled = [None if lim is None else (_tile_runs(lim[0], n), lim[1]) for lim in limits]
-        scale, overflow = _advance(
-            stacked, trace, _tile_runs(absmax, n), tiled, n * runs, progress, desc
-        )
+        scale, overflow = _advance(stacked, trace, factor, n * runs, progress, desc)
         for j, i in enumerate(members):
             cols = slice(j * runs, (j + 1) * runs)
             results[i] = run_result(
-                policies[i], trace, absmax, factor, scale[:, cols], overflow[:, cols], labels[i]
+                policies[i], trace, factor, scale[:, cols], overflow[:, cols], labels[i]
             )
     return results
-
-
-def _tile_runs(a: np.ndarray, n: int) -> np.ndarray:
-    """Repeat the run columns (last axis) ``n`` times; a single column (no jitter: every run
-    alike) is left to broadcast."""
-    return a if a.shape[-1] == 1 else np.tile(a, (1,) * (a.ndim - 1) + (n,))
 
 
 def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: float = 0.25):
@@ -340,7 +350,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
     _check_runs_seed_jitter(runs, seed, jitter)
     factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))
     absmax = trace.absmax[:, None] * factor
-    limits = _overflow_limits(trace, factor)
+    limits = _overflow_limits(trace)
     scale = np.empty((trace.steps + 1, runs))
     overflow = np.empty((trace.steps, runs), dtype=bool)
     for r in range(runs):
@@ -349,7 +359,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
             s = float(state.scale)
             scale[t, r] = s
             a = float(absmax[t, r]) * s
-            limit = None if limits[t] is None else (float(limits[t][0][r]), limits[t][1])
+            limit = _row_limit(limits[t], float(factor[t, r]))
             ovf, finite = _step_outcome(a, s, limit, bool(trace.nonfinite[t]))
             overflow[t, r] = ovf
             absmax_t = a if policy.needs_grad_absmax else None
@@ -366,16 +376,16 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
     it, as ``dls simulate`` and ``dls sweep`` do) needs at its peak: an estimate.
 
     Per step about 7000 bytes: the trace (about 1000 bytes a step kept, 5800 while a synthetic
-    family is drawn) and the per-step tables of the underflow model. Per step and run, 48 bytes
-    (jitter factors, scales, flags, underflow shares and their temporaries) plus 32 bytes per
-    policy advancing together (the stacked states and every policy's kept trajectories). Per run
-    and policy, 186 bytes whatever the steps (the final states, the per-run overflow limits,
-    metrics and summaries; 66 of them the bounds of what the flushed shares rest on,
-    :func:`sim.replay.flush_basis.flush_run_metrics`, held twice while the blocks' are joined).
+    family is drawn) and the per-step tables of the underflow model. Per step and run, 8 bytes
+    (the jitter factors) plus 9 per policy advancing together (its kept scales and overflow
+    flags): nothing else is held per (step, run). Per step and run of the widest block of runs
+    (:func:`sim.replay.result.run_blocks`), 48 bytes: the block's safe scales, flushed shares and
+    their temporaries while the metrics are worked out. Per run and policy, 170 bytes whatever
+    the steps (the stacked states and their temporaries, the metrics and summaries).
     Measured as the peak resident memory of ``dls simulate`` less that of a one-run, one-step
-    command: tests/sim/cli/test_cli.py checks it against both that and tracemalloc's peak
-    (``--steps 1 --runs 1000000`` peaked at 271 MiB, this says 254 MiB; ``--steps 1000 --runs
-    2000`` at 130 MiB, this says 160 MiB).
+    command: tests/sim/cli/test_memory.py checks it against both that and tracemalloc's peak
+    (``--steps 1 --runs 1000000`` peaked at 186 MiB, this says 190 MiB; ``--steps 1000 --runs
+    2000`` at 115 MiB, this says 131 MiB).
 
     Args:
         steps (int, >= 1): steps of the trace.
@@ -383,6 +393,7 @@ def memory_estimate(steps: int, runs: int, policies: int = 1) -> int:
         policies (int, default 1): policies advancing together.
 
     >>> memory_estimate(10000, 64)
-    121211904
+    111610880
     """
-    return steps * (7000 + 48 * runs + 32 * policies * runs) + 186 * runs * policies
+    widest = min(runs, 2 * max(MIN_BLOCK_RUNS, RUN_BLOCK // steps))
+    return steps * (7000 + (8 + 9 * policies) * runs + 48 * widest) + 170 * runs * policies

@@ -1,12 +1,14 @@
 """The replay's array formulas as they were before they were made cheaper (issue 42): one new
-array per operation, everything over the whole (steps, runs) array at once. The tests prove the
-current code gives the same bits (tests/sim/replay/test_bit_identical.py)."""
+array per operation, everything over the whole (steps, runs) array at once; and its loop as it
+was before it worked out each step's sizes and limits row by row (issue 51): given them whole.
+The tests prove the current code gives the same bits (tests/sim/replay/test_bit_identical.py)."""
 
 import numpy as np
 
 from sim.casting.underflow import flushed_table, measured_flushed_share
 from sim.replay.flush_basis import flush_basis, flush_run_metrics
 from sim.replay.result import RunResult, _largest_power_of_two_below, overflow_limits, policy_label
+from sim.replay.run import _step_outcome
 from tests.updater.policy.test_safe_scale_bits import frexp_safe_scale as largest_safe_scale
 from updater.common.float16 import FP16_FLUSH_BINADE
 from updater.trace import EXP_MIN, NBINS
@@ -85,14 +87,45 @@ def run_result(policy, trace, absmax, factor, scale_all, overflow, label):
     metrics = run_metrics(scale, overflow, skipped, safe, flushed, trace.nonfinite)
     metrics.update(flush_run_metrics(flush_basis(trace), scale, skipped, flushed))  # whole
     metrics["final_scale"] = scale_all[-1].copy()
+    arrays = {"skipped": skipped, "safe_scale": safe, "flushed": flushed}
     return RunResult(
         label=label or policy_label(policy),
         policy=policy,
         trace_name=trace.name,
         scale=scale,
         overflow=overflow,
-        skipped=skipped,
-        safe_scale=safe,
-        flushed=flushed,
         metrics=metrics,
+        source=lambda name, scale, overflow: arrays[name],
     )
+
+
+def step_limits(trace, factor):
+    """Per step None or ``(limits of every run, floor)``, whole arrays as the loop took them."""
+    limit, floor = overflow_limits(trace, factor)
+    limits = [None] * trace.steps
+    inf = np.full(factor.shape[1], np.inf)
+    for t in np.flatnonzero(trace.thresholds.known):
+        limits[t] = (inf if limit is None else limit[t], float(floor[t, 0]))
+    return limits
+
+
+def advance(policy, trace, absmax, limits, runs):
+    """The loop given every step's sizes ``absmax`` (steps, runs or 1) and :func:`step_limits`
+    (tiled to ``runs`` by the caller)."""
+    scale = np.empty((trace.steps + 1, runs))
+    overflow = np.empty((trace.steps, runs), dtype=bool)
+    bad = trace.nonfinite.tolist()
+    state = policy.init((runs,))
+    for t in range(trace.steps):
+        s = state.scale
+        scale[t] = s
+        a = absmax[t] * s
+        _, finite = _step_outcome(a, s, limits[t], bad[t], out=overflow[t])
+        if bad[t]:
+            state = policy.update(state, finite, a if policy.needs_grad_absmax else None, True)
+        elif policy.needs_grad_absmax:
+            state = policy.update(state, finite, a)
+        else:
+            state = policy.update(state, finite)
+    scale[trace.steps] = state.scale
+    return scale, overflow

@@ -9,7 +9,7 @@ import sim.replay.result as result_module
 from sim.casting.underflow import flushed_share_of_table, flushed_table, pooled_flushed_share
 from sim.replay.metrics import run_metrics
 from sim.replay.result import run_blocks, safe_scales
-from sim.replay.run import _advance, _overflow_limits, jitter_factors, simulate, simulate_many
+from sim.replay.run import jitter_factors, simulate, simulate_many
 from sim.traces.families import make_trace
 from sim.traces.named import named_trace
 from tests.sim.replay import plain_reference as plain
@@ -125,8 +125,8 @@ POLICIES = [
 def plain_simulate(policy, trace, runs, seed, jitter):
     factor = plain.jitter_factors(trace.steps, runs, seed, jitter)
     absmax = trace.absmax[:, None] * factor
-    limits = _overflow_limits(trace, factor)
-    scale, overflow = _advance(policy, trace, absmax, limits, runs, False, "")
+    limits = plain.step_limits(trace, factor)
+    scale, overflow = plain.advance(policy, trace, absmax, limits, runs)
     return plain.run_result(policy, trace, absmax, factor, scale, overflow, None)
 
 
