@@ -48,7 +48,6 @@ def test_flushing_is_measured_on_every_kth_recorded_step_only(tmp_path):
 def test_flush_every_is_checked_and_1_measures_every_step():
     with pytest.raises(ValueError, match="flush_every"):
         Probes(flush=True, flush_every=0)
-    probes = Probes(flush=True)
-    assert [probes.wants_flush(s) for s in range(3)] == [True, True, True]
-    off = Probes(flush_every=2)
-    assert not off.wants_flush(0)  # no flush: nothing to sample
+    every = Probes(flush=True, flush_every=1).flush_schedule(rounds=1)
+    assert [every.due(s, 1.0, 2.0, 9) for s in range(3)] == [True, True, True]
+    assert Probes(flush_every=2).flush_schedule(rounds=1) is None  # no flush: nothing to sample

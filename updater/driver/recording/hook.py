@@ -75,6 +75,7 @@ class Recording:
         self._reference = None  # float32 copy of the graph, for flush measurement
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()
+        self._flush = self.probes.flush_schedule(self.rounds_per_attempt)
         if self.probes.flush:
             _check_copyable(rounds.loss)
 
@@ -103,9 +104,8 @@ class Recording:
         seed, good_batch = attempt.seed, attempt.good_batch
         over = seed if not attempt.finite and good_batch else attempt.overflow_scale
         grads, scale, flush, finite_scale = attempt.arrays, seed, None, None
-        flush_due = probes.wants_flush(step // rec.every)
-        if (probes.overflow or flush_due) and good_batch:
-            found = self._probe(attempt, over, flush_due)
+        if probes.reruns and good_batch:
+            found = self._probe(attempt, over, step // rec.every)
             rec.count_probe_passes(found.passes)
             grads, flush = None, found.flush  # host views taken before may be stale
             if probes.overflow:
@@ -125,16 +125,21 @@ class Recording:
             forward_peak=(peak.peak, peak.where) if probes.forward_headroom else None,
         )
 
-    def _probe(self, attempt: Attempted, over: float | None, flush: bool):
-        """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
-        next step's search starts where this one's threshold was."""
+    def _probe(self, attempt: Attempted, over: float | None, recorded: int):
+        """The probes of recorded step number ``recorded``
+        (:func:`updater.driver.recording.probes.probe_step`), its flushing measured when the
+        schedule says so after the search; the next step's search starts where this one's
+        threshold was."""
         known = math.inf if over is None else over
         bounds = probe_bounds(self._policy, self.seed_type)
         guess = self._probe_guess if self.probes.from_previous else None
-        overflow = self.probes.overflow
-        found = probe_step(
-            self, attempt.seed, attempt.finite, known, overflow, flush, bounds, guess
+        overflow, schedule = self.probes.overflow, self._flush
+        due = schedule is not None and (
+            lambda threshold, passes: schedule.due(recorded, attempt.seed, threshold, passes)
         )
+        found = probe_step(self, attempt.seed, attempt.finite, known, overflow, due, bounds, guess)
+        if found.flush_passes:
+            schedule.spent(found.flush_passes)
         if overflow:  # a censored step's guess: the scale it was finite at
             t = found.threshold
             self._probe_guess = t if t < math.inf else (found.finite_scale or None)

@@ -38,7 +38,7 @@ are written back) and do not count in the updater's counters. Random functions i
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Protocol
+from typing import Callable, List, NamedTuple, Protocol, Union
 
 import numpy as np
 
@@ -81,6 +81,7 @@ class ProbeResult(NamedTuple):
             ``seed * 2**FLUSH_OFFSETS`` (NaN where the backward overflowed); else None.
         finite_scale (float): the largest scale the overflow search saw the step finite at (0:
             none, or no search); with ``threshold`` inf the step is censored above it.
+        flush_passes (int): of ``passes``, those of the flush measurement (0: not measured).
     """
 
     threshold: float
@@ -89,6 +90,7 @@ class ProbeResult(NamedTuple):
     finite_grads: List[np.ndarray] | None
     flush: np.ndarray | None = None
     finite_scale: float = 0.0
+    flush_passes: int = 0
 
 
 def probe_bounds(policy, seed_type) -> tuple:
@@ -105,11 +107,12 @@ def probe_step(
     finite: bool,
     known_overflow: float,
     overflow: bool,
-    flush: bool,
+    flush: Union[bool, Callable[[float, int], bool]],
     bounds: tuple,
     guess: float | None = None,
 ) -> ProbeResult:
-    """Probe the current step (module doc) after its attempt at ``seed``.
+    """Probe the current step (module doc) after its attempt at ``seed``: the overflow search,
+    then the flush measurement.
 
     Args:
         step (Rerun): the driver, between its last attempt and ``step()``; its round inputs for
@@ -119,7 +122,9 @@ def probe_step(
         known_overflow (float): the smallest seed at which an earlier attempt of this step
             overflowed (inf when none): probes above it are not needed.
         overflow (bool): find the overflow threshold.
-        flush (bool): measure the flushed shares.
+        flush (bool or callable): measure the flushed shares; a callable is asked after the
+            search, with the threshold found (``known_overflow`` without ``overflow``) and the
+            search's passes (:meth:`updater.driver.recording.flush_schedule.FlushSchedule.due`).
         bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`).
         guess (float or None, default None): where the threshold likely is (the previous
             step's); the search probes nearest it first. None: the seed (walk outward).
@@ -127,45 +132,55 @@ def probe_step(
     Returns:
         ProbeResult.
     """
+    if not overflow and (not flush or (callable(flush) and not flush(known_overflow, 0))):
+        return ProbeResult(known_overflow, 0, None, None)
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
-    passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
-    finite_scale = 0.0
+    threshold, finite_seed, finite_grads, shares = known_overflow, None, None, None
+    finite_scale, searched, measured = 0.0, 0, 0
     try:
-        if flush:
-            true = step.reference_grads()
-            passes += step.rounds_per_attempt
-            shares = np.full(len(FLUSH_OFFSETS), np.nan)
-            for i, k in enumerate(FLUSH_OFFSETS):
-                scale = seed * 2.0**k
-                if scale < FP16_SMALLEST_SUBNORMAL:  # a seed of 0 in float16
-                    continue
-                if k == 0:
-                    ok, half = finite, used
-                else:
-                    ok = step.probe(scale)
-                    half, passes = step.host_grads(), passes + step.rounds_per_attempt
-                if ok:
-                    shares[i] = flushed_shares(true, half, scale)[0]
         if overflow:
-            threshold, finite_scale, finite_grads, n = _bracket(
+            threshold, finite_scale, finite_grads, searched = _bracket(
                 step, seed, finite, known_overflow, bounds, seed if guess is None else guess
             )
-            passes += n
             finite_seed = finite_scale if not finite and finite_scale > 0 else None
+        if flush and (not callable(flush) or not overflow or flush(threshold, searched)):
+            shares, measured = _flushed(step, seed, finite, used)
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
         moved.restore()
     return ProbeResult(
         threshold=threshold,
-        passes=passes,
+        passes=searched + measured,
         finite_seed=finite_seed,
         finite_grads=finite_grads,
         flush=shares,
         finite_scale=finite_scale,
+        flush_passes=measured,
     )
+
+
+def _flushed(step: Rerun, seed: float, finite: bool, used: List[np.ndarray]) -> tuple:
+    """The flushed shares at ``seed * 2**FLUSH_OFFSETS`` (NaN where the backward overflowed;
+    ``used``: the attempt's gradients at ``seed``, ``finite`` whether they were) and the passes
+    run."""
+    true = step.reference_grads()
+    passes = step.rounds_per_attempt
+    shares = np.full(len(FLUSH_OFFSETS), np.nan)
+    for i, k in enumerate(FLUSH_OFFSETS):
+        scale = seed * 2.0**k
+        if scale < FP16_SMALLEST_SUBNORMAL:  # a seed of 0 in float16
+            continue
+        if k == 0:
+            ok, half = finite, used
+        else:
+            ok = step.probe(scale)
+            half, passes = step.host_grads(), passes + step.rounds_per_attempt
+        if ok:
+            shares[i] = flushed_shares(true, half, scale)[0]
+    return shares, passes
 
 
 def _bracket(step: Rerun, seed, finite, known_overflow, bounds, guess) -> tuple:
