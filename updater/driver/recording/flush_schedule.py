@@ -4,16 +4,22 @@ extra passes per recorded step (``Probes(pass_budget=2.0)``), overflow probes in
 
 The sample (``flush_every=None``): each recorded step adds ``pass_budget`` minus the passes its
 overflow search ran to a credit, and a measurement (one float32 pass and three float16 scales:
-4 passes per accumulation round) spends what it ran. The first recorded step is measured. After
-it a step is measured when the credit holds one measurement and the step's scale or its probed
-overflow threshold differs from the previous recorded step's (where the flushed share moves
-with the scale), or, elsewhere, when the credit holds ``1 + u`` measurements with ``u`` drawn
-uniformly from [0, 1) after each measurement: a randomised share, so that no period of the data
-(an epoch, a cycle of the scale) lines up with the sample. Over a recording the passes stay
-within the budget, except the first step's measurement (repaid by the steps after it) and a
-search that alone costs more than the budget (then no step after the first is measured). The
-draws come from a generator seeded with ``seed``: a recording of the same run samples the
-same steps.
+4 passes per accumulation round) spends what it ran; no step is measured while the credit holds
+less than one measurement, so over any stretch of a recording from its start the passes stay
+within the budget, except where the search alone costs more (then nothing is measured:
+``Probes(flush_every=k)`` measures anyway). The first step whose credit holds a measurement is
+measured (the 2nd or 3rd at the defaults). After it a step is measured when the credit holds
+one measurement and the step's scale or its probed overflow threshold differs from the previous
+recorded step's (the flushed share moves with the scale), and elsewhere when the credit holds
+``1 + u`` measurements, ``u`` drawn uniformly from [0, 1) after each measurement: a randomised
+share at the rate the budget leaves, so that no period of the data (an epoch, a cycle of the
+scale) lines up with the sample. The draws come from a generator seeded with ``seed``: a
+recording of the same run samples the same steps.
+
+Every step has the same chance of a randomised measurement whatever its gradients: the replay
+interpolates the measured steps' flushing beyond the histogram's to the steps between
+(:func:`sim.casting.underflow.measured_flushed_share`), which a sample favouring the steps whose
+histogram shows a spike would spread over their unmeasured neighbours.
 
 NumPy and the standard library only: the simulator applies the same schedule to a trace
 measured on every step (:func:`sampled_steps`).
@@ -43,10 +49,11 @@ class FlushSchedule:
         seed (int, default 0): seed of the randomised share.
 
     >>> s = FlushSchedule(None, 2.0)
-    >>> s.due(0, 1.0, 8.0, 1), s.spent(4), s.credit  # the first: credit 2 - 1 - 4
-    (True, None, -3.0)
-    >>> [s.due(i, 1.0, 8.0 if i < 8 else 16.0, 1) for i in range(1, 9)]  # threshold moved
-    [False, False, False, False, False, False, False, True]
+    >>> [s.due(i, 1.0, 8.0, 1) for i in range(4)]  # search 1 pass: 1 pass of credit a step
+    [False, False, False, True]
+    >>> s.spent(4)
+    >>> [s.due(i, 1.0, 8.0 if i < 8 else 16.0, 1) for i in range(4, 9)]  # threshold moved
+    [False, False, False, False, True]
     """
 
     def __init__(self, every: int | None, budget: float, rounds: int = 1, seed: int = 0):
@@ -68,10 +75,10 @@ class FlushSchedule:
         if self.every is not None:
             return recorded % self.every == 0
         self.credit += self.budget - search_passes
-        if self._measured == 0:
-            return True
         if self.credit < self.cost:
             return False
+        if self._measured == 0:
+            return True
         moved = previous is not None and not _same(previous, self._last)
         return moved or self.credit >= self.cost * (1.0 + self._extra)
 
