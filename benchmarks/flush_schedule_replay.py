@@ -64,7 +64,7 @@ def schedule_sampled(
     """
     steps = list(searched(trace, scales))
     schedule = FlushSchedule(every, budget, 1, seed)
-    chosen = sampled_steps(schedule, [step[1:] for step in steps])
+    chosen = sampled_steps(schedule, [step[3] for step in steps])
     keep = np.zeros(trace.steps, bool)
     keep[[steps[i][0] for i in chosen]] = True
     out = copy.deepcopy(trace)

@@ -41,7 +41,7 @@ def test_each_field_is_checked_naming_it_the_value_and_the_range():
     assert whole.pass_budget == 1.0 and isinstance(whole.pass_budget, float)
     assert Probes() == Probes(False, False, None, True, False, 2.0) and not Probes().reruns
     every = Probes(flush=True, flush_every=3).flush_schedule(rounds=1)
-    assert [every.due(k, 1.0, 2.0, 0) for k in range(4)] == [True, False, False, True]
+    assert [every.due(k, 0) for k in range(4)] == [True, False, False, True]
     assert Probes(overflow=True).flush_schedule(rounds=1) is None
 
 

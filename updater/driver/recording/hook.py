@@ -134,9 +134,7 @@ class Recording:
         bounds = probe_bounds(self._policy, self.seed_type)
         guess = self._probe_guess if self.probes.from_previous else None
         overflow, schedule = self.probes.overflow, self._flush
-        due = schedule is not None and (
-            lambda threshold, passes: schedule.due(recorded, attempt.seed, threshold, passes)
-        )
+        due = schedule is not None and (lambda passes: schedule.due(recorded, passes))
         found = probe_step(self, attempt.seed, attempt.finite, known, overflow, due, bounds, guess)
         if found.flush_passes:
             schedule.spent(found.flush_passes)

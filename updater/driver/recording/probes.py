@@ -18,8 +18,10 @@ overflowed). With overflow monotonic in the scale both find the same bracket. Fo
 overflowed at ``s`` (with a finite loss) the gradients of its largest finite probe are recorded
 instead of the overflowed attempt's partial ones.
 
-Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every function in the
-float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;
+Flushing, on the steps :mod:`.flush_schedule` chooses (after the overflow search, whose passes
+it counts): a float32 copy of the graph (:func:`updater.amp.rewrite` with
+every function in the float list; same parameters and inputs) runs the step once at seed 1 for
+the true gradients;
 the share at a scale is the share of their nonzero values that the float16 backward at that
 scale left at exactly zero (anywhere on their way: below 2**-24 after scaling, or zeroed by
 float16 arithmetic upstream), measured at the seed used and at ``seed * 2**k`` for ``k`` in
@@ -107,7 +109,7 @@ def probe_step(
     finite: bool,
     known_overflow: float,
     overflow: bool,
-    flush: Union[bool, Callable[[float, int], bool]],
+    flush: Union[bool, Callable[[int], bool]],
     bounds: tuple,
     guess: float | None = None,
 ) -> ProbeResult:
@@ -123,8 +125,8 @@ def probe_step(
             overflowed (inf when none): probes above it are not needed.
         overflow (bool): find the overflow threshold.
         flush (bool or callable): measure the flushed shares; a callable is asked after the
-            search, with the threshold found (``known_overflow`` without ``overflow``) and the
-            search's passes (:meth:`updater.driver.recording.flush_schedule.FlushSchedule.due`).
+            search, with the passes it ran
+            (:meth:`updater.driver.recording.flush_schedule.FlushSchedule.due`).
         bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`).
         guess (float or None, default None): where the threshold likely is (the previous
             step's); the search probes nearest it first. None: the seed (walk outward).
@@ -132,7 +134,7 @@ def probe_step(
     Returns:
         ProbeResult.
     """
-    if not overflow and (not flush or (callable(flush) and not flush(known_overflow, 0))):
+    if not overflow and (not flush or (callable(flush) and not flush(0))):
         return ProbeResult(known_overflow, 0, None, None)
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
@@ -145,7 +147,7 @@ def probe_step(
                 step, seed, finite, known_overflow, bounds, seed if guess is None else guess
             )
             finite_seed = finite_scale if not finite and finite_scale > 0 else None
-        if flush and (not callable(flush) or not overflow or flush(threshold, searched)):
+        if flush and (not callable(flush) or not overflow or flush(searched)):
             shares, measured = _flushed(step, seed, finite, used)
     finally:
         for p, saved in kept:
