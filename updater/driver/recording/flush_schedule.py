@@ -9,8 +9,8 @@ overflow search ran to a credit, and a measurement (one float32 pass and three f
 less than one measurement, so over any stretch of a recording from its start the passes stay
 within the budget, except where the search alone costs more (then nothing is measured:
 ``Probes(flush_every=k)`` measures anyway). The first step whose credit holds a measurement is
-measured (the 2nd or 3rd at the defaults). After it each step is measured with a chance drawn
-independently of the step: :data:`SPEND` of the passes per step the search leaves (averaged
+measured (the 2nd at the defaults where the search costs nothing). After it each step is
+measured with a chance drawn independently of the step: :data:`SPEND` of the passes per step the search leaves (averaged
 over about :data:`HORIZON` steps) plus the credit held spread over :data:`HORIZON` steps, over
 the cost of a measurement; it moves slowly, with the search's cost, not with the step. The
 draws come from a generator seeded with ``seed``: a recording of the same run samples the same

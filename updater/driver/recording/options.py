@@ -27,9 +27,9 @@ class Probes:
             at several scales against a float32 copy of the graph (4 passes per measured step;
             the replay interpolates between them).
         flush_every (int or None, default None): with ``flush``, measure every this many
-            recorded steps (>= 1; 1: every step; the first is measured); None: the steps
-            whose scale or overflow threshold moved and a randomised share elsewhere, within
-            ``pass_budget`` (:mod:`updater.driver.recording.flush_schedule`).
+            recorded steps (>= 1; 1: every step; the first is measured); None: a random
+            sample within ``pass_budget``, each step with a chance independent of it
+            (:mod:`updater.driver.recording.flush_schedule`).
         from_previous (bool, default True): start each step's overflow search at the previous
             probed step's threshold; False walks outward from the step's own scale (the older
             search: the same thresholds, more passes).
@@ -38,9 +38,9 @@ class Probes:
             function (for BatchNormalization, its float16 sums of x and x^2 over a channel; no
             extra pass).
         pass_budget (float, default 2.0): with ``flush`` and ``flush_every`` None, the extra
-            forward/backward passes per recorded step the probes may run on average, overflow
-            search included (> 0; the first step's measurement is repaid by the steps after
-            it; ``benchmarks.bench_flush_sampling`` checks the flushed share it gives).
+            forward/backward passes per recorded step the probes may run, overflow search
+            included (> 0; a step is measured only once the steps so far leave the passes
+            for it; ``benchmarks.bench_flush_sampling`` checks the flushed share it gives).
 
     >>> Probes(overflow=True).reruns, Probes(flush=True).flush_schedule(rounds=1).cost
     (True, 4)
