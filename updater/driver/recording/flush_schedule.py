@@ -10,11 +10,11 @@ less than one measurement, so over any stretch of a recording from its start the
 within the budget, except where the search alone costs more (then nothing is measured:
 ``Probes(flush_every=k)`` measures anyway). The first step whose credit holds a measurement is
 measured (the 2nd at the defaults where the search costs nothing). After it each step is
-measured with a chance drawn independently of the step: :data:`SPEND` of the passes per step the search leaves (averaged
-over about :data:`HORIZON` steps) plus the credit held spread over :data:`HORIZON` steps, over
-the cost of a measurement; it moves slowly, with the search's cost, not with the step. The
-draws come from a generator seeded with ``seed``: a recording of the same run samples the same
-steps.
+measured with a chance drawn independently of the step: :data:`SPEND` of the passes per step
+the search leaves (averaged over about :data:`HORIZON` steps) plus the credit held spread over
+:data:`HORIZON` steps, over the cost of a measurement; it moves slowly, with the search's cost,
+not with the step. The draws come from a generator seeded with ``seed``: a recording of the
+same run samples the same steps.
 
 Why an equal, independent chance: the replay interpolates the measured steps' flushing (beyond
 what the histograms show) to the steps between them
