@@ -143,7 +143,9 @@ def _accuracy(model: str, sampling: str, errors: list, same: bool) -> Dict:
     return {
         "model": model,
         "sampling": sampling,
+        "truth": 100 * float(np.mean([want for _, want in errors])),
         "within": f"{sum(ok)} of {len(ok)}",
+        "relative_ok": f"{sum(r <= 0.25 for r in relative)} of {len(ok)}",
         "ok": sum(ok),
         "runs": len(ok),
         "median": 100 * float(np.median(relative)),
@@ -217,11 +219,22 @@ def markdown(result: Dict) -> str:
             "",
             markdown_table(
                 result["predictions"],
-                ["model", "sampling", "within", "median", "largest", "same"],
                 [
                     "model",
                     "sampling",
+                    "truth",
+                    "within",
+                    "relative_ok",
+                    "median",
+                    "largest",
+                    "same",
+                ],
+                [
+                    "model",
+                    "sampling",
+                    "every step's flushed share (%, mean of the policies)",
                     "within 25% or 0.01 points",
+                    "within 25% alone",
                     "median relative error (%)",
                     "largest (%)",
                     "recorded at the defaults: same trajectory as every step",
