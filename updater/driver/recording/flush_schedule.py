@@ -16,7 +16,7 @@ the search leaves (averaged over about :data:`HORIZON` steps) plus the credit he
 not with the step. The draws come from a generator seeded with ``seed``: a recording of the
 same run samples the same steps.
 
-Why an equal, independent chance: the replay interpolates the measured steps' flushing (beyond
+Why a chance independent of the step: the replay interpolates the measured steps' flushing (beyond
 what the histograms show) to the steps between them
 (:func:`sim.casting.underflow.measured_flushed_share`), which is unbiased only when whether a
 step is measured says nothing of its flushing. Applied to the conv net's first 250 steps
