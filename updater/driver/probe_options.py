@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..common.validation import check_bool, check_instance, check_int
+from ..common.validation import check_bool, check_instance, check_int, check_positive
 from ..trace.deprecated_probes import NEW_PROBES_SPELLING
 
 
@@ -22,10 +22,13 @@ class Probes:
             its forward and backward again on the same batch at other powers of two of the
             scale, within the policy's bounds, and record the smallest at which the backward
             pass overflows (and the largest at which it was finite).
-        flush (bool, default False): measure each recorded step's flushed share at several
-            scales against a float32 copy of the graph (4 passes).
-        flush_every (int, default 1): with ``flush``, measure every this many recorded steps
-            (>= 1; the first recorded step is measured; the replay interpolates between them).
+        flush (bool, default False): measure the flushed share of a sample of recorded steps
+            at several scales against a float32 copy of the graph (4 passes per measured step;
+            the replay interpolates between them).
+        flush_every (int or None, default None): with ``flush``, measure every this many
+            recorded steps (>= 1; 1: every step; the first is measured); None: a random
+            sample within ``pass_budget``, each step with a chance independent of it
+            (:mod:`updater.driver.recording.flush_schedule`).
         from_previous (bool, default True): start each step's overflow search at the previous
             probed step's threshold; False walks outward from the step's own scale (the older
             search: the same thresholds, more passes).
@@ -33,22 +36,28 @@ class Probes:
             or accumulated magnitude of the float16 forward pass relative to 65504, and the
             function (for BatchNormalization, its float16 sums of x and x^2 over a channel; no
             extra pass).
+        pass_budget (float, default 2.0): with ``flush`` and ``flush_every`` None, the extra
+            forward/backward passes per recorded step the probes may run, overflow search
+            included (> 0; a step is measured only once the steps so far leave the passes
+            for it; ``benchmarks.bench_flush_sampling`` checks the flushed share it gives).
 
-    >>> Probes(overflow=True).reruns, Probes(flush=True, flush_every=2).wants_flush(1)
-    (True, False)
+    >>> Probes(overflow=True).reruns, Probes(flush=True).reruns
+    (True, True)
     """
 
     overflow: bool = False
     flush: bool = False
-    flush_every: int = 1
+    flush_every: int | None = None
     from_previous: bool = True
     forward_headroom: bool = False
+    pass_budget: float = 2.0
 
     def __post_init__(self) -> None:
         checked = {
             "overflow": check_bool("overflow", self.overflow),
             "flush": check_bool("flush", self.flush),
-            "flush_every": check_int("flush_every", self.flush_every, 1),
+            "flush_every": check_int("flush_every", self.flush_every, 1, none_ok=True),
+            "pass_budget": check_positive("pass_budget", self.pass_budget),
             "from_previous": check_bool("from_previous", self.from_previous),
             "forward_headroom": check_bool("forward_headroom", self.forward_headroom),
         }
@@ -60,11 +69,6 @@ class Probes:
         """Whether a recorded step runs again (overflow probes or flush measurement): its
         rounds' inputs are kept."""
         return self.overflow or self.flush
-
-    def wants_flush(self, recorded: int) -> bool:
-        """Whether the recorded step number ``recorded`` (0-based, counting recorded steps
-        only) has its flushing measured."""
-        return self.flush and recorded % self.flush_every == 0
 
 
 def probes_of(recorder, probes: Probes | None) -> Probes:

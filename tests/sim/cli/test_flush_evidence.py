@@ -18,6 +18,7 @@ from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, N
 from updater.trace import Trace
 
 SCOPES = itertools.count()
+EVERY_STEP = Probes(overflow=True, flush=True, flush_every=1)  # 4 steps: the default samples few
 
 
 def _record(path, policy, probes, steps=4):
@@ -58,9 +59,9 @@ def test_one_model_recorded_three_ways(tmp_path, capsys):
     recording under the default measured; without flush probes it is "not measured", never 0%.
     (tests/sim/cli/test_three_recordings.py does the same on a model whose flushing moves with
     the scale.)"""
-    legacy = _record(tmp_path / "legacy.npz", NnablaLegacy(), Probes(overflow=True, flush=True))
+    legacy = _record(tmp_path / "legacy.npz", NnablaLegacy(), EVERY_STEP)
     bare = _record(tmp_path / "bare.npz", NnablaLegacy(), Probes(overflow=True))
-    default = _record(tmp_path / "dyn.npz", DynamicScale(), Probes(overflow=True, flush=True))
+    default = _record(tmp_path / "dyn.npz", DynamicScale(), EVERY_STEP)
     measured = Trace.load(default).flush_shares[:, -1].mean()  # at 2**15
     assert measured > 0
 

@@ -56,7 +56,7 @@ def test_probes_leave_an_input_gradient_of_one_backward(tmp_path, check):
     for k, p in nn.get_parameters().items():
         p.d = start[k]
     recorder = GradientRecorder(tmp_path / "t.npz")
-    probes = Probes(overflow=True, flush=True)
+    probes = Probes(overflow=True, flush=True, flush_every=1)  # the first step measured
     policy = DynamicScale(init_scale=SEED)
     u = DynamicLossScalingUpdater(
         solver, loss, feed, policy=policy, recorder=recorder, probes=probes, finite_check=check

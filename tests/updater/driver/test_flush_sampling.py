@@ -7,8 +7,9 @@ import nnabla.solvers as S
 import numpy as np
 import pytest
 
-from tests.nnabla_models import cpu_context
-from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes
+from tests.nnabla_models import TinyClassifier, cpu_context
+from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes, Trace
+from updater.driver.recording.flush_schedule import flush_schedule
 
 pytestmark = pytest.mark.nnabla
 
@@ -48,7 +49,42 @@ def test_flushing_is_measured_on_every_kth_recorded_step_only(tmp_path):
 def test_flush_every_is_checked_and_1_measures_every_step():
     with pytest.raises(ValueError, match="flush_every"):
         Probes(flush=True, flush_every=0)
-    probes = Probes(flush=True)
-    assert [probes.wants_flush(s) for s in range(3)] == [True, True, True]
-    off = Probes(flush_every=2)
-    assert not off.wants_flush(0)  # no flush: nothing to sample
+    every = flush_schedule(Probes(flush=True, flush_every=1), rounds=1)
+    assert [every.due(s, 9) for s in range(3)] == [True, True, True]
+    assert flush_schedule(Probes(flush_every=2), rounds=1) is None  # no flush: nothing to sample
+
+
+def _recorded_passes(tmp_path, name, probes, steps=32):
+    """A tiny classifier (cpu:half) finite up to 2**15 (its steps' searches cost 1 pass) but
+    for batch 9 (weight 300: its threshold moves, 5 passes, and the scale backs off);
+    ``(passes per recorded step, measured steps, records)``."""
+    model = TinyClassifier(f"flush_budget_{name}")
+    recorder = GradientRecorder(tmp_path / f"{name}.npz")
+    upd = DynamicLossScalingUpdater(
+        model.solver,
+        model.loss,
+        model.feeder(weights={9: 300.0}),
+        policy=DynamicScale(init_scale=2.0**12, growth_interval=4),
+        recorder=recorder,
+        probes=probes,
+    )
+    records = [
+        (r.scale, r.update_applied, r.new_scale) for r in (upd.update() for _ in range(steps))
+    ]
+    trace = Trace.load(recorder.close())
+    measured = np.flatnonzero(~np.isnan(trace.flush_shares).all(axis=1))
+    return recorder.probe_passes / steps, measured, records
+
+
+def test_the_default_flush_sampling_costs_at_most_two_passes_per_recorded_step(tmp_path):
+    """Probes(overflow=True, flush=True) at its defaults: the recorder counts at most 2 extra
+    passes per recorded step (every step measured cost over 4), the first step and some after
+    it measured, training the same as with every step measured."""
+    sampled, measured, records = _recorded_passes(tmp_path, "default", Probes(True, True))
+    every, all_steps, same = _recorded_passes(
+        tmp_path, "every", Probes(overflow=True, flush=True, flush_every=1)
+    )
+    assert sampled <= 2.0 < 4.0 < every
+    assert all_steps.tolist() == list(range(32))
+    assert 2 <= measured.size < 32
+    assert records == same and any(not applied for _, applied, _ in records)

@@ -56,7 +56,7 @@ def test_an_option_that_chooses_no_structure_rebuilds_nothing(tmp_path, name):
     the recorded steps stay, before and after the next ``update()``."""
     m = TinyClassifier(f"live_{name}")
     recorder = GradientRecorder(tmp_path / "t.npz")
-    probes = Probes(overflow=True, flush=True)
+    probes = Probes(overflow=True, flush=True, flush_every=1)  # the first step measured
     u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), recorder=recorder, probes=probes)
     u.update()
     recording = u._attempts.recording

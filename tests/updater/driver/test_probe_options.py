@@ -10,6 +10,7 @@ import pytest
 from tests.updater.driver.test_probes import _sum_model
 from tests.updater.trace.test_trace_files_load_alike import fingerprint
 from updater import DynamicLossScalingUpdater, DynamicScale, GradientRecorder, Probes, Trace
+from updater.driver.recording.flush_schedule import flush_schedule
 
 pytestmark = pytest.mark.nnabla
 
@@ -26,20 +27,23 @@ def test_each_field_is_checked_naming_it_the_value_and_the_range():
         ("flush_every", 0, ValueError),
         ("flush_every", 1.5, ValueError),
         ("flush_every", "2", TypeError),
+        ("pass_budget", 0.0, ValueError),
+        ("pass_budget", float("inf"), ValueError),
+        ("pass_budget", "2", TypeError),
     ]:
         with pytest.raises(error, match=rf"^{field} must be .*, got {bad!r}"):
             Probes(**{field: bad})
-    with pytest.raises(ValueError, match=r"flush_every must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"flush_every must be an int >= 1 or None, got 0"):
         Probes(flush_every=0)
-    whole = Probes(flush=True, flush_every=4.0)  # a whole float, as nnabla scripts pass
+    with pytest.raises(ValueError, match=r"pass_budget must be a finite number > 0, got -1"):
+        Probes(pass_budget=-1)
+    whole = Probes(flush=True, flush_every=4.0, pass_budget=1)  # whole floats, ints
     assert whole.flush_every == 4 and isinstance(whole.flush_every, int)
-    assert Probes() == Probes(False, False, 1, True, False) and not Probes().reruns
-    assert [Probes(flush=True, flush_every=3).wants_flush(k) for k in range(4)] == [
-        True,
-        False,
-        False,
-        True,
-    ]
+    assert whole.pass_budget == 1.0 and isinstance(whole.pass_budget, float)
+    assert Probes() == Probes(False, False, None, True, False, 2.0) and not Probes().reruns
+    every = flush_schedule(Probes(flush=True, flush_every=3), rounds=1)
+    assert [every.due(k, 0) for k in range(4)] == [True, False, False, True]
+    assert flush_schedule(Probes(overflow=True), rounds=1) is None
 
 
 def test_probes_need_a_recorder_and_a_probes_record(tmp_path):

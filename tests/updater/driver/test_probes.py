@@ -98,7 +98,12 @@ def test_measured_flushing_against_float32(tmp_path):
     recorder = GradientRecorder(tmp_path / "t.npz")
     policy = DynamicScale(init_scale=2.0**-1, min_scale=2.0**-10, max_scale=2.0**2)
     upd = DynamicLossScalingUpdater(
-        solver, loss, None, policy=policy, recorder=recorder, probes=Probes(flush=True)
+        solver,
+        loss,
+        None,
+        policy=policy,
+        recorder=recorder,
+        probes=Probes(flush=True, flush_every=1),
     )
     upd.update()
     trace = recorder.trace()

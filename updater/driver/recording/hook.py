@@ -18,6 +18,7 @@ from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
 from ..probe_options import probes_of
 from .flush_scales import flush_scales
+from .flush_schedule import flush_schedule
 from .forward_peak import ForwardPeak
 from .probes import probe_bounds, probe_step
 
@@ -80,6 +81,7 @@ class Recording:
         self._reference = None  # float32 copy of the graph, for flush measurement
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()
+        self._flush = flush_schedule(self.probes, self.rounds_per_attempt)
         if self.probes.flush:
             _check_copyable(self.rounds.loss)
 
@@ -109,9 +111,8 @@ class Recording:
         seed, good_batch = attempt.seed, attempt.good_batch
         over = seed if not attempt.finite and good_batch else attempt.overflow_scale
         grads, scale, finite_scale, passes, measured = attempt.arrays, seed, 0.0, 0, {}
-        flush_due = probes.wants_flush(step // self.recorder.every)
-        if (probes.overflow or flush_due) and good_batch:
-            found = self._probe(attempt, over, flush_due)
+        if probes.reruns and good_batch:
+            found = self._probe(attempt, over, step // self.recorder.every)
             passes, grads = found.passes, None  # host views taken before may be stale
             if found.flush is not None:
                 measured["flush"] = (flush_scales(seed, self._bounds()), found.flush)
@@ -135,16 +136,19 @@ class Recording:
         )
         self.recorder.record_step(measured_step)
 
-    def _probe(self, attempt: Attempted, over: float | None, flush: bool):
-        """The probes of the step (:func:`updater.driver.recording.probes.probe_step`); the
-        next step's search starts where this one's threshold was."""
+    def _probe(self, attempt: Attempted, over: float | None, recorded: int):
+        """The probes of recorded step number ``recorded``
+        (:func:`updater.driver.recording.probes.probe_step`), its flushing measured when the
+        schedule says so after the search; the next step's search starts where this one's
+        threshold was."""
         known = math.inf if over is None else over
         bounds = self._bounds()
         guess = self._probe_guess if self.probes.from_previous else None
-        overflow = self.probes.overflow
-        found = probe_step(
-            self, attempt.seed, attempt.finite, known, overflow, flush, bounds, guess
-        )
+        overflow, schedule = self.probes.overflow, self._flush
+        due = schedule is not None and (lambda passes: schedule.due(recorded, passes))
+        found = probe_step(self, attempt.seed, attempt.finite, known, overflow, due, bounds, guess)
+        if found.flush_passes:
+            schedule.spent(found.flush_passes)
         if overflow:  # a censored step's guess: the scale it was finite at
             t = found.threshold
             self._probe_guess = t if t < math.inf else (found.finite_scale or None)

@@ -18,8 +18,10 @@ overflowed). With overflow monotonic in the scale both find the same bracket. Fo
 overflowed at ``s`` (with a finite loss) the gradients of its largest finite probe are recorded
 instead of the overflowed attempt's partial ones.
 
-Flushing: a float32 copy of the graph (:func:`updater.amp.rewrite` with every function in the
-float list; same parameters and inputs) runs the step once at seed 1 for the true gradients;
+Flushing, on the steps :mod:`.flush_schedule` chooses (after the overflow search, whose passes
+it counts): a float32 copy of the graph (:func:`updater.amp.rewrite` with
+every function in the float list; same parameters and inputs) runs the step once at seed 1 for
+the true gradients;
 the share at a scale is the share of their nonzero values that the float16 backward at that
 scale left at exactly zero (anywhere on their way: below 2**-24 after scaling, or zeroed by
 float16 arithmetic upstream), measured at the scales
@@ -39,7 +41,7 @@ are written back) and do not count in the updater's counters. Random functions i
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Protocol
+from typing import Callable, List, NamedTuple, Protocol, Union
 
 import numpy as np
 
@@ -80,6 +82,7 @@ class ProbeResult(NamedTuple):
             ``flush_scales(seed, bounds)`` (NaN where the backward overflowed); else None.
         finite_scale (float): the largest scale the overflow search saw the step finite at (0:
             none, or no search); with ``threshold`` inf the step is censored above it.
+        flush_passes (int): of ``passes``, those of the flush measurement (0: not measured).
     """
 
     threshold: float
@@ -88,6 +91,7 @@ class ProbeResult(NamedTuple):
     finite_grads: List[np.ndarray] | None
     flush: np.ndarray | None = None
     finite_scale: float = 0.0
+    flush_passes: int = 0
 
 
 def probe_bounds(policy, seed_type) -> tuple:
@@ -104,11 +108,12 @@ def probe_step(
     finite: bool,
     known_overflow: float,
     overflow: bool,
-    flush: bool,
+    flush: Union[bool, Callable[[int], bool]],
     bounds: tuple,
     guess: float | None = None,
 ) -> ProbeResult:
-    """Probe the current step (module doc) after its attempt at ``seed``.
+    """Probe the current step (module doc) after its attempt at ``seed``: the overflow search,
+    then the flush measurement.
 
     Args:
         step (Rerun): the driver, between its last attempt and ``step()``; its round inputs for
@@ -118,7 +123,9 @@ def probe_step(
         known_overflow (float): the smallest seed at which an earlier attempt of this step
             overflowed (inf when none): probes above it are not needed.
         overflow (bool): find the overflow threshold.
-        flush (bool): measure the flushed shares.
+        flush (bool or callable): measure the flushed shares; a callable is asked after the
+            search, with the passes it ran
+            (:meth:`updater.driver.recording.flush_schedule.FlushSchedule.due`).
         bounds (tuple): ``(lowest, highest)`` scale to probe (:func:`probe_bounds`), for the
             overflow search and the flush scales alike.
         guess (float or None, default None): where the threshold likely is (the previous
@@ -127,45 +134,57 @@ def probe_step(
     Returns:
         ProbeResult.
     """
+    if not overflow and (not flush or (callable(flush) and not flush(0))):
+        return ProbeResult(known_overflow, 0, None, None)
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
-    passes, threshold, finite_seed, finite_grads, shares = 0, known_overflow, None, None, None
-    finite_scale = 0.0
+    threshold, finite_seed, finite_grads, shares = known_overflow, None, None, None
+    finite_scale, searched, measured = 0.0, 0, 0
     try:
-        if flush:
-            true = step.reference_grads()
-            passes += step.rounds_per_attempt
-            scales = flush_scales(seed, bounds)
-            shares = np.full(scales.size, np.nan)
-            for i, scale in enumerate(scales):
-                if not scale >= FP16_SMALLEST_SUBNORMAL:  # NaN: fewer scales in bounds
-                    continue
-                if scale == seed:
-                    ok, half = finite, used
-                else:
-                    ok = step.probe(scale)
-                    half, passes = step.host_grads(), passes + step.rounds_per_attempt
-                if ok:
-                    shares[i] = flushed_shares(true, half, scale)[0]
         if overflow:
-            threshold, finite_scale, finite_grads, n = _bracket(
+            threshold, finite_scale, finite_grads, searched = _bracket(
                 step, seed, finite, known_overflow, bounds, seed if guess is None else guess
             )
-            passes += n
             finite_seed = finite_scale if not finite and finite_scale > 0 else None
+        if flush and (not callable(flush) or not overflow or flush(searched)):
+            shares, measured = _flushed(step, (seed, finite, used), bounds, threshold)
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
         moved.restore()
     return ProbeResult(
         threshold=threshold,
-        passes=passes,
+        passes=searched + measured,
         finite_seed=finite_seed,
         finite_grads=finite_grads,
         flush=shares,
         finite_scale=finite_scale,
+        flush_passes=measured,
     )
+
+
+def _flushed(step: Rerun, attempt: tuple, bounds: tuple, threshold: float) -> tuple:
+    """The flushed shares at :func:`~updater.driver.recording.flush_scales.flush_scales`'s
+    scales (NaN where the backward overflowed, or would: at or above ``threshold``, the
+    smallest scale known to overflow) and the passes run. ``attempt``: the recorded attempt's
+    seed, whether its gradients were finite, and those gradients (its scale's pass is free)."""
+    seed, finite, used = attempt
+    true = step.reference_grads()
+    passes = step.rounds_per_attempt
+    scales = flush_scales(seed, bounds)
+    shares = np.full(scales.size, np.nan)
+    for i, scale in enumerate(scales):
+        if not FP16_SMALLEST_SUBNORMAL <= scale < threshold:  # NaN: out of bounds, or overflows
+            continue
+        if scale == seed:
+            ok, half = finite, used
+        else:
+            ok = step.probe(scale)
+            half, passes = step.host_grads(), passes + step.rounds_per_attempt
+        if ok:
+            shares[i] = flushed_shares(true, half, scale)[0]
+    return shares, passes
 
 
 def _bracket(step: Rerun, seed, finite, known_overflow, bounds, guess) -> tuple:
