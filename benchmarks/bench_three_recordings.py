@@ -118,6 +118,7 @@ def agrees(row: Dict, reference: Dict) -> str:
         near = max(a["lost"], b["lost"]) <= FACTOR * min(a["lost"], b["lost"])
         near = near or max(a["lost"], b["lost"]) < FLOOR
         overlap = a["low"] <= b["high"] * FACTOR and b["low"] <= a["high"] * FACTOR
+        overlap = overlap or max(a["high"], b["high"]) < FLOOR
         same = same and near and overlap
     return "yes" if same else "no"
 

@@ -7,16 +7,16 @@ import pytest
 from benchmarks.flush_schedule_replay import schedule_sampled
 from sim.casting.underflow import flushed_share
 from sim.replay.run import simulate
-from updater.driver.recording.probes import FLUSH_OFFSETS
+from updater.driver.recording.flush_scales import flush_scales
 from updater.policy import DynamicScale, StaticScale
 from updater.trace import Trace
 
 pytestmark = pytest.mark.nnabla  # imports the driver's schedule
 
 STEPS, SEED = 400, 2.0**13
-POLICIES = [DynamicScale(), StaticScale(2.0**5), StaticScale(2.0)]
-"""Replayed at measured scales (2**13 under DynamicScale, and 2**13 times 2**-8 and 2**-12):
-the every-step replay reads its measurements there, not an interpolation between them."""
+POLICIES = [DynamicScale(), StaticScale(2.0**7), StaticScale(2.0**3)]
+"""Replayed at measured scales (2**13 under DynamicScale, and 2**7 and 2**3 of the recorder's
+grid): the every-step replay reads its measurements there, not an interpolation between them."""
 
 
 def spiky_trace(rng) -> Trace:
@@ -28,8 +28,9 @@ def spiky_trace(rng) -> Trace:
     size = np.where(np.isin(np.arange(STEPS), spikes), 2.0**-22, 2.0**-12)
     values = [size[t] * rng.lognormal(0.0, 2.0, 500) for t in range(STEPS)]
     bare = Trace.from_steps(values)
-    scales = SEED * 2.0 ** np.array(FLUSH_OFFSETS)[None, :].repeat(STEPS, 0)
+    scales = np.tile(flush_scales(SEED, (1.0, 2.0**15)), (STEPS, 1))  # 2**3, 2**7, 2**13, 2**15
     model = np.stack([flushed_share(bare, s) for s in scales.T], axis=1)
+    model[:, scales[0] >= 2.0**14] = np.nan  # the recorder measures nothing where it overflows
     upstream = np.where(
         (size < 2.0**-20)[:, None], 0.25 * model, rng.uniform(0.0, 2e-4, (STEPS, 1))
     )

@@ -36,7 +36,8 @@ from typing import Iterable, List
 
 FLUSH_PASSES = 4
 """Passes of one flush measurement per accumulation round: the float32 copy and three float16
-scales (:data:`updater.driver.recording.probes.FLUSH_OFFSETS`)."""
+scales of :func:`updater.driver.recording.flush_scales.flush_scales` but the step's own (at
+most: a scale at or above the step's overflow threshold costs none)."""
 SPEND = 0.9
 """Share of the passes the searches leave within the budget that the draws spend on average:
 the rest keeps the credit above one measurement, so that the credit seldom decides."""

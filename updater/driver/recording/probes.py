@@ -135,7 +135,7 @@ def probe_step(
         ProbeResult.
     """
     if not overflow and (not flush or (callable(flush) and not flush(0))):
-        return ProbeResult(known_overflow, 0, None, None)
+        return ProbeResult(threshold=known_overflow, passes=0, finite_seed=None, finite_grads=None)
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
