@@ -12,7 +12,7 @@ recording alone, bit for bit (tests/sim/replay/test_exact_together.py).
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import numpy as np
 
@@ -42,15 +42,11 @@ def exact_metrics(
     policy = as_policy(policy)
     if not sources:
         raise ValueError("sources must hold at least one (trace, index) pair, got none")
-    rules: Dict[int, tuple] = {}
-    for trace, _ in sources:  # each trace's per-step values once, however many runs read it
-        rules.setdefault(id(trace), _rule_columns(trace))
-    picked = [_pick(rules[id(trace)], index) for trace, index in sources]
-    lengths = sorted({len(p[0]) for p in picked})
+    lengths = sorted({trace.steps if index is None else len(index) for trace, index in sources})
     if len(lengths) != 1:
         raise ValueError(f"sources must replay one number of steps, got {lengths}")
-    absmax, over, floor, bad = (np.stack(column, axis=1) for column in zip(*picked))
-    scale, overflow = _advance_each(policy, absmax, over, floor, bad)
+    columns, steps_of = _rule_columns(sources, lengths[0])
+    scale, overflow = _advance_each(policy, columns, steps_of)
     factor = np.ones((lengths[0], 1))  # jitter 0, as simulate draws it
     out = {m: np.empty(len(sources)) for m in metrics}
     for k, (trace, index) in enumerate(sources):
@@ -63,40 +59,48 @@ def exact_metrics(
     return out
 
 
-def _rule_columns(trace: Trace) -> List[np.ndarray]:
-    """Per step of ``trace``, what the step rule reads: the largest unscaled gradient, the
-    recorded overflow threshold (NaN where nothing is known: no scale reaches it, not even an
-    infinite one), the floor (0 where not known) and the bad-batch flag; as
-    :func:`sim.replay.run._overflow_limits` gives them a step at a time."""
-    threshold, floor = overflow_thresholds(trace)
-    known = trace.thresholds.known
-    over = np.where(known, np.inf if threshold is None else threshold, np.nan)
-    return [trace.absmax, over, np.where(known, floor[:, 0], 0.0), trace.nonfinite]
+def _rule_columns(sources, steps: int) -> tuple:
+    """What the step rule reads of each step of the traces of ``sources`` (each trace once,
+    laid end to end): the largest unscaled gradient, the recorded overflow threshold (NaN where
+    nothing is known: no scale reaches it, not even an infinite one), the floor (0 where not
+    known) and the bad-batch flag, as :func:`sim.replay.run._overflow_limits` gives them a step
+    at a time; and, per (step, run), the place of the run's step in them (int64, ``steps`` x runs:
+    the only per-(step, run) input the loop holds)."""
+    first: Dict[int, int] = {}  # id of a trace -> where its steps start
+    parts = []
+    for trace, _ in sources:
+        if id(trace) not in first:
+            first[id(trace)] = sum(len(p[0]) for p in parts)
+            threshold, floor = overflow_thresholds(trace)
+            known = trace.thresholds.known
+            over = np.where(known, np.inf if threshold is None else threshold, np.nan)
+            parts.append((trace.absmax, over, np.where(known, floor[:, 0], 0.0), trace.nonfinite))
+    steps_of = np.empty((steps, len(sources)), dtype=np.int64)
+    for k, (trace, index) in enumerate(sources):
+        steps_of[:, k] = first[id(trace)] + (np.arange(steps) if index is None else index)
+    return [np.concatenate(column) for column in zip(*parts)], steps_of
 
 
-def _pick(columns: List[np.ndarray], index: np.ndarray | None) -> List[np.ndarray]:
-    """``columns`` at the steps ``index`` (None: all)."""
-    return columns if index is None else [c[index] for c in columns]
-
-
-def _advance_each(policy, absmax, over, floor, bad) -> tuple:
-    """The loop of :func:`sim.replay.run._advance` without jitter, with a value per (step, run)
-    of each of the step rule's inputs: float64 ``absmax``, ``over``, ``floor`` and bool ``bad``
-    (steps, runs). Returns the scales (steps + 1, runs) and overflow flags (steps, runs)."""
-    steps, runs = absmax.shape
+def _advance_each(policy, columns, steps_of) -> tuple:
+    """The loop of :func:`sim.replay.run._advance` without jitter, each run reading its own
+    step of ``columns`` (:func:`_rule_columns`) at the place ``steps_of`` gives. Returns the
+    scales (steps + 1, runs) and overflow flags (steps, runs)."""
+    absmax, over, floor, bad = columns
+    steps, runs = steps_of.shape
     scale = np.empty((steps + 1, runs))
     overflow = np.empty((steps, runs), dtype=bool)
-    any_bad = bad.any(axis=1).tolist()
     needs_absmax = policy.needs_grad_absmax
     update = policy.update
     state = policy.init((runs,))
     for t in range(steps):
+        at = steps_of[t]
         s = state.scale
         scale[t] = s
-        a = absmax[t] * s
-        _, finite = _step_outcome(a, s, (over[t], floor[t]), bad[t], out=overflow[t])
-        if any_bad[t]:  # the policy's third outcome, for the runs whose step is bad
-            state = update(state, finite, a if needs_absmax else None, bad[t])
+        a = absmax[at] * s
+        bad_t = bad[at]
+        _, finite = _step_outcome(a, s, (over[at], floor[at]), bad_t, out=overflow[t])
+        if bad_t.any():  # the policy's third outcome, for the runs whose step is bad
+            state = update(state, finite, a if needs_absmax else None, bad_t)
         else:
             state = update(state, finite, a) if needs_absmax else update(state, finite)
     scale[steps] = state.scale
