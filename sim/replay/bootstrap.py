@@ -7,20 +7,20 @@ re-drawing stretches of a recording shows how much a policy's count moves when t
 of :data:`BLOCK_SHARE` of the recording; each block's place is filled by a block of the same
 length that starts within one block of it (training changes as it goes: a block from the end
 never stands in for one from the start), taken from a recording drawn at random among those
-given. Each drawn recording is replayed exactly (jitter 0). What differs between whole batch
-orders beyond this (a run that overflows more all along) is the calibrated factor of
-:mod:`sim.replay.spread`.
+given. Each drawn recording is replayed exactly (jitter 0), all of them together as the runs of
+one replay (:mod:`sim.replay.exact`). What differs between whole batch orders beyond this (a run
+that overflows more all along) is the calibrated factor of :mod:`sim.replay.spread`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from sim.replay.clock import training_clock
-from sim.replay.run import simulate
+from sim.replay.exact import exact_metrics
 from updater.common.validation import check_int
 from updater.trace import Trace
 from updater.trace.parts import concat_traces
@@ -56,11 +56,31 @@ def block_indices(steps: int, recordings: int, rng: np.random.Generator) -> np.n
     return np.concatenate(parts)
 
 
+def bootstrap_draws(recordings: Sequence[Trace], seed: int = 0) -> Tuple[Trace, List[np.ndarray]]:
+    """The :data:`RESAMPLES` block-bootstrapped recordings drawn from ``recordings`` (module
+    doc): their steps laid end to end, without what the replay never reads, and each draw's
+    :func:`block_indices` into them.
+
+    Args:
+        recordings (sequence of Trace): recordings of one model, of one step count.
+        seed (int, default 0): seed of the draws, >= 0.
+    """
+    check_int("seed", seed, 0)
+    lean = [_lean(training_clock(t)) for t in recordings]
+    steps = {t.steps for t in lean}
+    if len(steps) != 1:
+        raise ValueError(f"recordings must have one step count, got {sorted(steps)}")
+    joined = concat_traces(lean, lean[0].name)
+    rng = np.random.default_rng(seed)
+    return joined, [block_indices(lean[0].steps, len(lean), rng) for _ in range(RESAMPLES)]
+
+
 def bootstrap_metrics(
     policy, recordings: Sequence[Trace], metrics: Sequence[str], seed: int = 0
 ) -> Dict[str, np.ndarray]:
     """``policy``'s ``metrics`` over :data:`RESAMPLES` block-bootstrapped recordings drawn from
-    ``recordings`` (module doc), each replayed exactly.
+    ``recordings`` (:func:`bootstrap_draws`), each replayed exactly, all at once
+    (:func:`sim.replay.exact.exact_metrics`).
 
     Args:
         policy: the replayed policy.
@@ -71,20 +91,8 @@ def bootstrap_metrics(
     Returns:
         dict metric -> float64 array of :data:`RESAMPLES` values.
     """
-    check_int("seed", seed, 0)
-    lean = [_lean(training_clock(t)) for t in recordings]
-    steps = {t.steps for t in lean}
-    if len(steps) != 1:
-        raise ValueError(f"recordings must have one step count, got {sorted(steps)}")
-    joined = concat_traces(lean, lean[0].name)
-    rng = np.random.default_rng(seed)
-    out = {m: np.empty(RESAMPLES) for m in metrics}
-    for k in range(RESAMPLES):
-        drawn = joined.take(block_indices(lean[0].steps, len(lean), rng))
-        result = simulate(policy, drawn, runs=1, jitter=0.0, progress=False).metrics
-        for m in metrics:
-            out[m][k] = float(result[m][0])
-    return out
+    joined, draws = bootstrap_draws(recordings, seed)
+    return exact_metrics(policy, [(joined, index) for index in draws], metrics)
 
 
 def _lean(trace: Trace) -> Trace:

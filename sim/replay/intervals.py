@@ -5,18 +5,19 @@
 calibrated level (:data:`sim.replay.spread.CALIBRATED`), from one recording on: each recording
 replayed exactly, the block-bootstrapped recordings' spread (:mod:`sim.replay.bootstrap`) times
 the factor calibrated on the shipped models' batch orders
-(:func:`sim.replay.spread.calibrated_interval`).
+(:func:`sim.replay.spread.calibrated_interval`). The recordings' and the draws' replays advance
+together as the runs of one (:func:`sim.replay.exact.exact_metrics`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
-from sim.replay.bootstrap import bootstrap_metrics
+from sim.replay.bootstrap import bootstrap_draws
 from sim.replay.clock import training_clock
+from sim.replay.exact import exact_metrics
 from sim.replay.metrics import METRICS
 from sim.replay.pool import TracePool
-from sim.replay.run import simulate
 from sim.replay.spread import CALIBRATED, calibrated_interval
 
 INTERVAL_METRICS = tuple(CALIBRATED)
@@ -44,16 +45,17 @@ def replay_intervals(
         if metric not in CALIBRATED:
             raise ValueError(f"metrics must be among {', '.join(CALIBRATED)}, got {metric!r}")
     recordings = trace.traces if isinstance(trace, TracePool) else [trace]
-    exact = [simulate(policy, t, runs=1, jitter=0.0, progress=False).metrics for t in recordings]
-    drawn = bootstrap_metrics(policy, recordings, metrics, seed)
-    steps = training_clock(recordings[0]).steps
+    joined, draws = bootstrap_draws(recordings, seed)
+    clocked = [(training_clock(t), None) for t in recordings]
+    values = exact_metrics(policy, clocked + [(joined, index) for index in draws], metrics)
+    n, steps = len(recordings), joined.steps // len(recordings)
     out = {}
     for metric in metrics:
         share = METRICS[metric].kind == "share"
-        each = [float(m[metric][0]) for m in exact]
+        each = [float(v) for v in values[metric][:n]]
         low, high = calibrated_interval(
             each,
-            drawn[metric],
+            values[metric][n:],
             CALIBRATED[metric][0],
             unit=1 / steps if share else 1.0,
             top=1.0 if share else float(steps),

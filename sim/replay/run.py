@@ -16,8 +16,8 @@ it overflows or the trace marks it non-finite (a bad batch: a non-finite loss or
 whatever the scale). The policy is then advanced with ``grads_finite = not skipped`` and
 ``grad_absmax = a`` (the largest scaled gradient, as the updater measures it before
 unscaling), and with ``bad_batch=True`` on a bad batch (the policy's third outcome, which the
-updater gives it too). :func:`simulate`,
-:func:`simulate_many` and :func:`simulate_scalar` all apply this rule through one function.
+updater gives it too). :func:`simulate`, :func:`simulate_many`, :func:`simulate_scalar` and
+:func:`sim.replay.exact.exact_metrics` all apply this rule through one function.
 
 Recorded overflows. A trace recorded from a real run (the updater's ``GradientRecorder``)
 holds one attempt per step. With ``Probes(overflow=True)`` its ``overflow_scale`` is measured: the
@@ -181,10 +181,8 @@ def simulate(
 
 
 def _overflow_limits(trace: Trace) -> list:
-    """Per step: None (nothing recorded) or ``(threshold, floor)``: the loss scale from which
-    the step overflows before jitter (inf: none) and the scale at or below which it never does
-    (:func:`sim.replay.result.overflow_thresholds`); :func:`_row_limit` applies a step's
-    jitter."""
+    """Per step: None (nothing recorded) or ``(threshold, floor)`` before jitter (inf: no
+    threshold; :func:`sim.replay.result.overflow_thresholds`); :func:`_row_limit` jitters it."""
     threshold, floor = overflow_thresholds(trace)
     limits: list = [None] * trace.steps
     for t in np.flatnonzero(trace.thresholds.known):
@@ -193,13 +191,12 @@ def _overflow_limits(trace: Trace) -> list:
 
 
 def _row_limit(limit, factor):
-    """One step's ``limit`` of :func:`_overflow_limits` under jitter ``factor`` (array or number),
-    as :func:`_step_outcome` takes it: the threshold divided by the factors (inf stays inf)."""
+    """A step's ``limit`` under jitter ``factor``: the threshold divided by it (inf stays inf)."""
     if limit is not None:
         return (limit[0] if limit[0] == np.inf else limit[0] / factor), limit[1]
 
 
-def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
+def _step_outcome(scaled_absmax, scale, limit, bad, out=None):
     """The step rule (module doc), for one run (scalars) or many (arrays of one shape).
 
     Args:
@@ -207,8 +204,8 @@ def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
         scale: the loss scale ``s``.
         limit: None, or ``(limit, floor)``: the loss scale from which the step overflows
             (recorded threshold divided by the jitter factor) and the scale at or below which
-            it never does (0: not known).
-        bad (bool): the trace marks the step a bad batch.
+            it never does (0: not known); the floor a number, or an array with one per run.
+        bad (bool, or bool array with one per run): the step is a bad batch.
         out (bool array, optional): where to write the overflow flags.
 
     Returns:
@@ -217,8 +214,12 @@ def _step_outcome(scaled_absmax, scale, limit, bad: bool, out=None):
     ovf = np.greater_equal(scaled_absmax, FP16_OVERFLOW, out=out)
     if limit is not None:
         ovf = np.logical_or(ovf, np.greater_equal(scale, limit[0]), out=out)
-        if limit[1] > 0:
+        if isinstance(limit[1], np.ndarray):  # per run (sim.replay.exact)
+            ovf = np.logical_and(ovf, np.greater(scale, limit[1]) | (limit[1] <= 0), out=out)
+        elif limit[1] > 0:
             ovf = np.logical_and(ovf, np.greater(scale, limit[1]), out=out)
+    if isinstance(bad, np.ndarray):
+        return ovf, np.logical_and(np.logical_not(ovf), np.logical_not(bad))
     return ovf, (np.zeros_like(ovf) if bad else np.logical_not(ovf))
 
 
