@@ -16,8 +16,9 @@ run), which it was, and bounds the share where it was extrapolated. Rules:
   skipped). So above the highest measured scale ``hi`` the share lies in ``[0, f(hi)]``; where
   nothing flushed at ``hi`` it is exactly 0, and the extrapolation is **exact**.
 - Below the lowest measured scale ``lo`` the share lies in ``[f(lo), 1]``.
-- A step the trace did not measure (``Probes(flush_every=k)``, a bad batch) takes the scales both
-  measured steps around it measured (the intersection of their ranges).
+- A step the trace did not measure (outside the default sample of ``Probes(flush=True)``, not a
+  k-th step of ``flush_every=k``, a bad batch) takes the scales both measured steps around it
+  measured (the intersection of their ranges).
 - A :class:`~sim.traces.synthetic.SyntheticTrace` (a family) has no measurement to go beyond: its
   histogram is its gradient values, the binade model is exact at every scale (kind ``"model"``).
 - Any other trace without flush measurements (a ``GradientRecorder`` run without

@@ -1,8 +1,9 @@
 """One tiny real model recorded three ways gives one answer (issue 49, A): under its default
 policy with the recording guide's probes (every step measured), under nnabla-legacy with the
-same probes, and under nnabla-legacy with ``Probes(overflow=True)`` alone. ``dls tune``'s choice and the signal-lost
-figures of the default and legacy policies agree between the first two, measured (not bounded)
-and within a factor of 2; the third says flushing was not measured, never a bare 0%."""
+same probes, and under nnabla-legacy with ``Probes(overflow=True)`` alone. ``dls tune``'s
+choice and the signal-lost figures of the default and legacy policies agree between the first
+two, measured (not bounded) and within a factor of 2; the third says flushing was not measured,
+never a bare 0%."""
 
 import itertools
 import re
