@@ -18,78 +18,22 @@ most 15 modules crossed by a recorded step with overflow probes.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import bench_depth
+from benchmarks.common import Counted
 from sim.tables import markdown_grid
 
-PACKAGE = str(Path(__file__).resolve().parents[1] / "updater")
-"""The folder whose Python calls are counted."""
 CALL_GOAL, MODULE_GOAL = 40, 15
 """Issue 51's goals: calls per ``update()``, modules a recorded step with probes crosses."""
 POLICY = "updater/policy/"
 """The modules of the policy (the state machine the simulator shares)."""
 PATHS = ("nnabla", "auto")
 """The ``finite_check`` values counted."""
-
-
-def _module(code) -> str | None:
-    """The module of ``updater/`` that ``code`` belongs to (its path under the package), or
-    None outside it."""
-    filename = code.co_filename
-    if not filename.startswith(PACKAGE):
-        return None
-    return filename[len(PACKAGE) - len("updater") :].removesuffix(".py")
-
-
-class Counted:
-    """Calls into ``updater/`` while the block runs: ``calls`` (by module), ``hops`` (calls
-    whose caller is in another module, or outside the package); :meth:`feeder` wraps a data
-    feeder so that its own work is not counted."""
-
-    def __init__(self):
-        self.calls: Counter = Counter()
-        self.generated = 0
-        self.hops = 0
-
-    def _profile(self, frame, event, arg) -> None:
-        if event != "call":
-            return
-        module, caller = _module(frame.f_code), _module(frame.f_back.f_code)
-        if module is not None:
-            self.calls[module] += 1
-            self.hops += caller != module
-        elif caller is not None and frame.f_code.co_filename.startswith("<"):
-            self.generated += 1  # a record's generated __init__ or __new__
-
-    @property
-    def total(self) -> int:
-        """Every call counted, the generated methods included."""
-        return sum(self.calls.values()) + self.generated
-
-    def feeder(self, feed):
-        """``feed`` with the counting paused while it runs."""
-
-        def paused():
-            profile = sys.getprofile()
-            sys.setprofile(None)
-            feed()
-            sys.setprofile(profile)
-
-        return paused
-
-    def __enter__(self) -> Counted:
-        sys.setprofile(self._profile)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        sys.setprofile(None)
 
 
 def calls_per_update(arrays: int, path: str, steps: int = 5, seed: int = 0) -> tuple:

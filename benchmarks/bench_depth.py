@@ -8,7 +8,7 @@ same kind of data; the timed loop alternates every copy of every variant iterati
 does not count); each cell is the mean over a variant's copies of their medians over interleaved
 iterations, minus the bare loop's. The slope per parameter array is a least-squares line through
 the four MLP depths. Also, in a separate pass that is not timed: the Python calls per update
-inside ``updater/`` (:func:`benchmarks.common.python_calls`) and the nnabla functions the device
+inside ``updater/`` (:func:`benchmarks.common.python_calls`, as bench_calls counts them) and the nnabla functions the device
 path runs per update (:func:`updater.driver.flat.device_functions`) at each depth.
 
 Run ``python -m benchmarks.bench_depth [--iters N] [--blocks N] [--copies N] [--depths ...]``;
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -34,8 +33,6 @@ PATHS = ("auto", "numpy", "solver", "nnabla")
 VARIANTS = ("bare", "nnabla's", *PATHS)
 COPIES = 3
 """Model copies per variant, each timed in turn: their mean cancels most of one copy's luck."""
-UPDATER = str(Path(__import__("updater").__file__).parent) + "/"
-"""The folder whose Python calls per update are counted."""
 _SCOPES = itertools.count()
 
 
@@ -148,7 +145,7 @@ def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time):
 def calls_per_update(steps, times=5):
     """Python calls inside ``updater/`` per step of each variant's first copy (an untimed pass
     under :func:`sys.setprofile`)."""
-    return {v: python_calls(step, times, UPDATER) for (v, copy), step in steps.items() if not copy}
+    return {v: python_calls(step, times) for (v, copy), step in steps.items() if not copy}
 
 
 def depth_costs(iters=20, blocks=5, depths=DEPTHS, seed=0, copies=COPIES):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -80,27 +83,71 @@ def interleaved_blocks(steps, iters, blocks, warmup, clock=time.perf_counter):
     return medians
 
 
-def python_calls(call, times: int, folder: str) -> float:
-    """Python function calls per ``call()`` whose code lives under ``folder`` (a package's
-    directory), over ``times`` calls, counted with :func:`sys.setprofile` (so never while
-    timing: the profile hook slows every call)."""
-    import sys
+UPDATER_FOLDER = str(Path(__file__).resolve().parents[1] / "updater")
+"""The folder whose Python calls :class:`Counted` counts."""
 
-    count = 0
 
-    def hook(frame, event, arg):
-        nonlocal count
-        if event == "call" and frame.f_code.co_filename.startswith(folder):
-            count += 1
+def _module(code) -> str | None:
+    """The module of ``updater/`` that ``code`` belongs to (its path under the package), or
+    None outside it."""
+    filename = code.co_filename
+    if not filename.startswith(UPDATER_FOLDER):
+        return None
+    return filename[len(UPDATER_FOLDER) - len("updater") :].removesuffix(".py")
 
-    previous = sys.getprofile()
-    sys.setprofile(hook)
-    try:
+
+class Counted:
+    """Calls into ``updater/`` while the block runs: ``calls`` (by module), ``hops`` (calls
+    whose caller is in another module, or outside the package); :meth:`feeder` wraps a data
+    feeder so that its own work is not counted."""
+
+    def __init__(self):
+        self.calls: Counter = Counter()
+        self.generated = 0
+        self.hops = 0
+
+    def _profile(self, frame, event, arg) -> None:
+        if event != "call":
+            return
+        module, caller = _module(frame.f_code), _module(frame.f_back.f_code)
+        if module is not None:
+            self.calls[module] += 1
+            self.hops += caller != module
+        elif caller is not None and frame.f_code.co_filename.startswith("<"):
+            self.generated += 1  # a record's generated __init__ or __new__
+
+    @property
+    def total(self) -> int:
+        """Every call counted, the generated methods included."""
+        return sum(self.calls.values()) + self.generated
+
+    def feeder(self, feed):
+        """``feed`` with the counting paused while it runs."""
+
+        def paused():
+            profile = sys.getprofile()
+            sys.setprofile(None)
+            feed()
+            sys.setprofile(profile)
+
+        return paused
+
+    def __enter__(self) -> Counted:
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(None)
+
+
+def python_calls(call, times: int) -> float:
+    """Python calls inside ``updater/`` per ``call()`` (:class:`Counted`: the generated
+    methods of its records included), over ``times`` calls (so never while timing: the
+    profile hook slows every call)."""
+    with Counted() as counted:
         for _ in range(times):
             call()
-    finally:
-        sys.setprofile(previous)
-    return count / times
+    return counted.total / times
 
 
 def benchmark_provenance(out) -> str:

@@ -37,11 +37,9 @@ def test_python_calls_counts_the_calls_inside_the_folder_only():
 
     policy = DynamicScale()
     state = policy.init()
-    inside = python_calls(lambda: policy.update(state, True), 3, bench_depth.UPDATER)
-    assert inside >= 1 and inside == python_calls(
-        lambda: policy.update(state, True), 1, bench_depth.UPDATER
-    )
-    assert python_calls(lambda: np.ones(3).sum(), 3, bench_depth.UPDATER) == 0
+    inside = python_calls(lambda: policy.update(state, True), 3)
+    assert inside >= 1 and inside == python_calls(lambda: policy.update(state, True), 1)
+    assert python_calls(lambda: np.ones(3).sum(), 3) == 0
 
 
 @pytest.mark.nnabla
