@@ -8,8 +8,9 @@ same kind of data; the timed loop alternates every copy of every variant iterati
 does not count); each cell is the mean over a variant's copies of their medians over interleaved
 iterations, minus the bare loop's. The slope per parameter array is a least-squares line through
 the four MLP depths. Also, in a separate pass that is not timed: the Python calls per update
-inside ``updater/`` (:func:`benchmarks.common.python_calls`, as bench_calls counts them) and the nnabla functions the device
-path runs per update (:func:`updater.driver.flat.device_functions`) at each depth.
+inside ``updater/`` (:func:`benchmarks.common.python_calls`, as bench_calls counts them) and
+the nnabla functions the device path runs per update
+(:func:`updater.driver.flat.device_functions`) at each depth.
 
 Run ``python -m benchmarks.bench_depth [--iters N] [--blocks N] [--copies N] [--depths ...]``;
 it prints the markdown section (``python -m benchmarks.run_all`` writes it to the report).
