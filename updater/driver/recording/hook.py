@@ -17,7 +17,6 @@ from ...trace.measured import MeasuredStep
 from ..arrays import backward_seed
 from ..function_roles import unregistered_functions
 from ..probe_options import probes_of
-from .flush_scales import flush_scales
 from .flush_schedule import flush_schedule
 from .forward_peak import ForwardPeak
 from .probes import probe_bounds, probe_step
@@ -115,7 +114,7 @@ class Recording:
             found = self._probe(attempt, over, step // self.recorder.every)
             passes, grads = found.passes, None  # host views taken before may be stale
             if found.flush is not None:
-                measured["flush"] = (flush_scales(seed, self._bounds()), found.flush)
+                measured["flush"] = (found.flush_scales, found.flush)
             if probes.overflow:
                 over, finite_scale = found.threshold, found.finite_scale
             if found.finite_grads is not None:
@@ -142,7 +141,7 @@ class Recording:
         schedule says so after the search; the next step's search starts where this one's
         threshold was."""
         known = math.inf if over is None else over
-        bounds = self._bounds()
+        bounds = probe_bounds(self._policy, self.seed_type)
         guess = self._probe_guess if self.probes.from_previous else None
         overflow, schedule = self.probes.overflow, self._flush
         due = schedule is not None and (lambda passes: schedule.due(recorded, passes))
@@ -153,10 +152,6 @@ class Recording:
             t = found.threshold
             self._probe_guess = t if t < math.inf else (found.finite_scale or None)
         return found
-
-    def _bounds(self) -> tuple:
-        """The scales the probes stay within, for the policy of the step recorded."""
-        return probe_bounds(self._policy, self.seed_type)
 
     # ------------------------------------- what the probes rerun (updater.driver.recording.probes)
 

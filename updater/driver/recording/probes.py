@@ -83,6 +83,8 @@ class ProbeResult(NamedTuple):
         finite_scale (float): the largest scale the overflow search saw the step finite at (0:
             none, or no search); with ``threshold`` inf the step is censored above it.
         flush_passes (int): of ``passes``, those of the flush measurement (0: not measured).
+        flush_scales (float64 array or None): the scales ``flush`` was measured at (None: not
+            measured).
     """
 
     threshold: float
@@ -92,6 +94,7 @@ class ProbeResult(NamedTuple):
     flush: np.ndarray | None = None
     finite_scale: float = 0.0
     flush_passes: int = 0
+    flush_scales: np.ndarray | None = None
 
 
 def probe_bounds(policy, seed_type) -> tuple:
@@ -139,7 +142,7 @@ def probe_step(
     kept = [(v, copy_array(v.grad)) for v in step.with_gradients() if not v.grad.zeroing]
     used = [np.array(g) for g in step.host_grads()] if flush else None
     moved = step.save_forward_state("probe")
-    threshold, finite_seed, finite_grads, shares = known_overflow, None, None, None
+    threshold, finite_seed, finite_grads, shares, scales = known_overflow, None, None, None, None
     finite_scale, searched, measured = 0.0, 0, 0
     try:
         if overflow:
@@ -148,7 +151,7 @@ def probe_step(
             )
             finite_seed = finite_scale if not finite and finite_scale > 0 else None
         if flush and (not callable(flush) or not overflow or flush(searched)):
-            shares, measured = _flushed(step, (seed, finite, used), bounds, threshold)
+            scales, shares, measured = _flushed(step, (seed, finite, used), bounds, threshold)
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
@@ -161,12 +164,13 @@ def probe_step(
         flush=shares,
         finite_scale=finite_scale,
         flush_passes=measured,
+        flush_scales=scales,
     )
 
 
 def _flushed(step: Rerun, attempt: tuple, bounds: tuple, threshold: float) -> tuple:
-    """The flushed shares at :func:`~updater.driver.recording.flush_scales.flush_scales`'s
-    scales (NaN where the backward overflowed, or would: at or above ``threshold``, the
+    """The scales of :func:`~updater.driver.recording.flush_scales.flush_scales`, the flushed
+    shares at them (NaN where the backward overflowed, or would: at or above ``threshold``, the
     smallest scale known to overflow) and the passes run. ``attempt``: the recorded attempt's
     seed, whether its gradients were finite, and those gradients (its scale's pass is free)."""
     seed, finite, used = attempt
@@ -184,7 +188,7 @@ def _flushed(step: Rerun, attempt: tuple, bounds: tuple, threshold: float) -> tu
             half, passes = step.host_grads(), passes + step.rounds_per_attempt
         if ok:
             shares[i] = flushed_shares(true, half, scale)[0]
-    return shares, passes
+    return scales, shares, passes
 
 
 def _bracket(step: Rerun, seed, finite, known_overflow, bounds, guess) -> tuple:
