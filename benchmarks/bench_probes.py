@@ -204,8 +204,10 @@ def markdown(result: Dict) -> str:
         "",
         "Mean over the models, extra passes per recorded step: "
         + "; ".join(f"{label} {value:.2f}" for label, value in mean.items())
-        + ". Overflow probes only: measuring flushing (`Probes(flush=True)`) adds 4 passes per "
-        "recorded step whatever the search (one float32 pass, three float16 scales).",
+        + ". Overflow probes only: measuring flushing (`Probes(flush=True)`) costs 4 passes per "
+        "measured step (one float32 pass, three float16 scales); at the defaults a sample of the "
+        "steps is measured, within 2 extra passes per recorded step with the search "
+        "(reports/flush_sampling.md).",
         "",
         "Both searches replayed over the shipped full recordings (no nnabla pass: each step's "
         "seed is the recorded run's scale, its limit inside its probed bracket, censored steps "
