@@ -128,18 +128,20 @@ def _entries_range(func, shape, names: List[str], indexes: Indexes, where: str) 
     leading axes of the table of ``func`` one each (:data:`INDEXES`)."""
     if indexes.table in names:
         position = names.index(indexes.table)
-        table, of = func.inputs[position].shape, f"the shape of input {position}"
+        table = func.inputs[position].shape
+        of = f"the shape {tuple(table)} of input {position} of {where}"
     else:
-        table, of = tuple(func.info.args[indexes.table]), f"the {indexes.table}"
+        table = tuple(func.info.args[indexes.table])
+        of = f"the {indexes.table} {table} of {where}"
     along = indexes.along % len(shape)
     sizes = tuple(int(n) for n in table[: shape[along]])
-    accepted = "[-n, n)" if indexes.wraps else "[0, n)"
     entries = tuple((-n - 1.0 if indexes.wraps else -1.0, float(n)) for n in sizes)
     if len(sizes) == 1:
-        why = f"an index in {accepted.replace('n', str(sizes[0]))}, {of} {table} of {where}"
+        low = f"-{sizes[0]}" if indexes.wraps else "0"
+        why = f"an index in [{low}, {sizes[0]}), {of}"
         return Range(low=entries[0][0], high=entries[0][1], why=why)
-    why = f"entry j along axis {along} an index in {accepted}, n the j-th of {sizes}, "
-    why += f"{of} {table} of {where}"
+    accepted = "[-n_j, n_j)" if indexes.wraps else "[0, n_j)"
+    why = f"an index in {accepted} at position j along axis {along}, n_j the j-th of {of}"
     low, high = min(e[0] for e in entries), max(e[1] for e in entries)
     return Range(low=low, high=high, why=why, entries=entries, along=along)
 
