@@ -192,9 +192,10 @@ INDEXES: Dict[str, Indexes] = {
   on nnabla 1.39 (a test repeats it): the sources read (``y[i * size + addr]``, unchecked) are
   older.
 - Gather, GatherNd, ScatterNd, ScatterAdd: the CPU kernels raise (``NBLA_CHECK``) for an index
-  they refuse, before any step is judged; the CUDA kernels do not check (Gather reads out of
-  bounds; GatherNd skips only a flat offset past the array): the bounds below are what the CPU
-  kernels accept (measured in a test). GatherNd (``x``) and ScatterNd (its output ``shape``):
+  they refuse, before any step is judged; nnabla-ext-cuda's Gather and GatherNd kernels do not
+  check (Gather reads out of bounds; GatherNd skips only a flat offset past the array; the
+  others' CUDA kernels not read): the bounds below are what the CPU kernels accept (measured
+  in a test). GatherNd (``x``) and ScatterNd (its output ``shape``):
   row ``m`` of the index (axis 0) indexes the table's axis ``m``, in ``[-n_m, n_m)``, a
   negative index counting from the end. ScatterAdd: ``[0, n)`` along ``axis`` (it compares the
   value before truncating it: -0.5 is refused on the CPU).
