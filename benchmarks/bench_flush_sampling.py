@@ -19,7 +19,6 @@ with the same replay of the every-step recording: a run is within when it lies w
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -248,33 +247,22 @@ def markdown(result: Dict) -> str:
     )
 
 
-def main(argv=None) -> None:
-    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _options(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="a few steps per recording")
     parser.add_argument("--steps", type=int, default=None, help="at most this many per model")
-    parser.add_argument("--out", default=None, help="also write the markdown to this file")
-    parser.add_argument(
-        "--force", action="store_true", help="replace an --out file dls did not write"
-    )
-    args = parser.parse_args(argv)
-    started = time.time()
-    text = markdown(run(args.quick, args.steps))
-    print(text)
-    if args.out is not None:
-        from benchmarks.common import write_markdown
 
-        command = "python -m benchmarks.bench_flush_sampling" + " --quick" * args.quick
-        command += f" --steps {args.steps}" if args.steps else ""
-        write_markdown(
-            args.out,
-            "Flushing measured on a sample of steps",
-            command,
-            started,
-            text,
-            __doc__,
-            args.force,
-        )
+
+def _report(args) -> tuple:
+    command = "python -m benchmarks.bench_flush_sampling" + " --quick" * args.quick
+    command += f" --steps {args.steps}" if args.steps else ""
+    return "Flushing measured on a sample of steps", command
+
+
+def main(argv=None) -> None:
+    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
+    from benchmarks.common import benchmark_main
+
+    benchmark_main(argv, __doc__, _options, lambda a: markdown(run(a.quick, a.steps)), _report)
 
 
 if __name__ == "__main__":

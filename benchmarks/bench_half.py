@@ -11,8 +11,6 @@ arithmetic and is not measured here.
 
 from __future__ import annotations
 
-import argparse
-import time
 from typing import Dict, List
 
 import numpy as np
@@ -86,26 +84,28 @@ def markdown(rows: List[Dict]) -> str:
     return markdown_grid(heads, cells)
 
 
-def main(argv=None) -> None:
-    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _options(parser) -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model and context")
     parser.add_argument("--quick", action="store_true", help="2 steps, the small models only")
-    parser.add_argument("--out", default=None, help="also write the markdown to this file")
-    parser.add_argument("--force", action="store_true", help="replace an --out dls did not write")
-    args = parser.parse_args(argv)
-    started = time.time()
+
+
+def _text(args) -> str:
     from benchmarks.run_all import machine
 
     steps = 2 if args.quick else args.steps
-    text = f"Machine: {machine()}.\n\n" + markdown(run(steps, args.quick))
-    print(text)
-    if args.out is not None:
-        from benchmarks.common import write_markdown
+    return f"Machine: {machine()}.\n\n" + markdown(run(steps, args.quick))
 
-        command = "python -m benchmarks.bench_half" + (" --quick" if args.quick else "")
-        title = "float16 on the CPU: cpu:half against cpu:float"
-        write_markdown(args.out, title, command, started, text, __doc__, args.force)
+
+def _report(args) -> tuple:
+    command = "python -m benchmarks.bench_half" + (" --quick" if args.quick else "")
+    return "float16 on the CPU: cpu:half against cpu:float", command
+
+
+def main(argv=None) -> None:
+    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
+    from benchmarks.common import benchmark_main
+
+    benchmark_main(argv, __doc__, _options, _text, _report)
 
 
 if __name__ == "__main__":

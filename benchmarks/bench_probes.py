@@ -5,7 +5,6 @@ measured side by side on the same training run (probes leave training unchanged)
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -238,29 +237,29 @@ def markdown(result: Dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _options(parser) -> None:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps per model")
     parser.add_argument(
         "--full", action="store_true", help="the shipped recordings' steps (about 30 minutes)"
     )
-    parser.add_argument("--out", default=None, help="also write the markdown to this file")
-    parser.add_argument(
-        "--force", action="store_true", help="replace an --out file dls did not write"
-    )
-    args = parser.parse_args(argv)
-    started = time.time()
+
+
+def _text(args) -> str:
     from sim.nnabla_studies.real_traces import DEFAULT_STEPS
 
-    text = markdown(run(args.quick, DEFAULT_STEPS if args.full else None))
-    print(text)
-    if args.out is not None:
-        from benchmarks.common import write_markdown
+    return markdown(run(args.quick, DEFAULT_STEPS if args.full else None))
 
-        command = "python -m benchmarks.bench_probes" + (" --full" if args.full else "")
-        title = "Probe passes per recorded step"
-        write_markdown(args.out, title, command, started, text, force=args.force)
+
+def _report(args) -> tuple:
+    command = "python -m benchmarks.bench_probes" + (" --full" if args.full else "")
+    return "Probe passes per recorded step", command
+
+
+def main(argv=None) -> None:
+    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
+    from benchmarks.common import benchmark_main
+
+    benchmark_main(argv, __doc__, _options, _text, _report, about=False)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ flushed, beside the replays.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -215,36 +214,29 @@ def markdown(result: Dict) -> str:
     )
 
 
-def main(argv=None) -> None:
-    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _options(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="40 steps, a smoke run")
     parser.add_argument("--model", default="digits_mlp", help="a shipped model's name")
     parser.add_argument("--steps", type=int, default=600, help="training steps (default 600)")
     parser.add_argument("--every", type=int, default=4, help="record every k-th step (4)")
-    parser.add_argument("--out", default=None, help="also write the markdown to this file")
-    parser.add_argument(
-        "--force", action="store_true", help="replace an --out file dls did not write"
-    )
-    args = parser.parse_args(argv)
-    started = time.time()
-    text = markdown(run(args.quick, args.model, args.steps, args.every))
-    print(text)
-    if args.out is not None:
-        from benchmarks.common import write_markdown
 
-        given = " --quick" if args.quick else ""
-        if not args.quick:
-            given = f" --model {args.model} --steps {args.steps} --every {args.every}"
-        write_markdown(
-            args.out,
-            "One model recorded three ways",
-            "python -m benchmarks.bench_three_recordings" + given,
-            started,
-            text,
-            __doc__,
-            args.force,
-        )
+
+def _report(args) -> tuple:
+    given = " --quick" if args.quick else ""
+    if not args.quick:
+        given = f" --model {args.model} --steps {args.steps} --every {args.every}"
+    command = "python -m benchmarks.bench_three_recordings" + given
+    return "One model recorded three ways", command
+
+
+def main(argv=None) -> None:
+    """Print the benchmark as markdown (``--out FILE`` also writes it)."""
+    from benchmarks.common import benchmark_main
+
+    def make_text(args) -> str:
+        return markdown(run(args.quick, args.model, args.steps, args.every))
+
+    benchmark_main(argv, __doc__, _options, make_text, _report)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""What the updater benchmarks share: the MLP they time and the interleaved timing loop."""
+"""What the updater benchmarks share: the MLP they time, the interleaved timing loop, and the
+command line and report writing of a benchmark's ``main`` (:func:`benchmark_main`)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable, Tuple
 
 import numpy as np
 
@@ -181,3 +184,38 @@ def write_markdown(
         f"{time.time() - started:.0f} s.\n\n" + about
     )
     write_text(out, head + text + "\n", overwrite=force)
+
+
+def benchmark_main(
+    argv,
+    doc: str,
+    add_options: Callable[[argparse.ArgumentParser], object],
+    make_text: Callable[[argparse.Namespace], str],
+    report: Callable[[argparse.Namespace], Tuple[str, str]],
+    about: bool = True,
+) -> None:
+    """A benchmark's ``main``: parse ``argv`` (None: the command line) with the script's options
+    and ``--out``/``--force``, print its markdown, and with ``--out`` write it
+    (:func:`write_markdown`, the seconds counted from the parse).
+
+    Args:
+        argv (list of str or None): the arguments.
+        doc (str): the script's module docstring: its first line describes the command.
+        add_options (callable): ``add_options(parser)`` adds the script's own options.
+        make_text (callable): ``make_text(args)``: the markdown (the benchmark's run).
+        report (callable): ``report(args)``: ``(title, command)`` of the written report.
+        about (bool, default True): the report carries ``doc``'s later paragraphs.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_options(parser)
+    parser.add_argument("--out", default=None, help="also write the markdown to this file")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an --out file dls did not write"
+    )
+    args = parser.parse_args(argv)
+    started = time.time()
+    text = make_text(args)
+    print(text)
+    if args.out is not None:
+        title, command = report(args)
+        write_markdown(args.out, title, command, started, text, doc if about else "", args.force)

@@ -249,8 +249,11 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         keep = None
     tmp = _temp_path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
+    # The try is entered before the file exists, so that a signal landing right after os.open
+    # (a KeyboardInterrupt before ``fd`` is even assigned) still removes it; the name (this
+    # process's ID and 32 random bits) is this call's, so whatever is under it is its own.
     try:
+        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -207,8 +207,10 @@ def bad_indices(arrays, ranges=None, first: bool = False) -> List[int]:
     ``ranges`` (one :class:`updater.driver.value_ranges.Range` per array, default none) is
     bounded, a value outside it: one host view each, its largest |value| for a bound on |x|
     (:func:`_check_array`, float16 by its bit patterns), else its smallest and largest value
-    (NumPy's min and max propagate NaN), exact for integers; an array of integers is never
-    inf/NaN and is checked only against a range. ``first``: stop at the first found."""
+    (NumPy's min and max propagate NaN; entry by entry for a range with entries:
+    :meth:`~updater.driver.value_ranges.Range.outside`), exact for integers; an array of
+    integers is never inf/NaN and is checked only against a range. ``first``: stop at the
+    first found."""
     found = []
     for i, array in enumerate(arrays):
         bounds = ranges[i] if ranges is not None and ranges[i].bounded else None
@@ -219,9 +221,8 @@ def bad_indices(arrays, ranges=None, first: bool = False) -> List[int]:
         if kind == "f" and (bounds is None or bounds.symmetric):
             finite, top = _check_array(a, bounds is not None)
             bad = not finite or (bounds is not None and top >= bounds.high)
-        else:
-            low, high = float(np.minimum.reduce(a)), float(np.maximum.reduce(a))
-            bad = not (bounds.holds(low) and bounds.holds(high))
+        else:  # by the range's own rule (entry by entry for OneHot's columns, ...)
+            bad = bounds.outside(a.reshape(array.shape))
         if bad:
             found.append(i)
             if first:

@@ -65,6 +65,19 @@ class UpdaterAttributes:
     nonfinite_losses = _counter("nonfinite_losses")
     nonfinite_statistics = _counter("nonfinite_statistics")
 
+    def __deepcopy__(self, memo: dict) -> None:
+        """``copy.deepcopy(updater)`` raises ``TypeError`` saying what to do instead: nnabla's
+        solvers, graphs and arrays cannot be deep-copied (nnabla's own updater fails inside
+        pickling, "self.solver,self.solverp cannot be converted to a Python object")."""
+        raise TypeError(
+            f"copy.deepcopy cannot copy a {type(self).__name__}: nnabla's solver and graph "
+            "cannot be copied. Use copy.copy(updater) for an independent updater (its own "
+            "scale, counters and history) over the same solver, loss and data feeder, or build "
+            "the model, solver and updater again and copy the state into the new one with "
+            "new.load_state_dict(updater.state_dict()) (save_checkpoint and load_checkpoint "
+            "carry the parameters and solver state too)"
+        )
+
 
 class _RecordDefault:
     def __repr__(self) -> str:

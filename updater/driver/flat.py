@@ -217,7 +217,8 @@ class DeviceStats(FlatGraphs):
     high)`` of the bounded inputs (:func:`updater.driver.value_ranges.input_ranges`) the largest
     ``|x|`` over them (``low == -high``), bad from ``high`` on, or their largest and smallest
     value, bad from ``high`` up and ``low`` down (float32, compared with the bounds in Python:
-    exact for float16 and float32 inputs and for integers below 2**24 in magnitude).
+    exact for float16 and float32 inputs and for integers below 2**24 in magnitude); an input
+    bounded entry by entry (OneHot's columns, GatherNd's rows) alone, by :func:`_entry_parts`.
     """
 
     def __init__(self, context):
@@ -237,7 +238,7 @@ class DeviceStats(FlatGraphs):
         """Run the graph on ``grads`` (list of NdArray), ``absmax_over`` (None: no largest
         |value| asked; a list of NdArray: over them, the gradients' own when empty), ``loss``
         (Variable or None), ``inputs`` and ``statistics`` (lists of NdArray) and ``ranged``
-        (``(NdArray, low, high)`` of the bounded inputs), with the sum of squares of the
+        (``(NdArray, *Range.bounds)`` of the bounded inputs), with the sum of squares of the
         gradients times ``sumsq_factor`` (float; None: not asked); one host read."""
         asked = _Asked(
             own_top=absmax_over is not None and not absmax_over,
@@ -282,10 +283,15 @@ class DeviceStats(FlatGraphs):
                 parts.append(F.sum(F.mul_scalar(_flat(checked), 0.0)))
         bounds = [r[1:] for r in ranged if r[0].size]  # aligned with ranged_views
         checks = self._bounds[kind] = []
-        for low, high in sorted(set(bounds)):  # each group's extremes
+        for low, high in sorted({b for b in bounds if len(b) == 2}):  # each group's extremes
             group = [v for v, b in zip(ranged_views, bounds) if b == (low, high)]
             x = group[0] if len(group) == 1 else _flat(group)
             for what, bound, part in _range_parts(x, low, high):
+                parts.append(part)
+                checks.append((what, bound))
+        shapes = [r[0].shape for r in ranged if r[0].size]
+        for x, b, shape in zip(ranged_views, bounds, shapes):  # bounds entry by entry
+            for what, bound, part in _entry_parts(x, shape, *b[2:]) if len(b) > 2 else ():
                 parts.append(part)
                 checks.append((what, bound))
         if not parts:  # nothing to check: a graph still needs an output
@@ -347,6 +353,24 @@ def _gradient_parts(grad_views, factor_var, asked: _Asked) -> list:
         floor = F.maximum_scalar(top, TINY)
         parts += [top, F.sum(F.pow_scalar(F.div2(u, floor), 2.0))]
     return parts
+
+
+def _entry_parts(x: nn.Variable, shape, entries, along: int) -> list:
+    """``(what, bound, output)`` of the checks of the flat ``x`` (an array of ``shape``) whose
+    entry ``j`` along axis ``along`` lies in ``entries[j] = (low_j, high_j)``: the largest
+    ``x - high_j`` ("max", bad from 0 up) and the smallest ``x - low_j`` ("min", bad from 0
+    down), exact in float32 for integers below 2**24 and for values near their bounds."""
+    import nnabla.functions as F
+
+    x = F.reshape(x, shape)
+    if along:
+        x = F.transpose(x, [along, *(a for a in range(len(shape)) if a != along)])
+    x = F.reshape(x, (len(entries), -1))
+    lows, highs = (
+        nn.Variable.from_numpy_array(np.array([[e[k]] for e in entries], dtype=np.float32))
+        for k in (0, 1)
+    )
+    return [("max", 0.0, F.max(F.sub2(x, highs))), ("min", 0.0, F.min(F.sub2(x, lows)))]
 
 
 def _range_parts(x: nn.Variable, low: float, high: float) -> list:

@@ -141,30 +141,44 @@ class Indexes(NamedTuple):
 
     Attributes:
         index (str): the index input (the registry's name).
-        table (str): the input it indexes, or the argument of sizes (OneHot's ``shape``).
+        table (str): the input it indexes, or the argument of sizes (OneHot's ``shape``,
+            ScatterNd's ``shape``).
         axis (int, str or None, default None): the table's axis, a number or the argument that
-            holds it (the last axis without one); None for an argument of sizes.
+            holds it (the last axis without one; a bool argument: axis 1 if true, else 0);
+            None with ``along``.
         ignores (bool, default False): a negative index (down to :data:`IGNORED_FROM`) is
             ignored: loss 0 and gradient 0 for its row; else it is read out of bounds.
+        along (int or None, default None): the index's entries along this axis of the index
+            address the table's leading axes one each (entry ``j`` bounded by the table's
+            size ``n_j`` along its axis ``j``); None: every value indexes ``axis``.
+        wraps (bool, default False): an index in ``[-n, 0)`` counts from the end.
+        counts (bool, default False): a count of entries (a length), in ``[0, n]``.
     """
 
     index: str
     table: str
     axis: int | str | None = None
     ignores: bool = False
+    along: int | None = None
+    wraps: bool = False
+    counts: bool = False
 
 
 INDEXES: Dict[str, Indexes] = {
     "Embed": Indexes("x0", "w", 0),
-    "OneHot": Indexes("x", "shape"),
+    "OneHot": Indexes("x", "shape", along=-1, wraps=True),
     "Gather": Indexes("Indices", "x", "axis"),
+    "GatherNd": Indexes("indices", "x", along=0, wraps=True),
+    "ScatterNd": Indexes("indices", "shape", along=0, wraps=True),
+    "ScatterAdd": Indexes("indices", "x0", "axis"),
+    "PackPaddedSequence": Indexes("lengths", "padded_sequence", "batch_first", counts=True),
     "SoftmaxCrossEntropy": Indexes("target", "x", "axis", ignores=True),
     "CategoricalCrossEntropy": Indexes("target", "x", "axis", ignores=True),
     "TopNError": Indexes("target", "x", "axis"),
     "ConfusionMatrix": Indexes("target", "x", "axis"),
 }
 """The values each function with an index into a table accepts, ignores and reads out of bounds
-(``src/nbla/function/generic``, and nnabla-ext-cuda's kernels for the cross-entropies):
+(``src/nbla/function/generic``, and nnabla-ext-cuda's kernels):
 
 - SoftmaxCrossEntropy, CategoricalCrossEntropy: ``if (label < 0)``: loss 0, no gradient
   (CategoricalCrossEntropy's CPU source, SoftmaxCrossEntropy's CUDA kernels; the older CPU
@@ -172,9 +186,21 @@ INDEXES: Dict[str, Indexes] = {
   nnabla, at -1, -7, -100, -1e6, -2**31 + 5 and -2**31); a label >= n reads another row's
   value (or past the array for the last row).
 - Embed (``w + x[i] * stride``), TopNError (``p[k + label * size2]``), ConfusionMatrix (writes
-  ``y[label * size1 + index]``), OneHot (writes ``y[i * size + addr]``): no test; -1 and n read or
-  write out of bounds. OneHot's bound is the largest of its ``shape`` (exact for one entry).
-- Gather: raises for an index outside ``[0, n)`` (``NBLA_CHECK``), before any step is judged.
+  ``y[label * size1 + index]``): no test; -1 and n read or write out of bounds.
+- OneHot: entry ``j`` of the index's last axis in ``[-shape[j], shape[j])``, a negative one
+  counting from the end; outside it the row's one is silently not written (all zeros). Measured
+  on nnabla 1.39 (a test repeats it): the sources read (``y[i * size + addr]``, unchecked) are
+  older.
+- Gather, GatherNd, ScatterNd, ScatterAdd: the CPU kernels raise (``NBLA_CHECK``) for an index
+  they refuse, before any step is judged; nnabla-ext-cuda's Gather and GatherNd kernels do not
+  check (Gather reads out of bounds; GatherNd skips only a flat offset past the array; the
+  others' CUDA kernels not read): the bounds below are what the CPU kernels accept (measured
+  in a test). GatherNd (``x``) and ScatterNd (its output ``shape``):
+  row ``m`` of the index (axis 0) indexes the table's axis ``m``, in ``[-n_m, n_m)``, a
+  negative index counting from the end. ScatterAdd: ``[0, n)`` along ``axis`` (it compares the
+  value before truncating it: -0.5 is refused on the CPU).
+- PackPaddedSequence: each length in ``[0, T]`` (``T`` the padded sequence's time axis, 1 with
+  ``batch_first``); a longer or negative length packs wrong rows silently (measured).
 
 BinaryError compares both inputs with 0.5: values, not indices. The other index inputs
 (:data:`INDEX_NAMES`, the registry's integer inputs) have no table here: any finite value."""

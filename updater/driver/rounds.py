@@ -111,7 +111,7 @@ class Rounds:
             skip = {hash(v) for v in self.options.record.unchecked_inputs}
             self._checked = [v for v in self.inputs() if hash(v) not in skip]
             self._ranges = input_ranges(self.loss, self._checked)
-            self._bounded = [(i, r.low, r.high) for i, r in enumerate(self._ranges) if r.bounded]
+            self._bounded = [(i, r.bounds) for i, r in enumerate(self._ranges) if r.bounded]
         return self._checked
 
     def extras(self, statistics) -> Extras:
@@ -121,7 +121,7 @@ class Rounds:
         if self.batch_on_host:
             return NO_EXTRAS if statistics is None else Extras(statistics=statistics)
         inputs = self.checked_inputs()
-        ranged = [(inputs[i].data, low, high) for i, low, high in self._bounded]
+        ranged = [(inputs[i].data, *bounds) for i, bounds in self._bounded]
         return Extras(inputs=[v.data for v in inputs], ranged=ranged, statistics=statistics)
 
     def _bad_indices(self, first: bool = False) -> List[int]:

@@ -40,7 +40,10 @@ def export_parameters(
 
     The values are the float32 master values the checkpoint holds, under their names there and
     in its order. Every parameter is written with ``need_grad=True`` (a checkpoint does not
-    keep it; nnabla's parametric functions set their own when the graph is built).
+    keep it; nnabla's parametric functions set their own when the graph is built). The
+    checkpoint's ``state/`` entries (statistics made with ``nn.Variable``, ``forward_state``)
+    are left out: they are no parameters, and under the checkpoint's names for them
+    ``nn.load_parameters`` would register parameters no graph looks up.
 
     Args:
         checkpoint (str or Path): a file written by ``save_checkpoint``, read and checked as

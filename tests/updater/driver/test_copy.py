@@ -1,6 +1,8 @@
 """``copy.copy(updater)`` is an independent updater (issue 48, finding 5), as nnabla's shallow
 copy is: it shares the solver, loss and data feeder and keeps its own scale, counters, history
-and collaborators; before, the copy's ``update()`` moved the original's counters."""
+and collaborators; before, the copy's ``update()`` moved the original's counters.
+``copy.deepcopy(updater)`` raises a TypeError that says what to do instead (before, and in
+nnabla's updater, a TypeError from inside nnabla's solver pickling)."""
 
 import copy
 
@@ -44,3 +46,25 @@ def test_a_copy_keeps_its_own_history_and_pending_iteration():
     c.step()  # the copy finishes the iteration it was copied in, apart from the original
     assert c.steps == 2 and u.steps == 2 and c.history[-1] is not u.history[-1]
     assert c.history.maxlen == 4
+
+
+def test_deepcopy_says_what_to_do_and_what_it_says_works():
+    m = TinyClassifier("deep", type_config="half")
+    u = DynamicLossScalingUpdater(m.solver, m.loss, m.feeder(), scale=8.0, N=1)
+    u.update()
+    theirs = NnablaUpdater(m.solver, m.loss, m.feeder(), scale=8.0)
+    with pytest.raises(TypeError, match="pickl"):  # nnabla's: from inside its solver
+        copy.deepcopy(theirs)
+    for target in (u, {"updater": u}):
+        with pytest.raises(TypeError) as info:
+            copy.deepcopy(target)
+        message = str(info.value)
+        assert message.startswith("copy.deepcopy cannot copy a DynamicLossScalingUpdater")
+        assert (
+            "copy.copy(updater)" in message and "load_state_dict(updater.state_dict())" in message
+        )
+    assert copy.copy(u).scale == u.scale == 16.0  # the first way
+    other = TinyClassifier("deep_again", type_config="half")
+    new = DynamicLossScalingUpdater(other.solver, other.loss, other.feeder())
+    new.load_state_dict(u.state_dict())  # the second
+    assert (new.scale, new.steps) == (u.scale, u.steps) == (16.0, 1)

@@ -39,10 +39,12 @@ def test_the_hand_written_part_names_inputs_and_arguments_of_the_registry():
         inputs, arguments = registry[name]["inputs"], registry[name].get("arguments", {})
         assert set(writes.written) <= set(inputs), name
         assert {a for a, _, _ in writes.when} <= set(arguments), name
-    for name, (index, table, axis, _) in roles.INDEXES.items():
+    for name, row in roles.INDEXES.items():
         inputs, arguments = registry[name]["inputs"], registry[name].get("arguments", {})
-        assert index in inputs and (table in inputs or axis is None and table in arguments), name
+        axis, table = row.axis, row.table
+        assert row.index in inputs and (table in inputs or axis is None and table in arguments)
         assert axis is None or isinstance(axis, int) or axis in arguments, name
+        assert (axis is None) == (row.along is not None) or table in inputs, name
     for name, when in roles.HANDS_ON.items():
         assert {a for a, _, _ in when} <= set(registry[name].get("arguments", {})), name
     indexed = [n for e in registry.values() for n in e["inputs"] if n.lower() in roles.INDEX_NAMES]

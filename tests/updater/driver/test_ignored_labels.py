@@ -71,15 +71,15 @@ def test_the_installed_nnabla_ignores_every_negative_label_and_the_table_knows(
 
 
 def test_the_other_index_readers_keep_zero_to_n():
-    """Embed, TopNError, ConfusionMatrix and OneHot read a negative index out of bounds (their
-    sources have no test for it): -1 and n are bad, 0 and n - 1 are not (not run in nnabla)."""
+    """Embed, TopNError and ConfusionMatrix read a negative index out of bounds (their
+    sources have no test for it; OneHot: tests/updater/driver/test_index_entries.py): -1 and
+    n are bad, 0 and n - 1 are not (not run in nnabla)."""
     with nn.context_scope(cpu_context("half")), nn.parameter_scope(f"keep{next(SCOPES)}"):
-        ids, t, hot = nn.Variable((2, 1)), nn.Variable((2, 1)), nn.Variable((2, 1))
+        ids, t = nn.Variable((2, 1)), nn.Variable((2, 1))
         y = PF.affine(PF.embed(ids, 5, 4), 5)
         readers = {
             ids: (F.sum(y), 5, "Embed"),
             t: (F.sum(F.top_n_error(y, t)) + F.sum(F.confusion_matrix(y, t)), 5, "TopNError"),
-            hot: (F.sum(F.one_hot(hot, (4,)) * 1.0), 4, "OneHot"),
         }
     for v, (loss, n, reader) in readers.items():
         for values, bad in (([0, n - 1], False), ([0, -1], True), ([n, 0], True)):

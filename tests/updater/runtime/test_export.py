@@ -76,3 +76,24 @@ def test_the_log_names_the_exported_file_not_a_file_descriptor(tmp_path, checkpo
             log.setLevel(level)
     assert lines.lines == [f"updater.runtime.export: Parameter save ({suffix}): {out}"]
     assert logging.getLogger("nnabla").filters == []  # nnabla's other lines are left alone
+
+
+def test_the_state_entries_stay_out_and_a_script_reads_them_from_the_checkpoint(tmp_path):
+    """Statistics made with ``nn.Variable`` and ``forward_state`` are saved as ``state/``, not
+    exported: loading the export registers exactly the checkpoint's parameters (no
+    ``BatchNormalization[0]/mean`` parameter that no graph looks up), and the state's values
+    are there for ``np.load``, as docs/guide/checkpoints.md says."""
+    from tests.updater.runtime.stateful_model import StatefulModel
+
+    nn.clear_parameters()
+    m = StatefulModel(finite_check="numpy")
+    m.train(3)
+    path = save_checkpoint(tmp_path / "run.ckpt.npz", m.updater)
+    with np.load(path) as z:
+        params = [k[len("param/") :] for k in z.files if k.startswith("param/")]
+        mean = z["state/BatchNormalization[0]/mean"]
+        assert "state/forward_state[0]" in z.files
+    nn.clear_parameters()
+    nn.load_parameters(str(export_parameters(path, tmp_path / "run.h5")))
+    assert sorted(nn.get_parameters(grad_only=False)) == sorted(params)
+    assert np.array_equal(mean, m.statistics[0].d) and not np.array_equal(mean, 0)

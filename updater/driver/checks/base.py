@@ -63,8 +63,9 @@ class Extras(NamedTuple):
     Attributes:
         inputs (list of NdArray or None): the batch's checked inputs, read with the loss; None:
             the batch is not read here.
-        ranged (list of (NdArray, low, high)): the inputs also checked against the values
-            their readers take (:func:`updater.driver.value_ranges.input_ranges`).
+        ranged (list of (NdArray, *bounds)): the inputs also checked against the values
+            their readers take (:attr:`updater.driver.value_ranges.Range.bounds` of
+            :func:`updater.driver.value_ranges.input_ranges`).
         statistics (list of NdArray or None): the state the forward pass writes; None: not read
             here.
     """
