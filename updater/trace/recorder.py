@@ -292,10 +292,11 @@ class GradientRecorder:
         groups make theirs when the row is written: :func:`updater.trace.rows.step_row`) and,
         with ``per_parameter``, its names among the columns (a name first seen is added)."""
         reduced, arrays = step.reduced(self._layer_names is not None)
+        measured = step.measured
         parts = {
-            g.KEY: g.row_part(step, arrays, self._layer_names)
+            g.KEY: g.row_checked(measured[g.KEY])
             for g in GROUPS
-            if g.PROBED and g.KEY in step.measured
+            if g.PROBED and measured.get(g.KEY) is not None
         }
         if self._layer_names is not None:
             layer_columns(self._layer_names, step.names, len(step.grads))

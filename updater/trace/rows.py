@@ -1,9 +1,9 @@
 """A recorder's rows: the steps it keeps until it writes them (:class:`KeptStep`), their rows
 when written (:func:`step_row`: one :class:`RecordedStep` per step, each group of the trace
-holding its part, :meth:`updater.trace.group.Group.row_part`), the trace they make
-(:func:`trace_of`, each group's fields from its parts), what a recorder shares with its exit
-hook (:class:`Held`: the steps kept, the parts written, their writing and merging) and the exit
-hook that writes what a recorder never closed recorded (:func:`write_at_exit`)."""
+holding its part, :class:`updater.trace.group.Group`), the trace they make (:func:`trace_of`,
+each group's fields from its parts), what a recorder shares with its exit hook (:class:`Held`:
+the steps kept, the parts written, their writing and merging) and the exit hook that writes
+what a recorder never closed recorded (:func:`write_at_exit`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class KeptStep:
             (:meth:`updater.trace.measured.MeasuredStep.reduced`).
         arrays (ArrayHistograms): their histograms.
         parts (dict): the parts of the groups whose probe measured the step (by ``KEY``, made
-            when it was recorded: :meth:`updater.trace.group.Group.row_part`).
+            when it was recorded: :meth:`updater.trace.group.Group.row_checked`).
     """
 
     step: MeasuredStep
