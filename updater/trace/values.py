@@ -6,6 +6,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.npz import MAX_TEXT
+from .measured import EXP_MAX, EXP_MIN, NBINS, binade_histogram  # here in 0.1.0: still here
+
+__all__ = [
+    "EXP_MAX",
+    "EXP_MIN",
+    "MAX_COUNT",
+    "NBINS",
+    "binade_histogram",
+    "check_counts",
+    "check_label",
+    "check_magnitudes",
+    "layer_columns",
+]
 
 
 def check_label(what: str, text) -> str:
