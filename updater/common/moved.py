@@ -33,19 +33,16 @@ class _Alias(importlib.abc.Loader):
 
     def __init__(self):
         self.moved: Dict[str, str] = {}
-        self.holders: Set[str] = set()  # the packages an old path's parent turns out to be
-        self.above: Set[str] = set()  # the packages above a holder
-        self.packages: Set[str] = set()  # the two: the packages whose ``__path__`` has the entry
+        self.packages: Set[str] = set()  # those whose ``__path__`` has the entry
 
     def add(self, moved: Mapping[str, str]) -> None:
+        """Alias the old paths of ``moved``: the entry goes on the package each one's parent
+        turns out to be (the new module of a parent that moved) and on the packages above it."""
         self.moved.update(moved)
         for old in moved:
             parent = old.rpartition(".")[0]
-            holder = self.moved.get(parent, parent)
-            self.holders.add(holder)
-            names = holder.split(".")
-            self.above.update(".".join(names[:n]) for n in range(1, len(names)))
-        self.packages = self.holders | self.above
+            names = self.moved.get(parent, parent).split(".")
+            self.packages.update(".".join(names[:n]) for n in range(1, len(names) + 1))
         for name in self.packages:
             if name in sys.modules:
                 self.enter(name, sys.modules[name].__path__)
