@@ -69,7 +69,7 @@ def check_step(overflow_scale: float, finite_scale: float) -> None:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ArrayHistograms:
     """The histograms of a recorded step's gradient arrays divided by its scale
     (:meth:`MeasuredStep.reduced`).
@@ -85,7 +85,7 @@ class ArrayHistograms:
     absmax: np.ndarray
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MeasuredStep:
     """One recorded step, built by keyword and checked.
 

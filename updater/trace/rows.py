@@ -26,7 +26,7 @@ from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
 logger = logging.getLogger("updater.trace.recorder")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class KeptStep:
     """A recorded step as a recorder keeps it until it writes it (its row is made then,
     :func:`step_row`).
