@@ -66,3 +66,47 @@ def test_new_paths_and_unknown_paths_are_left_alone():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "updater.no_such_module"
+
+
+UNRELATED = """
+import importlib, sys
+import updater, sim, updater.common.moved as moved
+calls = []
+def count(frame, event, arg):
+    if event == "call" and frame.f_code.co_filename == moved.__file__:
+        calls.append(frame.f_code.co_name)
+sys.setprofile(count)
+for name in ("nnabla.nnabla_ext", "no_such_top_module", "json.no_such"):
+    try:
+        importlib.import_module(name)  # nnabla tries the first on every step
+    except ImportError:
+        pass
+sys.setprofile(None)
+print(calls)
+"""
+
+
+def test_an_unrelated_import_never_asks_the_aliases():
+    # the aliases are no import finder of the interpreter (sys.meta_path): a missing module
+    # outside updater and sim is looked for without one Python call of theirs
+    proc = subprocess.run([sys.executable, "-c", UNRELATED], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_old_paths_import_after_the_import_caches_are_cleared():
+    code = (
+        "import importlib, sys, warnings\n"
+        "import updater\n"
+        "sys.path_importer_cache.clear()\n"
+        "importlib.invalidate_caches()\n"
+        "with warnings.catch_warnings(record=True) as said:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import updater.driver.probes\n"
+        "import updater.driver.recording.probes as new\n"
+        "assert updater.driver.probes is new, updater.driver.probes\n"
+        "print(len(said))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Union
 
 from ..common.npz import read_npz
-from .values import EXP_MAX, EXP_MIN
+from .measured import EXP_MAX, EXP_MIN
 
 FORMAT_VERSION = 6
 """Trace file format: 2 added ``overflow_scale`` (version-1 files load with it all inf); 3 added

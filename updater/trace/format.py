@@ -41,8 +41,9 @@ from .archive import FORMAT_VERSION, read_trace, trace_arrays
 from .flush import FlushCurve
 from .forward import ForwardHeadroom
 from .layers import Layers
+from .measured import NBINS, binade_histogram
 from .thresholds import Thresholds
-from .values import NBINS, binade_histogram, check_counts, check_label, check_magnitudes
+from .values import check_counts, check_label, check_magnitudes
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,10 @@ class Group:
     KINDS: ClassVar[Dict[str, str]] = {}
     """Each array's kind in the archive (:meth:`updater.common.npz.NpzFile.array`)."""
     PROBED: ClassVar[bool] = True
-    """Its part of a recorded row is what a probe measured under :attr:`KEY` (the default
-    :meth:`row_part`): a step that holds none has no part, and the group is not asked; False:
-    the group makes a part of every step's row from its gradients (:meth:`row_part`)."""
+    """Its part of a recorded row is what a probe measured under :attr:`KEY`, checked by
+    :meth:`row_checked` when the step is recorded: a step that holds none has no part, and the
+    group is not asked; False: the group makes a part of every step's row from the step and its
+    gradients' histograms when the row is written (:meth:`row_part`)."""
     SHAPES: ClassVar[Dict[str, tuple]] = {}
     """Each array's shape: ``"steps"`` or ``"bins"`` (of ``counts``), another field's name (its
     length) or None (any length); an array of another shape is refused before it is read."""
@@ -125,19 +126,19 @@ class Group:
 
     @classmethod
     def row_part(cls, step, arrays, layer_names) -> dict | None:
-        """The group's part of the row of a recorded ``step``
-        (:class:`updater.trace.measured.MeasuredStep`; ``arrays``: its histograms per gradient
-        array, :class:`updater.trace.rows.ArrayHistograms`; ``layer_names``: the recorder's list
-        of them, None without ``per_parameter``): its fields at this step by name, None when
-        not measured. By default what a probe measured under the group's ``KEY``
-        (``step.measured``), as :meth:`row_checked` checks it."""
-        value = step.measured.get(cls.KEY)
-        return None if value is None else cls.row_checked(value)
+        """The part of the row of a recorded ``step`` of a group that makes one for every step
+        (:attr:`PROBED` False; ``step``: :class:`updater.trace.measured.MeasuredStep` as
+        :meth:`~updater.trace.measured.MeasuredStep.reduced` keeps it; ``arrays``: its
+        histograms, :class:`updater.trace.measured.ArrayHistograms`; ``layer_names``: the
+        recorder's list of them, None without ``per_parameter``): its fields at this step by
+        name, None when it has none."""
+        raise NotImplementedError
 
     @classmethod
     def row_checked(cls, value) -> dict:
-        """The group's fields at one step from what its probe measured (``ValueError`` naming
-        what is wrong)."""
+        """The part of the row of a group whose probe measured ``value`` under its ``KEY``
+        (:attr:`PROBED`): its fields at this step by name (``ValueError`` naming what is
+        wrong)."""
         raise NotImplementedError
 
     @classmethod
@@ -147,7 +148,8 @@ class Group:
 
     @classmethod
     def from_rows(cls, parts: list, layer_names) -> dict:
-        """The trace's fields of the group from the rows' ``parts`` (:meth:`row_part`; None:
+        """The trace's fields of the group from the rows' ``parts`` (:meth:`row_part` or
+        :meth:`row_checked`; None:
         not measured at that step, :meth:`unmeasured_row` there); empty when no row has
         it."""
         given = [p for p in parts if p is not None]

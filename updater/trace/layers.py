@@ -9,7 +9,8 @@ from typing import ClassVar, List, Tuple
 import numpy as np
 
 from .group import Group
-from .values import NBINS, check_counts, check_label, check_magnitudes, layer_columns
+from .measured import NBINS
+from .values import check_counts, check_label, check_magnitudes, layer_columns
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,12 @@ class Layers(Group):
     def row_part(cls, step, arrays, layer_names) -> dict | None:
         """With ``per_parameter`` (``layer_names`` a list): each gradient array's histogram
         and its column among the recorder's names (a name first seen is added to them,
-        :func:`updater.trace.values.layer_columns`); else None."""
+        :func:`updater.trace.values.layer_columns`; the recorder adds them as it records the
+        step); else None."""
         if layer_names is None:
             return None
         return {
-            "columns": layer_columns(layer_names, step.names, len(step.grads)),
+            "columns": layer_columns(layer_names, step.names, len(arrays.zeros)),
             "layer_counts": arrays.counts,
             "layer_zeros": arrays.zeros,
             "layer_absmax": arrays.absmax,

@@ -22,7 +22,7 @@ from ..common.names import shown
 from ..common.validation import check_bool, check_int, check_positive
 from .deprecated_probes import deprecated_probes
 from .exits import watch_exit
-from .format import Trace
+from .format import GROUPS, Trace
 from .forward import ForwardHeadroom
 from .measured import MeasuredStep
 from .parts import (
@@ -35,8 +35,8 @@ from .parts import (
     parts_dir,
     recover_parts,
 )
-from .rows import Held, step_row, warn_forward, write_at_exit
-from .values import check_label
+from .rows import Held, KeptStep, warn_forward, write_at_exit
+from .values import check_label, layer_columns
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class GradientRecorder:
             )
         recording = secrets.token_hex(8)
         self._held = Held(self.path, self.name, layer_names, self.every, recording, lock=[lock])
-        self._rows, self._lock, self._layer_names = self._held.rows, self._held.lock, layer_names
+        self._kept, self._lock, self._layer_names = self._held.kept, self._held.lock, layer_names
         self.steps: List[int] = []
         self._last_write = time.monotonic()
         self._exit_hook = weakref.finalize(self, write_at_exit, self._held)
@@ -264,25 +264,43 @@ class GradientRecorder:
 
     def record_step(self, step: MeasuredStep) -> None:
         """Add one step measured (:class:`updater.trace.measured.MeasuredStep`, what the
-        updater hands over): its row (:func:`updater.trace.rows.step_row`, each group's part);
-        its ``probe_passes`` count in :attr:`probe_passes` and its ``overflow_probed`` becomes
+        updater hands over): what its row is made of when written (:meth:`_keep`); its
+        ``probe_passes`` count in :attr:`probe_passes` and its ``overflow_probed`` becomes
         :attr:`overflow_probed`. A step refused (``ValueError``) adds nothing."""
-        row = step_row(step, self._layer_names)
+        kept = self._keep(step)
         if not self._lock:  # recording again after close()
             self._lock.append(PartsLock(self.path))
-        forward = row.parts[ForwardHeadroom.KEY]
-        if ForwardHeadroom.near(forward) and not self._forward_warned:
+        forward = kept.parts.get(ForwardHeadroom.KEY)
+        if forward is not None and ForwardHeadroom.near(forward) and not self._forward_warned:
             self._forward_warned = True
             warn_forward(self.path, step.step, forward["forward_peak"], forward["forward_where"])
         self.overflow_probed = step.overflow_probed
         self.probe_passes += step.probe_passes
-        self._rows.append(row)
+        self._kept.append(kept)
         self.steps.append(int(step.step))
         every, seconds = self.write_every, self.write_seconds
-        if (every is not None and len(self._rows) >= every) or (
+        if (every is not None and len(self._kept) >= every) or (
             seconds is not None and time.monotonic() - self._last_write >= seconds
         ):
             self._write_part()
+
+    def _keep(self, step: MeasuredStep) -> KeptStep:
+        """What the recorder keeps of ``step`` until it writes it, everything a group could
+        refuse checked now (``ValueError``): the step reduced
+        (:meth:`~updater.trace.measured.MeasuredStep.reduced`: its histograms, per array with
+        ``per_parameter``), the parts of the groups whose probe measured it (the gradients'
+        groups make theirs when the row is written: :func:`updater.trace.rows.step_row`) and,
+        with ``per_parameter``, its names among the columns (a name first seen is added)."""
+        reduced, arrays = step.reduced(self._layer_names is not None)
+        measured = step.measured
+        parts = {
+            g.KEY: g.row_checked(measured[g.KEY])
+            for g in GROUPS
+            if g.PROBED and measured.get(g.KEY) is not None
+        }
+        if self._layer_names is not None:
+            layer_columns(self._layer_names, step.names, len(step.grads))
+        return KeptStep(step=reduced, arrays=arrays, parts=parts)
 
     def _write_part(self) -> None:
         """Write the rows since the last write as the next part (atomically) and drop them."""
@@ -313,7 +331,7 @@ class GradientRecorder:
             earlier = [Trace.load(self.path)] if held.merged else []
         if not earlier:
             return held.recent()
-        return concat_traces(earlier + ([held.recent()] if self._rows else []), self.name)
+        return concat_traces(earlier + ([held.recent()] if self._kept else []), self.name)
 
     def close(self) -> Path | None:
         """Write the trace (atomically), release the path's lock and return the path; None when
@@ -325,9 +343,9 @@ class GradientRecorder:
                 ``close()`` or the exit hook tries again).
         """
         held = self._held
-        if held.parts or self._rows:
+        if held.parts or self._kept:
             path = held.write()
-            if not self._rows:  # merged: the steps are in the file
+            if not self._kept:  # merged: the steps are in the file
                 self.steps.clear()
         elif held.merged:
             path = self.path  # nothing recorded since the last close
@@ -346,7 +364,7 @@ class GradientRecorder:
         options = [o for o in ("per_parameter", "overflow_probed") if getattr(self, o)]
         parts = [f"{str(self.path)!r}", f"name={self.name!r}", f"every={self.every}"]
         parts += [f"{o}=True" for o in options]
-        parts += [f"steps_held={len(self._rows)}", f"parts_written={self._held.parts}"]
+        parts += [f"steps_held={len(self._kept)}", f"parts_written={self._held.parts}"]
         return f"GradientRecorder({', '.join(parts)}{'' if self._lock else ', closed'})"
 
     def __enter__(self) -> GradientRecorder:

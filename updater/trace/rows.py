@@ -1,8 +1,9 @@
-"""A recorder's rows (one :class:`RecordedStep` per recorded step, each group of the trace
-holding its part: :meth:`updater.trace.group.Group.row_part`): the trace they make
-(:func:`trace_of`, each group's fields from its parts), what a recorder shares with its exit
-hook (:class:`Held`: the rows, the parts written, their writing and merging) and the exit hook
-that writes what a recorder never closed recorded (:func:`write_at_exit`)."""
+"""A recorder's rows: the steps it keeps until it writes them (:class:`KeptStep`), their rows
+when written (:func:`step_row`: one :class:`RecordedStep` per step, each group of the trace
+holding its part, :class:`updater.trace.group.Group`), the trace they make (:func:`trace_of`,
+each group's fields from its parts), what a recorder shares with its exit hook (:class:`Held`:
+the steps kept, the parts written, their writing and merging) and the exit hook that writes
+what a recorder never closed recorded (:func:`write_at_exit`)."""
 
 from __future__ import annotations
 
@@ -15,53 +16,32 @@ from typing import Dict, List
 
 import numpy as np
 
-from ..common.float16 import FORWARD_NEAR_FACTOR, FP16_OVERFLOW
+from ..common.float16 import FORWARD_NEAR_FACTOR
 from ..common.names import shown
 from .exits import EXITING
 from .format import GROUPS, Trace
-from .measured import MeasuredStep
+from .measured import ArrayHistograms, MeasuredStep
 from .parts import finish_merge, merge_parts, part_files, parts_dir, write_part
-from .values import NBINS, binade_histogram
 
 logger = logging.getLogger("updater.trace.recorder")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ArrayHistograms:
-    """The histograms of a recorded step's gradient arrays divided by its scale, one row per
-    array (:func:`histograms`).
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeptStep:
+    """A recorded step as a recorder keeps it until it writes it (its row is made then,
+    :func:`step_row`).
 
     Attributes:
-        counts (int64 array ``(P, NBINS)``), zeros (int64 array ``(P,)``), absmax (float64
-            array ``(P,)``): each array's histogram; an overflowed array's ``absmax`` is at
-            least 65520 / scale.
-        overflowed (bool): the gradients held inf/NaN and the step was not a bad batch: it
-            overflowed at its scale.
+        step (MeasuredStep): the step without its gradients
+            (:meth:`updater.trace.measured.MeasuredStep.reduced`).
+        arrays (ArrayHistograms): their histograms.
+        parts (dict): the parts of the groups whose probe measured the step (by ``KEY``, made
+            when it was recorded: :meth:`updater.trace.group.Group.row_checked`).
     """
 
-    counts: np.ndarray
-    zeros: np.ndarray
-    absmax: np.ndarray
-    overflowed: bool
-
-
-def histograms(step: MeasuredStep) -> ArrayHistograms:
-    """The histograms of ``step``'s gradients divided by its scale. Non-finite gradients of a
-    step that is not a bad batch overflowed at its scale: their arrays' ``absmax`` is at least
-    65520 / scale (the group :class:`~updater.trace.thresholds.Thresholds` takes the scale as
-    its threshold)."""
-    rows = [binade_histogram(np.asarray(g, dtype=np.float64) / step.scale) for g in step.grads]
-    absmax = np.array([r[2] for r in rows], np.float64)
-    finite = np.array([r[3] for r in rows], bool)
-    overflowed = not finite.all() and not step.bad_batch
-    if overflowed:
-        absmax[~finite] = np.maximum(absmax[~finite], FP16_OVERFLOW / step.scale)
-    return ArrayHistograms(
-        counts=np.array([r[0] for r in rows], np.int64).reshape(-1, NBINS),
-        zeros=np.array([r[1] for r in rows], np.int64),
-        absmax=absmax,
-        overflowed=overflowed,
-    )
+    step: MeasuredStep
+    arrays: ArrayHistograms
+    parts: Dict[str, dict]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,13 +64,13 @@ class RecordedStep:
     parts: Dict[str, dict | None]
 
 
-def step_row(step: MeasuredStep, layer_names: List[str] | None) -> RecordedStep:
-    """The row of ``step`` (:func:`histograms`, and each group's part of it: ``ValueError``
-    from a group that refuses what was measured); ``layer_names``: the recorder's, None
-    without ``per_parameter``."""
-    arrays, measured = histograms(step), step.measured
+def step_row(kept: KeptStep, layer_names: List[str] | None) -> RecordedStep:
+    """The row of a step kept: its histogram and each group's part of it (a group that makes a
+    part of every step, :attr:`updater.trace.group.Group.PROBED` False, makes it now);
+    ``layer_names``: the recorder's, None without ``per_parameter``."""
+    step, arrays = kept.step, kept.arrays
     parts = {
-        g.KEY: g.row_part(step, arrays, layer_names) if g.KEY in measured or not g.PROBED else None
+        g.KEY: kept.parts.get(g.KEY) if g.PROBED else g.row_part(step, arrays, layer_names)
         for g in GROUPS
     }
     return RecordedStep(
@@ -131,9 +111,11 @@ class Held:
     Attributes:
         path (Path), name (str), layer_names (list or None), every (int): the recorder's.
         recording (str): the recording's id, written into each part.
-        rows (list of RecordedStep): the steps recorded since the last part.
+        kept (list of KeptStep): the steps recorded since the last part (made rows when
+            written: :func:`step_row`).
         lock (list): the path's :class:`updater.trace.parts.PartsLock` while it is held.
-        written (int): rows already in the file at ``path`` (written without parts).
+        written (int): steps of :attr:`kept` already in the file at ``path`` (written without
+            parts).
         parts (int): parts written since the last merge.
         merged (bool): the file at ``path`` holds the steps a ``close()`` merged, which the
             next parts continue.
@@ -144,43 +126,44 @@ class Held:
     layer_names: List[str] | None
     every: int
     recording: str
-    rows: List[RecordedStep] = field(default_factory=list)
+    kept: List[KeptStep] = field(default_factory=list)
     lock: list = field(default_factory=list)
     written: int = 0
     parts: int = 0
     merged: bool = False
 
     def recent(self) -> Trace:
-        """The trace of :attr:`rows`."""
-        return trace_of(self.rows, self.name, self.layer_names, self.every)
+        """The trace of :attr:`kept` (their rows: :func:`step_row`)."""
+        rows = [step_row(kept, self.layer_names) for kept in self.kept]
+        return trace_of(rows, self.name, self.layer_names, self.every)
 
     def write_part(self) -> None:
-        """Write :attr:`rows` as the next part and drop them; the trace a ``close()`` merged
+        """Write :attr:`kept` as the next part and drop them; the trace a ``close()`` merged
         becomes part 0 first, so that the next merge keeps its steps."""
         if self.parts == 0 and self.merged:
             write_part(self.path, 0, Trace.load(self.path), self.recording)
             self.parts = 1
         write_part(self.path, self.parts, self.recent(), self.recording)
         self.parts += 1
-        self.rows.clear()
+        self.kept.clear()
         self.written = 0
 
     def write(self) -> Path:
-        """Write every step recorded to ``path``: with parts (or after a merge) the rows
-        become the last part and the parts are merged; else the rows are the trace."""
-        if self.parts or (self.merged and self.rows):
-            if self.rows:
+        """Write every step recorded to ``path``: with parts (or after a merge) the steps
+        kept become the last part and the parts are merged; else they are the trace."""
+        if self.parts or (self.merged and self.kept):
+            if self.kept:
                 self.write_part()
             merge_parts(self.path, self.name, self.recording)
             self.parts, self.merged = 0, True
         else:
             self.recent().save(self.path)
-            self.written = len(self.rows)
+            self.written = len(self.kept)
         return self.path
 
     def pending(self) -> bool:
         """Whether steps are recorded that ``path`` does not hold yet."""
-        return bool(self.parts or len(self.rows) > self.written)
+        return bool(self.parts or len(self.kept) > self.written)
 
 
 def write_at_exit(held: Held) -> None:
@@ -188,7 +171,7 @@ def write_at_exit(held: Held) -> None:
     the parts written (or finish a merge a Ctrl-C interrupted) and release the lock. A failure
     is printed to stderr, loudly, with what was lost and what is left; at interpreter exit the
     process then exits with status 1."""
-    rows, path = held.rows, held.path
+    steps, path = held.kept, held.path
     try:
         if not finish_merge(path) and held.pending():
             held.write()
@@ -198,7 +181,7 @@ def write_at_exit(held: Held) -> None:
             f"; the parts written are kept in {shown(parts_dir(path))}" if part_files(path) else ""
         )
         sys.stderr.write(
-            f"ERROR: GradientRecorder could not write {shown(path)} at exit, {len(rows)} recorded "
+            f"ERROR: GradientRecorder could not write {shown(path)} at exit, {len(steps)} recorded "
             f"steps are lost{kept}: {e}\n(close() it, or use a with block, to handle this)\n"
         )
         if EXITING:  # at interpreter exit: the exit status says it too

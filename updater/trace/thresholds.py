@@ -1,6 +1,6 @@
 """A trace's overflow thresholds (NumPy only): the scale from which each step overflows, the
-largest scale it was seen finite at, and whether probes measured them (:class:`Thresholds`,
-the home of their rule, :func:`below_overflow`)."""
+largest scale it was seen finite at, and whether probes measured them (:class:`Thresholds`;
+their rule, :func:`updater.trace.measured.below_overflow`, is a recorded step's)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,7 @@ from typing import ClassVar, List
 import numpy as np
 
 from .group import Group
-
-
-def below_overflow(finite_scale, overflow_scale):
-    """Where a finite scale is a number ``>= 0`` (0: not known) below the step's overflow scale
-    (inf: none): the rule of :attr:`Thresholds.finite_scale`; NaN fails."""
-    return (np.asarray(finite_scale) >= 0) & (finite_scale < overflow_scale)
-
-
-def check_step(overflow_scale: float, finite_scale: float) -> None:
-    """``ValueError`` unless one step's ``finite_scale`` keeps :func:`below_overflow`."""
-    if not below_overflow(finite_scale, overflow_scale):
-        raise ValueError(
-            f"finite_scale must be below the step's overflow scale {overflow_scale!r}, got "
-            f"{finite_scale!r}"
-        )
+from .measured import below_overflow
 
 
 @dataclass(frozen=True)
@@ -117,12 +103,10 @@ class Thresholds(Group):
     @classmethod
     def row_part(cls, step, arrays, layer_names) -> dict:
         """Every step's: its overflow scale (at most its own ``scale`` when its gradients
-        overflowed there, ``arrays.overflowed``), the scale it was seen finite at
-        (:func:`check_step`) and whether probes measured them."""
-        over = min(step.overflow_scale, step.scale) if arrays.overflowed else step.overflow_scale
-        check_step(over, step.finite_scale)
+        overflowed there, :meth:`updater.trace.measured.MeasuredStep.reduced`), the scale it
+        was seen finite at and whether probes measured them."""
         return {
-            "overflow_scale": over,
+            "overflow_scale": step.overflow_scale,
             "finite_scale": step.finite_scale,
             "overflow_probed": step.overflow_probed,
         }

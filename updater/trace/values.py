@@ -1,46 +1,24 @@
-"""What a trace holds per step, NumPy only: the binade histogram of a step's gradient values
-(:func:`binade_histogram`, bins :data:`EXP_MIN` .. :data:`EXP_MAX`) and the checks of a trace's
-counts, magnitudes and names."""
+"""The checks of what a trace holds per step, NumPy only: its counts, magnitudes and names (the
+binade histogram of a step's gradient values is :mod:`updater.trace.measured`'s)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..common.npz import MAX_TEXT
+from .measured import EXP_MAX, EXP_MIN, NBINS, binade_histogram  # here in 0.1.0: still here
 
-EXP_MIN = -80
-"""Binade of the first histogram bin (values below 2**EXP_MIN are counted there)."""
-EXP_MAX = 40
-"""Binade of the last histogram bin (values at or above 2**EXP_MAX are counted there)."""
-NBINS = EXP_MAX - EXP_MIN + 1
-
-
-def binade_histogram(values) -> tuple:
-    """Histogram one step's gradient values by binade.
-
-    Args:
-        values (array-like of float): gradient values (any float dtype, any shape).
-
-    Returns:
-        ``(counts, zeros, absmax, finite)``: int64 counts of length :data:`NBINS` over nonzero
-        finite magnitudes, the number of exact zeros, the largest finite magnitude (0.0 if none)
-        and whether every value was finite.
-
-    >>> counts, zeros, absmax, finite = binade_histogram([0.0, 0.75, -3.0, 1e-30])
-    >>> int(counts[-1 - EXP_MIN]), int(counts[1 - EXP_MIN]), zeros, absmax, finite
-    (1, 1, 1, 3.0, True)
-    """
-    a = np.abs(np.asarray(values, dtype=np.float64).ravel())
-    fin = np.isfinite(a)
-    all_finite = bool(fin.all())
-    if not all_finite:
-        a = a[fin]
-    nonzero = a[a > 0]
-    _, exp = np.frexp(nonzero)
-    binade = np.clip(exp.astype(np.int64) - 1, EXP_MIN, EXP_MAX) - EXP_MIN
-    counts = np.bincount(binade, minlength=NBINS).astype(np.int64)
-    absmax = float(nonzero.max()) if nonzero.size else 0.0
-    return counts, int(a.size - nonzero.size), absmax, all_finite
+__all__ = [
+    "EXP_MAX",
+    "EXP_MIN",
+    "MAX_COUNT",
+    "NBINS",
+    "binade_histogram",
+    "check_counts",
+    "check_label",
+    "check_magnitudes",
+    "layer_columns",
+]
 
 
 def check_label(what: str, text) -> str:

@@ -8,7 +8,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from updater.trace import NBINS
 from updater.trace import format as trace_format
+from updater.trace import recorder as trace_recorder
 from updater.trace import rows as trace_rows
 from updater.trace.group import Group
 from updater.trace.measured import MeasuredStep
@@ -111,6 +113,7 @@ def test_a_new_group_travels_from_the_step_to_the_trace_with_no_other_change(tmp
     groups = trace_format.GROUPS + (_Loss,)
     monkeypatch.setattr(trace_format, "GROUPS", groups)
     monkeypatch.setattr(trace_rows, "GROUPS", groups)
+    monkeypatch.setattr(trace_recorder, "GROUPS", groups)
     rec = GradientRecorder(tmp_path / "t.npz")
     for step, measured in enumerate(({"loss_probe": 0.25}, {})):
         rec.record_step(MeasuredStep(step=step, grads=[_f16(1.0)], scale=1.0, measured=measured))
@@ -142,3 +145,67 @@ def test_the_updater_leaves_the_users_recorder_as_made(tmp_path, tiny):
     u.update()
     assert rec.overflow_probed and rec.probe_passes > 0 and rec.trace().overflow_probed
     rec.close()
+
+
+def test_a_measured_step_keeps_the_number_it_was_given_as_a_float():
+    step = MeasuredStep(step=0, grads=[_f16(1.0)], scale=np.float16(2.0), finite_scale=1)
+    assert (type(step.scale), type(step.finite_scale)) == (float, float)
+    assert (step.scale, step.finite_scale) == (2.0, 1.0)
+    for bad in (np.nan, np.inf, -1.0, np.float32(0.0)):
+        with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+            MeasuredStep(step=0, grads=[_f16(1.0)], scale=bad)
+    with pytest.raises(TypeError, match="scale must be a finite number > 0"):
+        MeasuredStep(step=0, grads=[_f16(1.0)], scale=True)
+    with pytest.raises(ValueError, match="finite_scale must be a finite number >= 0"):
+        MeasuredStep(step=0, grads=[_f16(1.0)], scale=1.0, finite_scale=np.nan)
+
+
+def test_the_recorder_keeps_a_step_without_its_gradients_and_names(tmp_path):
+    """What a step costs held in memory until written: its histogram summed over the arrays
+    (per array only with ``per_parameter``), no gradients and no names."""
+    grads, names = [_f16(1.0, 0.0), _f16(np.inf)], ["a", "b"]
+    for per_parameter, rows in ((False, 1), (True, 2)):
+        rec = GradientRecorder(tmp_path / f"{per_parameter}.npz", per_parameter=per_parameter)
+        rec.record(0, grads, 4.0, names=names)
+        (kept,) = rec._kept
+        assert kept.step.grads == [] and kept.arrays.counts.shape == (rows, NBINS)
+        assert kept.step.names == (names if per_parameter else None)
+        assert kept.step.overflow_scale == 4.0  # overflowed at its scale
+        rec.close()
+
+
+STEP_MODULES = {
+    "updater/driver/recording/hook",
+    "updater/driver/recording/probes",
+    "updater/trace/measured",
+    "updater/trace/recorder",
+}
+"""The modules of the recording a recorded step with overflow probes enters (besides the
+plain step's and the forward state's copy): issue 51's at most 15 modules."""
+
+
+@pytest.mark.nnabla
+def test_a_recorded_step_with_overflow_probes_makes_its_row_when_written(tmp_path, tiny):
+    """Per recorded step the recorder keeps the step; the trace's groups, the checks and the
+    probe options are not entered (the row is made when the trace is written)."""
+    from benchmarks.common import Counted
+    from updater import DynamicLossScalingUpdater, DynamicScale, Probes
+
+    m = tiny("entered")
+    rec = GradientRecorder(tmp_path / "t.npz")
+    u = DynamicLossScalingUpdater(
+        m.solver,
+        m.loss,
+        m.feeder(),
+        policy=DynamicScale(init_scale=2.0**10),
+        recorder=rec,
+        probes=Probes(overflow=True),
+    )
+    u.update()
+    with Counted() as counted:
+        u.update()
+    entered = {m for m in counted.calls if m.startswith(("updater/trace/", "updater/common/"))}
+    entered |= {m for m in counted.calls if m.startswith("updater/driver/recording/")}
+    assert "updater/driver/probe_options" not in counted.calls
+    assert entered == STEP_MODULES
+    assert rec.trace().overflow_probed and rec.close() is not None

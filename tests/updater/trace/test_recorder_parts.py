@@ -42,7 +42,7 @@ def test_parts_keep_memory_bounded_and_merge_into_the_same_trace(tmp_path):
         held = []
         for _ in range(23):
             upd.update()
-            held.append(len(rec._rows))
+            held.append(len(rec._kept))
         if write_every:
             assert max(held) < 5 and len(part_files(path)) == 4  # 20 steps on disk, 3 in memory
             assert rec.trace().steps == 23
@@ -96,7 +96,7 @@ def test_write_seconds_writes_a_part_when_the_interval_passed(tmp_path):
     rec = GradientRecorder(tmp_path / "s.npz", write_seconds=1e-9)
     for step in range(3):
         rec.record(step, [np.ones(2, np.float16)], 1.0)
-    assert len(part_files(tmp_path / "s.npz")) == 3 and not rec._rows
+    assert len(part_files(tmp_path / "s.npz")) == 3 and not rec._kept
     assert Trace.load(rec.close()).steps == 3
 
 

@@ -16,7 +16,7 @@ from updater.trace.flush import FlushCurve
 from updater.trace.format import GROUPS
 from updater.trace.parts import concat_traces, load_parts, write_part
 from updater.trace.recorder import GradientRecorder
-from updater.trace.rows import RecordedStep
+from updater.trace.rows import KeptStep, RecordedStep, step_row
 
 
 def _trace(steps=3):
@@ -115,10 +115,12 @@ def test_a_per_step_array_declaring_more_dimensions_is_refused_before_inflating(
     assert int(grown_mib) < 64
 
 
-def test_the_recorder_keeps_named_rows(tmp_path):
+def test_the_recorder_keeps_each_step_and_makes_its_named_row_when_written(tmp_path):
     rec = GradientRecorder(tmp_path / "t.npz")
     rec.record(0, [np.array([1.0, np.inf], np.float16)], 8.0, finite_scale=4.0)
-    row = rec._rows[0]
+    (kept,) = rec._kept
+    assert isinstance(kept, KeptStep) and kept.step.grads == [] and kept.parts == {}
+    row = step_row(kept, None)
     assert isinstance(row, RecordedStep)
     thresholds = row.parts["thresholds"]
     assert (thresholds["overflow_scale"], thresholds["finite_scale"], row.nonfinite) == (
@@ -130,5 +132,7 @@ def test_the_recorder_keeps_named_rows(tmp_path):
     assert row.parts["forward"] is None
     with pytest.raises(ValueError, match="finite_scale must be below the step's overflow"):
         rec.record(1, [np.array([np.inf], np.float16)], 8.0, finite_scale=8.0)
-    assert len(rec._rows) == 1
+    with pytest.raises(ValueError, match="forward_peak must be a number >= 0"):
+        rec.record(1, [np.array([1.0], np.float16)], 8.0, forward_peak=(-1.0, "Affine#0"))
+    assert len(rec._kept) == 1
     rec.close()

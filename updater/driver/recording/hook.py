@@ -71,6 +71,7 @@ class Recording:
     def __init__(self, options, reads, work, seed_type):
         self.recorder = options.record.recorder
         self.probes = probes_of(self.recorder, options.record.probes)
+        self._reruns = self.probes.reruns  # asked per recorded step: answered once
         self.reads = reads
         self.rounds = reads.rounds
         self.work = work
@@ -90,7 +91,7 @@ class Recording:
 
     def replays(self, step: int) -> bool:
         """Whether step ``step``'s rounds run again (probes): its inputs are kept."""
-        return self.probes.reruns and self.wants(step)
+        return self._reruns and self.wants(step)
 
     def attempt_hook(self, step: int):
         """Before each attempt of ``step``: the forward pass's ``function_post_hook`` (the
@@ -110,7 +111,7 @@ class Recording:
         seed, good_batch = attempt.seed, attempt.good_batch
         over = seed if not attempt.finite and good_batch else attempt.overflow_scale
         grads, scale, finite_scale, passes, measured = attempt.arrays, seed, 0.0, 0, {}
-        if probes.reruns and good_batch:
+        if self._reruns and good_batch:
             found = self._probe(attempt, over, step // self.recorder.every)
             passes, grads = found.passes, None  # host views taken before may be stale
             if found.flush is not None:
