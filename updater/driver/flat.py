@@ -159,6 +159,7 @@ class SavedData(NamedTuple):
             if i in self.own:
                 pieces.append(self.own[i])
             elif v.size:
+                assert self.copy is not None  # a non-empty float16/float32 array is in it
                 pieces.append(self.copy.narrow(0, offset, v.size).view(v.shape))
                 offset += v.size
             else:

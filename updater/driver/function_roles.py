@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 import nnabla as nn
@@ -135,7 +136,8 @@ int32 (``Tl`` is ``int``), so an int64 label below it wraps (-2**31 - 1 becomes 
 out of bounds: measured, a segmentation fault)."""
 
 
-class Indexes(NamedTuple):
+@dataclass(frozen=True)
+class Indexes:
     """How a function reads one of its index inputs (values read as int32, truncated toward 0:
     a float value in ``(-1, n)`` is an index in ``[0, n)``).
 

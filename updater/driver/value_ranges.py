@@ -94,7 +94,7 @@ def _intersect_entries(a: Range, b: Range) -> Range:
     if b.entries and (b.along, len(b.entries)) == (a.along, len(a.entries)):
         others = b.entries
     else:
-        others = [(b.low, b.high)] * len(a.entries)
+        others = ((b.low, b.high),) * len(a.entries)
     entries = tuple((max(x[0], y[0]), min(x[1], y[1])) for x, y in zip(a.entries, others))
     why = "; ".join(filter(None, dict.fromkeys([a.why, b.why])))
     low, high = min(e[0] for e in entries), max(e[1] for e in entries)
@@ -133,12 +133,13 @@ def _entries_range(func, shape, names: List[str], indexes: Indexes, where: str) 
     else:
         table = tuple(func.info.args[indexes.table])
         of = f"the {indexes.table} {table} of {where}"
+    assert indexes.along is not None  # the caller's branch: entries along an axis
     along = indexes.along % len(shape)
     sizes = tuple(int(n) for n in table[: shape[along]])
     entries = tuple((-n - 1.0 if indexes.wraps else -1.0, float(n)) for n in sizes)
     if len(sizes) == 1:
-        low = f"-{sizes[0]}" if indexes.wraps else "0"
-        why = f"an index in [{low}, {sizes[0]}), {of}"
+        lowest = f"-{sizes[0]}" if indexes.wraps else "0"
+        why = f"an index in [{lowest}, {sizes[0]}), {of}"
         return Range(low=entries[0][0], high=entries[0][1], why=why)
     accepted = "[-n_j, n_j)" if indexes.wraps else "[0, n_j)"
     why = f"an index in {accepted} at position j along axis {along}, n_j the j-th of {of}"

@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import pickle
 import sys
-import time
 from typing import Any, Dict, Mapping, Set
 
 import nnabla as nn
@@ -58,7 +57,7 @@ import numpy as np
 
 from ..common.validation import check_bool, check_positive
 from ..driver.arrays import array_dtype, host_view
-from .exit_watch import ABORT_PAUSE_S, ExitWatch
+from .exit_watch import AbortingExcepthook, ExitWatch
 
 _INSTALL_HINT = (
     "install the project's 'mpi' extra, which brings mpi4py and MPICH (with mpiexec): "
@@ -381,20 +380,5 @@ def abort_on_exception(comm=None, exit_code: int = 1) -> None:
     if isinstance(comm, MPICommunicator):
         comm = comm.mpi_comm
     target = MPI.COMM_WORLD if comm is None else comm
-    if getattr(sys.excepthook, "_aborts_mpi_job", False):
-        return
-    previous = sys.excepthook
-
-    def hook(exc_type, exc, tb):
-        try:
-            previous(exc_type, exc, tb)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # MPI_Abort tears down mpiexec's output forwarding at once; a short pause lets the
-            # traceback just written reach the terminal first (seen cut off without it).
-            time.sleep(ABORT_PAUSE_S)
-            target.Abort(exit_code)
-
-    hook._aborts_mpi_job = True
-    sys.excepthook = hook
+    if not isinstance(sys.excepthook, AbortingExcepthook):
+        sys.excepthook = AbortingExcepthook(sys.excepthook, target, exit_code)

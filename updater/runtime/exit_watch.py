@@ -10,7 +10,8 @@ on, e.g. rank 0 evaluating and saving after training, is never aborted). A rank 
 collective polls for that message and, when the collective is still not done ``grace`` seconds
 after it came, aborts the whole job, naming the rank that ended: it would wait for it forever.
 A rank waiting in a collective outside the communicator (a plain mpi4py ``Barrier``) is not
-watched: it waits as in plain MPI.
+watched: it waits as in plain MPI. A rank's unhandled exception ends the job at once
+(:class:`AbortingExcepthook`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,24 @@ def abort_job(comm, message: str) -> None:
     sys.stderr.flush()
     time.sleep(ABORT_PAUSE_S)
     comm.Abort(1)
+
+
+class AbortingExcepthook:
+    """The ``sys.excepthook`` that :func:`updater.runtime.comm.abort_on_exception` installs: the
+    ``previous`` hook prints the exception, then every rank of ``target``'s job ends
+    (``MPI_Abort`` with ``exit_code``) after a pause (:data:`ABORT_PAUSE_S`)."""
+
+    def __init__(self, previous, target, exit_code: int):
+        self.previous, self.target, self.exit_code = previous, target, exit_code
+
+    def __call__(self, exc_type, exc, tb) -> None:
+        try:
+            self.previous(exc_type, exc, tb)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            time.sleep(ABORT_PAUSE_S)
+            self.target.Abort(self.exit_code)
 
 
 class ExitWatch:

@@ -7,7 +7,8 @@ the trace's fields), so that a new group is one module and its place in ``GROUPS
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, List, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -18,6 +19,12 @@ def listed(names) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
+G = TypeVar("G", bound="Group")
+"""A group's own class, in the signatures its subclasses narrow (:meth:`Group.checked`,
+:meth:`Group.stranger`)."""
+
+
+@dataclass(frozen=True)
 class Group:
     """The base of a trace's sub-record: a frozen dataclass whose fields are the trace's public
     fields of the group (``trace.flush_scales`` reads ``trace.flush.flush_scales``)."""
@@ -59,9 +66,10 @@ class Group:
         return cls.checked(trace, **given)
 
     @classmethod
-    def checked(cls, trace, **fields) -> Group:
-        """The group of ``fields`` converted and checked against ``trace`` (its steps and
-        histograms); ``TypeError``/``ValueError`` naming the field."""
+    def checked(cls: Type[G], trace, *args: Any, **fields: Any) -> G:
+        """The group of its ``fields`` (each group's own signature) converted and checked
+        against ``trace`` (its steps and histograms); ``TypeError``/``ValueError`` naming the
+        field."""
         raise NotImplementedError
 
     def arrays(self) -> dict:
@@ -115,7 +123,7 @@ class Group:
         return cls(**joined)
 
     @classmethod
-    def stranger(cls, groups: List[Group | None]) -> Tuple[int, str] | None:
+    def stranger(cls: Type[G], groups: List[G | None]) -> Tuple[int, str] | None:
         """The first of the parts' ``groups`` of one recording that no other part's
         concatenates with, and what it holds; None: they all do."""
         return None

@@ -38,7 +38,9 @@ from .format import GROUPS, Trace
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: no lock
-    fcntl = None
+    _HAS_FLOCK = False
+else:
+    _HAS_FLOCK = True
 
 LOCK_NAME = "lock"
 MERGED_NAME = "merged"
@@ -100,7 +102,7 @@ class PartsLock:
 
     def __init__(self, path: Union[str, Path]):
         self.path = Path(path)
-        fd = _acquire(self.path) if fcntl is not None else None
+        fd = _acquire(self.path) if _HAS_FLOCK else None
         self._release = weakref.finalize(self, _unlock, self.path, fd)
 
     def release(self) -> None:

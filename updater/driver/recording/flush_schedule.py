@@ -74,7 +74,8 @@ class FlushSchedule:
         self.credit = 0.0
         self._rng = random.Random(seed)
         self._measured = 0
-        self._search = None  # the search's passes per step, averaged over about HORIZON steps
+        # the search's passes per step, averaged over about HORIZON steps (None: no step yet)
+        self._search: float | None = None
 
     def due(self, recorded: int, search_passes: int) -> bool:
         """Whether recorded step number ``recorded`` (0-based) is measured, after its overflow

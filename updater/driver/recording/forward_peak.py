@@ -16,6 +16,8 @@ denominator (the sum of ``exp(x - max)``) are read from their outputs.
 
 from __future__ import annotations
 
+from typing import Dict
+
 import numpy as np
 
 from ...common.float16 import FP16_MAX
@@ -90,7 +92,8 @@ class ForwardPeak:
 
     def reset(self) -> None:
         """Forget what was seen (call before each attempt)."""
-        self.peak, self.where, self._count = 0.0, "", {}
+        self.peak, self.where = 0.0, ""
+        self._count: Dict[str, int] = {}  # functions seen, by type
 
     def _note(self, value: float, where: str) -> None:
         if value / FP16_MAX > self.peak:

@@ -55,7 +55,8 @@ class Rerun(Protocol):
     gradients and forward state (implemented by
     :class:`updater.driver.recording.hook.Recording`)."""
 
-    rounds_per_attempt: int  # forward/backward rounds per attempt (accum_grad)
+    @property
+    def rounds_per_attempt(self) -> int: ...  # forward/backward rounds per attempt (accum_grad)
 
     def with_gradients(self) -> List: ...  # parameters and need_grad inputs
 
