@@ -40,6 +40,7 @@ EXPECTED = {
     ],
     "docs/guide/stages.md": [r"^20 0$", r"D updater: skipped steps"],
     "docs/guide/recording.md": [r"\| `\(whole model\)` \|", r"\| `fc1/affine/W` \|"],
+    # each rank's own line, in either order (the page writes each line in one write)
     "docs/guide/workers.md": [r"^0 resumed at step 100$", r"^1 resumed at step 100$"],
     "docs/simulator/cli.md": [r"refused \(status 2\): mine/README.md kept"],
 }
