@@ -77,3 +77,17 @@ def shipped_trace(name: str) -> Path:
             f"a shipped recording is one of {', '.join(SHIPPED_RECORDINGS)}, got {name!r}"
         )
     return SHIPPED_DIR / f"{name}.npz"
+
+
+HELD_OUT_ORDERS = (3, 4, 5, 6)
+"""The batch orders of more real runs that only check the predictive interval
+(``python -m benchmarks.bench_interval``), beside those of :data:`CHECK_ORDERS`: no recording
+and no calibration used them (:data:`HELD_OUT_RUNS` says which; made by
+``python -m sim.nnabla_studies.held_out``)."""
+HELD_OUT_RUNS = {
+    "digits_conv_bn": ("dynamic-fast", "headroom"),
+    "sequence_lstm": ("dynamic-fast", "headroom"),
+}
+"""Per model, the checked policies (:data:`sim.replay.measured.CHECKED_POLICIES`) trained again
+in the batch orders :data:`HELD_OUT_ORDERS`: the models whose steps overflow below 2**15, under
+the policies that skip steps on them (``nnabla-legacy`` skips none)."""
