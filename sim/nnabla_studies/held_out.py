@@ -3,7 +3,7 @@
 The shipped real runs (:mod:`sim.nnabla_studies.real_traces`) hold one batch order per model and
 policy, so the spread of a count across batch orders rests on three values (the two recordings'
 exact replays and one real run). This trains the models whose steps overflow again under the
-policies that skip on them (:data:`sim.traces.real.HELD_OUT_RUNS`) in more batch orders
+policies that skip on them (:data:`sim.traces.real.HELD_OUT_POLICIES`) in more batch orders
 (:data:`sim.traces.real.HELD_OUT_ORDERS`), each exactly as a checked run of ``real_traces``
 (same seed, steps and probes: :func:`sim.nnabla_studies.real_traces.record_all`), one at a time,
 into ``<model>.order<k>.<policy>.run.npz`` beside the others. ``python -m
@@ -18,28 +18,30 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Mapping, Sequence
 
 from sim.argtypes import positive_int
 from sim.nnabla_studies.real_traces import DEFAULT_STEPS, RUN_COLUMNS, format_table, record_all
 from sim.replay.measured import MeasuredRun, run_path
 from sim.report.provenance import provenance
-from sim.traces.real import HELD_OUT_ORDERS, HELD_OUT_RUNS, SHIPPED_DIR
+from sim.traces.real import HELD_OUT_ORDERS, HELD_OUT_POLICIES, SHIPPED_DIR
 from updater.common.writing import write_text
 
 
-def held_out_tasks(orders: Sequence[int] = HELD_OUT_ORDERS, steps: int | None = None) -> List:
+def held_out_tasks(
+    orders: Mapping[str, Sequence[int]] = HELD_OUT_ORDERS, steps: int | None = None
+) -> List:
     """The tasks of :func:`sim.nnabla_studies.real_traces.record_all` that make the held-out runs
-    in batch orders ``orders``: ``(model, steps, order, policy)``, order by order.
+    of each model in its batch orders ``orders``: ``(model, steps, order, policy)``.
 
-    >>> held_out_tasks((3,), steps=5)[:2]
-    [('digits_conv_bn', 5, 3, 'dynamic-fast'), ('digits_conv_bn', 5, 3, 'headroom')]
+    >>> held_out_tasks({"sequence_lstm": (3,)}, steps=5)
+    [('sequence_lstm', 5, 3, 'dynamic-fast'), ('sequence_lstm', 5, 3, 'headroom')]
     """
     return [
         (model, DEFAULT_STEPS[model] if steps is None else steps, order, label)
-        for order in orders
-        for model, labels in HELD_OUT_RUNS.items()
-        for label in labels
+        for model, ks in orders.items()
+        for order in ks
+        for label in HELD_OUT_POLICIES
     ]
 
 
@@ -71,14 +73,15 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", default=None, help="folder (default: the shipped traces)")
     parser.add_argument(
-        "--orders", nargs="+", type=int, default=list(HELD_OUT_ORDERS), help="batch orders"
+        "--orders", nargs="+", type=int, default=None, help="batch orders (default: each model's)"
     )
     parser.add_argument("--steps", type=positive_int, default=None, help="steps (tests only)")
     parser.add_argument("--table-only", action="store_true", help="write held_out.md only")
     args = parser.parse_args(argv)
     out = SHIPPED_DIR if args.out is None else Path(args.out)
     if not args.table_only:
-        record_all(out, held_out_tasks(args.orders, args.steps))
+        orders = {m: args.orders or ks for m, ks in HELD_OUT_ORDERS.items()}
+        record_all(out, held_out_tasks(orders, args.steps))
     rows = held_out_found(out)
     print(format_table(rows, RUN_COLUMNS))
     command = "python -m sim.nnabla_studies.held_out" + (

@@ -5,11 +5,11 @@
 :data:`sim.traces.real.RECORDINGS`), under the :data:`CALIBRATION_POLICIES`, each recording
 alone predicts the exact replay of every other one, a batch order it did not see. The real runs
 (batch orders :data:`sim.traces.real.CHECK_ORDERS`, under
-:data:`sim.replay.measured.CHECKED_POLICIES`, and the more batch orders
-:data:`sim.traces.real.HELD_OUT_ORDERS` of :data:`sim.traces.real.HELD_OUT_RUNS`; none of them
-in the calibration: neither their batch order nor their policies) are held out:
-:func:`held_out_rows` puts the interval (:func:`sim.replay.intervals.replay_intervals`) beside
-each one.
+:data:`sim.replay.measured.CHECKED_POLICIES`, and, under
+:data:`sim.traces.real.HELD_OUT_POLICIES`, the more batch orders
+:data:`sim.traces.real.HELD_OUT_ORDERS`; none of them in the calibration: neither their batch
+order nor their policies) are held out: :func:`held_out_rows` puts the interval
+(:func:`sim.replay.intervals.replay_intervals`) beside each one.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.replay.metrics import METRICS
 from sim.replay.pool import TracePool
 from sim.replay.run import simulate
-from sim.traces.real import CHECK_ORDERS, HELD_OUT_ORDERS, HELD_OUT_RUNS
+from sim.traces.real import CHECK_ORDERS, HELD_OUT_ORDERS, HELD_OUT_POLICIES
 from updater.policy import DynamicScale, HeadroomScale, StaticScale
 from updater.policy.presets import PRESETS
 from updater.trace import Trace
@@ -88,7 +88,7 @@ def calibration_cases(
 def held_out_rows(
     recordings: Mapping[str, Sequence[Trace]],
     runs_dir: Union[str, Path],
-    more_orders: Sequence[int] = HELD_OUT_ORDERS,
+    more_orders: Mapping[str, Sequence[int]] = HELD_OUT_ORDERS,
     seed: int = 0,
 ) -> List[Dict[str, Any]]:
     """The interval beside each held-out real run, from all recordings pooled and from each
@@ -98,9 +98,10 @@ def held_out_rows(
         recordings (mapping model -> sequence of Trace): the recordings of each model.
         runs_dir (str or Path): where the real runs are (:func:`sim.replay.measured.run_path`):
             every checked policy's in :data:`sim.traces.real.CHECK_ORDERS`, and those of
-            :data:`sim.traces.real.HELD_OUT_RUNS` in ``more_orders`` too.
-        more_orders (sequence of int, default :data:`sim.traces.real.HELD_OUT_ORDERS`): the
-            further batch orders of :data:`sim.traces.real.HELD_OUT_RUNS` (``()``: none).
+            :data:`sim.traces.real.HELD_OUT_POLICIES` in ``more_orders`` too.
+        more_orders (mapping model -> sequence of int, default
+            :data:`sim.traces.real.HELD_OUT_ORDERS`): the further batch orders of each model
+            (``{}``: none).
         seed (int, default 0): seed of the bootstrap.
 
     Returns:
@@ -113,7 +114,7 @@ def held_out_rows(
     rows = []
     for model, traces in recordings.items():
         for label, policy in CHECKED_POLICIES.items():
-            more = tuple(more_orders) if label in HELD_OUT_RUNS.get(model, ()) else ()
+            more = tuple(more_orders.get(model, ())) if label in HELD_OUT_POLICIES else ()
             orders = (*CHECK_ORDERS, *more)
             runs = [MeasuredRun.load(run_path(runs_dir, model, label, k)) for k in orders]
             measured = [r.metrics() for r in runs]

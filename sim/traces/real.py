@@ -79,15 +79,12 @@ def shipped_trace(name: str) -> Path:
     return SHIPPED_DIR / f"{name}.npz"
 
 
-HELD_OUT_ORDERS = (3, 4, 5, 6)
-"""The batch orders of more real runs that only check the predictive interval
+HELD_OUT_POLICIES = ("dynamic-fast", "headroom")
+"""The checked policies (:data:`sim.replay.measured.CHECKED_POLICIES`) trained again in the batch
+orders of :data:`HELD_OUT_ORDERS`: those that skip steps on the models whose steps overflow
+(``nnabla-legacy`` skips none)."""
+HELD_OUT_ORDERS = {"sequence_lstm": (3,)}
+"""Per model whose steps overflow below 2**15, the batch orders of more real runs under
+:data:`HELD_OUT_POLICIES` that only check the predictive interval
 (``python -m benchmarks.bench_interval``), beside those of :data:`CHECK_ORDERS`: no recording
-and no calibration used them (:data:`HELD_OUT_RUNS` says which; made by
-``python -m sim.nnabla_studies.held_out``)."""
-HELD_OUT_RUNS = {
-    "digits_conv_bn": ("dynamic-fast", "headroom"),
-    "sequence_lstm": ("dynamic-fast", "headroom"),
-}
-"""Per model, the checked policies (:data:`sim.replay.measured.CHECKED_POLICIES`) trained again
-in the batch orders :data:`HELD_OUT_ORDERS`: the models whose steps overflow below 2**15, under
-the policies that skip steps on them (``nnabla-legacy`` skips none)."""
+and no calibration used them (made by ``python -m sim.nnabla_studies.held_out``)."""

@@ -14,7 +14,7 @@ from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.traces.real import (
     CHECK_ORDERS,
     HELD_OUT_ORDERS,
-    HELD_OUT_RUNS,
+    HELD_OUT_POLICIES,
     RECORDINGS,
     trace_path,
 )
@@ -23,21 +23,18 @@ from updater.trace import Trace
 
 
 def test_the_held_out_runs_ship_in_batch_orders_nothing_else_used():
-    assert not set(HELD_OUT_ORDERS) & {*RECORDINGS, *CHECK_ORDERS}
-    for model, labels in HELD_OUT_RUNS.items():
-        assert set(labels) <= set(CHECKED_POLICIES)
-        for label in labels:
-            for order in HELD_OUT_ORDERS:
+    assert set(HELD_OUT_POLICIES) <= set(CHECKED_POLICIES)
+    for model, orders in HELD_OUT_ORDERS.items():
+        assert not set(orders) & {*RECORDINGS, *CHECK_ORDERS}
+        for label in HELD_OUT_POLICIES:
+            for order in orders:
                 run = MeasuredRun.load(run_path(SHIPPED_TRACES, model, label, order))
                 assert (run.model, run.label, run.order) == (model, label, order)
                 assert run.steps == DEFAULT_STEPS[model] and run.stick == "probed"
                 assert repr(run.policy) == repr(CHECKED_POLICIES[label])
     text = (SHIPPED_TRACES / "held_out.md").read_text()
-    assert (
-        text.count(" | dynamic-fast | ")
-        == text.count(" | headroom | ")
-        == len(HELD_OUT_ORDERS) * len(HELD_OUT_RUNS)
-    )
+    runs = sum(len(orders) for orders in HELD_OUT_ORDERS.values())
+    assert text.count(" | dynamic-fast | ") == text.count(" | headroom | ") == runs
 
 
 def test_the_check_reads_every_held_out_run_and_the_spread_counts_them_all():
@@ -52,7 +49,14 @@ def test_the_check_reads_every_held_out_run_and_the_spread_counts_them_all():
         label: [r["order"] for r in both if r["policy"] == label] for label in CHECKED_POLICIES
     }
     assert orders["nnabla-legacy"] == list(CHECK_ORDERS)
-    assert orders["headroom"] == orders["dynamic-fast"] == [*CHECK_ORDERS, *HELD_OUT_ORDERS]
+    assert (
+        orders["headroom"]
+        == orders["dynamic-fast"]
+        == [
+            *CHECK_ORDERS,
+            *HELD_OUT_ORDERS["sequence_lstm"],
+        ]
+    )
     headroom = [r for r in both if r["policy"] == "headroom"]
     counts = [
         MeasuredRun.load(
@@ -63,7 +67,7 @@ def test_the_check_reads_every_held_out_run_and_the_spread_counts_them_all():
     assert [r["measured"] for r in headroom] == counts
     assert {r["runs_spread"] for r in headroom} == {max(counts) - min(counts)}
     assert all(r["orders_spread"] >= r["runs_spread"] for r in headroom)
-    fewer = held_out_rows(recordings, SHIPPED_TRACES, more_orders=())
+    fewer = held_out_rows(recordings, SHIPPED_TRACES, more_orders={})
     assert {r["order"] for r in fewer} == set(CHECK_ORDERS)
 
 
@@ -71,11 +75,12 @@ def test_the_check_reads_every_held_out_run_and_the_spread_counts_them_all():
 def test_the_command_trains_the_held_out_runs_as_checked_runs(tmp_path):
     pytest.importorskip("nnabla")
     pytest.importorskip("sklearn")
-    assert held_out_tasks((3,), steps=2) == [
-        (m, 2, 3, label) for m, labels in HELD_OUT_RUNS.items() for label in labels
+    threes = {m: (3,) for m in HELD_OUT_ORDERS}
+    assert held_out_tasks(threes, steps=2) == [
+        (m, 2, 3, label) for m in HELD_OUT_ORDERS for label in HELD_OUT_POLICIES
     ]
     assert main(["--out", str(tmp_path), "--orders", "3", "--steps", "2"]) == 0
-    for model, _, order, label in held_out_tasks((3,), steps=2):
+    for model, _, order, label in held_out_tasks(threes, steps=2):
         run = MeasuredRun.load(run_path(tmp_path, model, label, order))
         assert run.steps == 2 and run.stick == "probed" and run.order == 3
     text = (tmp_path / "held_out.md").read_text()
