@@ -52,11 +52,18 @@ def held_out_found(folder: Path) -> List[Dict]:
     return [MeasuredRun.load(p).summary() for p in paths if p.exists()]
 
 
-def held_out_text(rows: List[Dict], command: str, out: Path) -> str:
-    """``held_out.md``: what the runs are, how they were made, their table."""
+def held_out_text(rows: List[Dict], command: str, out: Path, trained: bool = True) -> str:
+    """``held_out.md``: what the runs are, how they were made, their table (``trained``: by
+    ``command``; else ``command`` only listed runs trained before, the same way)."""
+    how = (
+        f"Trained by `{command}`"
+        if trained
+        else f"Listed by `{command}` (the runs trained before, each by the task "
+        "`python -m sim.nnabla_studies.held_out` runs)"
+    )
     return (
         "# Real runs held out for the predictive interval's check\n\n"
-        f"Trained by `{command}` with {provenance(out)} (cpu:half, seed 0, one at a time): "
+        f"{how} with {provenance(out)} (cpu:half, seed 0, one at a time): "
         "the models whose steps overflow below 2**15, again under the checked policies that "
         "skip steps on them, in batch orders no recording and no calibration used, each "
         "measured against a float32 shadow at every step with its overflow thresholds probed, "
@@ -87,7 +94,8 @@ def main(argv=None) -> int:
     command = "python -m sim.nnabla_studies.held_out" + (
         "" if args.out is None else f" --out {args.out}"
     )
-    write_text(out / "held_out.md", held_out_text(rows, command, out))
+    command += " --table-only" * args.table_only
+    write_text(out / "held_out.md", held_out_text(rows, command, out, not args.table_only))
     return 0
 
 
