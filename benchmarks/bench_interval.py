@@ -4,15 +4,14 @@ on real runs kept out of it.
 Calibration (:mod:`sim.replay.calibration`): on the shipped recordings of the models whose steps
 overflow below 2**15 (digits_conv_bn, sequence_lstm; batch orders 0 and 1), under a grid of
 policies that are none of the checked ones, each recording alone predicts the other's exact
-replay. Held out: the shipped real runs (batch order 2, under nnabla-legacy, dynamic-fast and
-headroom, all four models), predicted from both recordings and from each alone. Beside each
-width: the spread of the metric across the batch orders known (the two recordings' exact
-replays and the real run; the shipped files hold one real run per policy and model, more need
-training: `python -m benchmarks.bench_recordings` records six more batch orders in about 40
-minutes, under the default policy only). The range of three draws is on average 1.69 standard
-deviations, and a 90% interval that knew the distribution exactly would be 3.29 wide: about 1.95
-times that range, so the 2x goal is nearly the best possible against three batch orders. Reads
-only the shipped files; no training.
+replay. Held out: the shipped real runs in batch order 2 (under nnabla-legacy, dynamic-fast and
+headroom, all four models) and, on digits_conv_bn and sequence_lstm under dynamic-fast and
+headroom (the checked policies that skip steps there), more real runs in the batch orders of
+`sim.traces.real.HELD_OUT_ORDERS` (`python -m sim.nnabla_studies.held_out`), predicted from both
+recordings and from each alone. Beside each width: the spread of the metric across the batch
+orders known (the largest minus the smallest of the two recordings' exact replays and every
+real run of that model and policy), and across the real runs alone. Neither the calibration's
+batch orders nor its policies include a held-out run. Reads only the shipped files; no training.
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ def run(seed: int = 0) -> Dict[str, Any]:
     recordings = {m: [Trace.load(trace_path(SHIPPED_DIR, m, k)) for k in RECORDINGS] for m in ALL}
     cases = calibration_cases({m: recordings[m] for m in MODELS}, seed)
     factors = {metric: calibration_factor(c) for metric, c in cases.items()}
-    return {"factors": factors, "cases": cases, "rows": held_out_rows(recordings, SHIPPED_DIR)}
+    rows = held_out_rows(recordings, SHIPPED_DIR, seed=seed)
+    return {"factors": factors, "cases": cases, "rows": rows}
 
 
 def _value(metric: str, v: float) -> str:
@@ -57,6 +57,7 @@ def summary(rows: List[Dict], metric: str, source: str) -> Dict[str, Any]:
     inside = sum(r["inside"] for r in sub)
     width = float(np.mean([r["width"] for r in sub]))
     spread = float(np.mean([r["orders_spread"] for r in sub]))
+    runs = float(np.mean([r["runs_spread"] for r in sub]))
     return {
         "metric": metric,
         "from": "both recordings" if source == "all" else "one recording",
@@ -64,6 +65,7 @@ def summary(rows: List[Dict], metric: str, source: str) -> Dict[str, Any]:
         "share": inside / len(sub),
         "width": _value(metric, width),
         "spread": _value(metric, spread),
+        "runs": _value(metric, runs),
         "ratio": "n/a" if spread == 0 else f"{width / spread:.2f}",
     }
 
@@ -92,6 +94,7 @@ def markdown(result: Dict[str, Any]) -> str:
             "measured": _value(r["metric"], r["measured"]),
             "inside": "yes" if r["inside"] else "NO",
             "orders_spread": _value(r["metric"], r["orders_spread"]),
+            "order": r["order"],
         }
         for r in rows
         if r["from"] == "all"
@@ -133,7 +136,7 @@ def markdown(result: Dict[str, Any]) -> str:
             "",
             markdown_table(
                 table,
-                ["metric", "from", "inside", "width", "spread", "ratio"],
+                ["metric", "from", "inside", "width", "spread", "ratio", "runs"],
                 [
                     "metric",
                     "interval from",
@@ -141,6 +144,7 @@ def markdown(result: Dict[str, Any]) -> str:
                     "mean width",
                     "mean spread across batch orders",
                     "width / spread",
+                    "mean spread of the real runs alone",
                 ],
             ),
             "",
@@ -148,10 +152,20 @@ def markdown(result: Dict[str, Any]) -> str:
             "",
             markdown_table(
                 shown,
-                ["model", "policy", "metric", "interval", "measured", "inside", "orders_spread"],
                 [
                     "model",
                     "policy",
+                    "order",
+                    "metric",
+                    "interval",
+                    "measured",
+                    "inside",
+                    "orders_spread",
+                ],
+                [
+                    "model",
+                    "policy",
+                    "batch order",
                     "metric",
                     "interval",
                     "real run",

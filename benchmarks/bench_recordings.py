@@ -1,7 +1,7 @@
 """How many recordings a prediction needs: the skipped steps predicted from k recordings of one
-model in different batch orders (k = 1 ... n), their spread (k = 1: the jittered runs' 5-95%,
-which claims no level; k >= 2: the 90% predictive spread of :mod:`sim.replay.spread`) and whether
-it holds the real runs of the checked policies in a batch order no recording used.
+model in different batch orders (k = 1 ... n), their calibrated interval (the one ``dls simulate``
+prints: :func:`sim.replay.spread.calibrated_interval`) and whether it holds the real runs of
+the checked policies in a batch order no recording used.
 
 Only the models whose steps overflow below 2**15 are measured (on the others every spread is 0
 wide and right). The recordings probe overflow thresholds only (no flushing, no per-parameter
@@ -37,14 +37,12 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
     from sim.nnabla_studies.real_traces import QUICK_STEPS, plan_tasks, record_all
     from sim.replay.pool import TracePool
     from sim.replay.predictions import prediction_rows
-    from sim.report.experiments import ReportConfig
     from sim.traces.real import CHECK_ORDERS, RECORDINGS, SHIPPED_DIR, trace_path
     from updater import Probes
     from updater.trace import Trace
 
     first = max(*RECORDINGS, *CHECK_ORDERS) + 1
     orders = (*RECORDINGS, *range(first, first + extra))
-    config = ReportConfig()
     rows, recordings = [], []
     with tempfile.TemporaryDirectory() as tmp:
         record_all(
@@ -68,7 +66,7 @@ def run(quick: bool = False, extra: int = EXTRA, jobs: int = 1) -> Dict[str, Lis
                 recordings.append({"model": model, "order": k, "prone": prone, "same": shipped})
             for n in range(1, len(traces) + 1):
                 pool = {model: TracePool(traces[:n])}
-                for r in prediction_rows(pool, runs_dir, config.jitter, config.seed):
+                for r in prediction_rows(pool, runs_dir):
                     if r["metric"] == "skipped":
                         inside = r["low"] <= r["measured"] <= r["high"]
                         rows.append({**r, "k": n, "width": r["high"] - r["low"], "inside": inside})
@@ -126,7 +124,7 @@ def markdown(result: Dict[str, List[Dict]]) -> str:
             ),
             "",
             "Skipped steps of the real run against the spread predicted from the first k "
-            "recordings (k = 1: jittered 5-95%, no level; k >= 2: the 90% predictive spread; the "
+            "recordings (the calibrated interval, `sim.replay.spread`; the "
             "recordings in the order of the table above):",
             "",
             markdown_table(

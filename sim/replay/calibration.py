@@ -5,7 +5,9 @@
 :data:`sim.traces.real.RECORDINGS`), under the :data:`CALIBRATION_POLICIES`, each recording
 alone predicts the exact replay of every other one, a batch order it did not see. The real runs
 (batch orders :data:`sim.traces.real.CHECK_ORDERS`, under
-:data:`sim.replay.measured.CHECKED_POLICIES`, none of them in the calibration: neither their batch
+:data:`sim.replay.measured.CHECKED_POLICIES`, and, under
+:data:`sim.traces.real.HELD_OUT_POLICIES`, the more batch orders
+:data:`sim.traces.real.HELD_OUT_ORDERS`; none of them in the calibration: neither their batch
 order nor their policies) are held out: :func:`held_out_rows` puts the interval
 (:func:`sim.replay.intervals.replay_intervals`) beside each one.
 """
@@ -23,7 +25,7 @@ from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
 from sim.replay.metrics import METRICS
 from sim.replay.pool import TracePool
 from sim.replay.run import simulate
-from sim.traces.real import CHECK_ORDERS
+from sim.traces.real import CHECK_ORDERS, HELD_OUT_ORDERS, HELD_OUT_POLICIES
 from updater.policy import DynamicScale, HeadroomScale, StaticScale
 from updater.policy.presets import PRESETS
 from updater.trace import Trace
@@ -44,6 +46,10 @@ CALIBRATION_POLICIES = {
 
 def _unit(metric: str, steps: int) -> float:
     return 1 / steps if METRICS[metric].kind == "share" else 1.0
+
+
+def _range(values: Sequence[float]) -> float:
+    return float(max(values) - min(values))
 
 
 def calibration_cases(
@@ -82,7 +88,7 @@ def calibration_cases(
 def held_out_rows(
     recordings: Mapping[str, Sequence[Trace]],
     runs_dir: Union[str, Path],
-    orders: Sequence[int] = CHECK_ORDERS,
+    more_orders: Mapping[str, Sequence[int]] = HELD_OUT_ORDERS,
     seed: int = 0,
 ) -> List[Dict[str, Any]]:
     """The interval beside each held-out real run, from all recordings pooled and from each
@@ -90,20 +96,26 @@ def held_out_rows(
 
     Args:
         recordings (mapping model -> sequence of Trace): the recordings of each model.
-        runs_dir (str or Path): where the real runs are (:func:`sim.replay.measured.run_path`).
-        orders (sequence of int, default :data:`sim.traces.real.CHECK_ORDERS`): their batch
-            orders.
+        runs_dir (str or Path): where the real runs are (:func:`sim.replay.measured.run_path`):
+            every checked policy's in :data:`sim.traces.real.CHECK_ORDERS`, and those of
+            :data:`sim.traces.real.HELD_OUT_POLICIES` in ``more_orders`` too.
+        more_orders (mapping model -> sequence of int, default
+            :data:`sim.traces.real.HELD_OUT_ORDERS`): the further batch orders of each model
+            (``{}``: none).
         seed (int, default 0): seed of the bootstrap.
 
     Returns:
         list of dict: ``model``, ``policy``, ``order``, ``metric``, ``from`` (which recordings:
         ``"all"`` or the recording's index), ``low``, ``high``, ``width``, ``measured``,
-        ``inside`` and ``orders_spread`` (the largest minus the smallest of the metric in the
-        batch orders known: each recording's exact replay and the real runs').
+        ``inside``, ``orders_spread`` (the largest minus the smallest of the metric in the
+        batch orders known: each recording's exact replay and the real runs') and
+        ``runs_spread`` (the same over the real runs alone).
     """
     rows = []
     for model, traces in recordings.items():
         for label, policy in CHECKED_POLICIES.items():
+            more = tuple(more_orders.get(model, ())) if label in HELD_OUT_POLICIES else ()
+            orders = (*CHECK_ORDERS, *more)
             runs = [MeasuredRun.load(run_path(runs_dir, model, label, k)) for k in orders]
             measured = [r.metrics() for r in runs]
             sources = [("all", TracePool(traces))] + list(enumerate(traces)) * (len(traces) > 1)
@@ -126,7 +138,8 @@ def held_out_rows(
                                 "width": iv["high"] - iv["low"],
                                 "measured": float(m[metric]),
                                 "inside": iv["low"] <= m[metric] <= iv["high"],
-                                "orders_spread": float(max(known) - min(known)),
+                                "orders_spread": _range(known),
+                                "runs_spread": _range([x[metric] for x in measured]),
                             }
                         )
     return rows

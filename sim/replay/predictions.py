@@ -5,8 +5,8 @@ policy in several batch orders (:data:`sim.traces.real.RECORDINGS`) and trains i
 under each of :data:`sim.replay.measured.CHECKED_POLICIES` in batch orders no recording used
 (:data:`sim.traces.real.CHECK_ORDERS`; :class:`sim.replay.measured.MeasuredRun`).
 :func:`prediction_rows` replays the recordings, pooled (:class:`sim.replay.pool.TracePool`),
-under those policies and puts each prediction next to the measured value, with its predictive
-spread (:mod:`sim.replay.spread`).
+under those policies and puts each prediction next to the measured value, with the calibrated
+interval ``dls simulate`` and ``dls tune`` print (:func:`sim.replay.intervals.replay_intervals`).
 """
 
 from __future__ import annotations
@@ -18,25 +18,23 @@ from typing import Any, Dict, List, Mapping, Sequence, Union
 
 import numpy as np
 
+from sim.replay.intervals import INTERVAL_METRICS, replay_intervals
 from sim.replay.measured import CHECKED_POLICIES, MeasuredRun, run_path
-from sim.replay.metrics import METRICS
-from sim.replay.pool import TracePool, simulate_pooled
+from sim.replay.pool import TracePool
 from sim.replay.run import simulate
-from sim.replay.spread import LEVEL, interval_half_width, predictive_spread
+from sim.replay.spread import LEVEL
 from sim.traces.real import CHECK_ORDERS
 from updater.common.names import shown
 from updater.trace import Trace
 
 PREDICTED = ("skipped", "below_half_safe", "mean_flushed")
-"""The metrics compared (names of :data:`sim.replay.metrics.METRICS`)."""
-RANGE_RUNS = 64
-"""Jittered runs that give each recording's own spread (the floor of the predictive spread)."""
+"""The metrics compared (names of :data:`sim.replay.metrics.METRICS`); those of
+:data:`sim.replay.intervals.INTERVAL_METRICS` with their interval."""
 
 
 def prediction_rows(
     traces: Mapping[str, Union[Trace, TracePool]],
     runs_dir: Union[str, Path],
-    jitter: float,
     seed: int = 0,
     orders: Sequence[int] = CHECK_ORDERS,
 ) -> List[Dict[str, Any]]:
@@ -48,24 +46,18 @@ def prediction_rows(
             recorded).
         runs_dir (str or Path): where the measured runs are
             (:func:`sim.replay.measured.run_path`).
-        jitter (float): the jitter of the recordings' own spread (:data:`RANGE_RUNS` runs drawn
-            across the recordings: :func:`sim.replay.pool.simulate_pooled`); the prediction
-            itself replays each recording exactly (jitter 0).
-        seed (int, default 0): seed of the jitter.
+        seed (int, default 0): seed of the intervals' bootstrap, >= 0.
         orders (sequence of int): the batch orders of the measured runs
             (default :data:`sim.traces.real.CHECK_ORDERS`).
 
     Returns:
         list of dict: ``model``, ``policy``, ``order`` (of the real run), ``metric``,
         ``predicted`` (the mean of the recordings' exact replays), ``each`` (each recording's
-        exact replay), ``low`` and ``high`` (the predictive spread: the :data:`LEVEL`
-        Student-t prediction interval of ``each``, :func:`sim.replay.spread.prediction_interval`,
-        widened to hold ``jittered`` and clipped to the metric's range), ``level``
-        (:data:`LEVEL`, or None from one recording: then ``low`` and ``high`` are the jittered
-        spread alone, which claims no level), ``jittered`` (the 5th and 95th percentile of the
-        pooled jittered runs), ``alone`` (each recording's own jittered 5-95% spread, as (low,
-        high)), ``measured``, ``error`` (predicted - measured), ``stick`` (what the measured
-        safe scale knows of overflows: :attr:`sim.replay.measured.MeasuredRun.stick`).
+        exact replay), ``low``, ``high`` and ``level`` (the calibrated interval of
+        :func:`sim.replay.intervals.replay_intervals` from all the recordings; None for a metric
+        without one), ``alone`` (the same interval from each recording alone, as (low, high)),
+        ``measured``, ``error`` (predicted - measured), ``stick`` (what the measured safe scale
+        knows of overflows: :attr:`sim.replay.measured.MeasuredRun.stick`).
 
     Raises:
         TypeError: ``traces`` is not a mapping (the call before models were named).
@@ -75,26 +67,12 @@ def prediction_rows(
         raise TypeError(
             "traces must be a mapping of model name -> Trace or TracePool, got "
             f"{type(traces).__name__}: call prediction_rows({{name: TracePool([...])}}, runs_dir, "
-            "jitter, orders=(...))"
+            "orders=(...))"
         )
     rows = []
     for model, pool in traces.items():
-        recordings = pool.traces if isinstance(pool, TracePool) else [pool]
         for label, policy in CHECKED_POLICIES.items():
-            exact = [simulate(policy, t, runs=1, jitter=0.0).metrics for t in recordings]
-            alone = [simulate(policy, t, RANGE_RUNS, seed, jitter).metrics for t in recordings]
-            (spread,) = simulate_pooled([policy], pool, RANGE_RUNS, seed, jitter)
-            predicted = {}  # per metric, the same for every measured run
-            for metric in PREDICTED:
-                each = [float(m[metric][0]) for m in exact]
-                jittered = tuple(np.nanpercentile(spread.metrics[metric], [5, 95]).tolist())
-                predicted[metric] = {
-                    "predicted": float(np.mean(each)),
-                    "each": each,
-                    **predictive_spread(each, jittered, _top(metric, pool.training_steps)),
-                    "jittered": jittered,
-                    "alone": [tuple(np.nanpercentile(m[metric], [5, 95]).tolist()) for m in alone],
-                }
+            predicted = _predicted(policy, pool, seed)
             for order in orders:
                 run = _measured_run(runs_dir, model, label, order, pool.training_steps)
                 measured = run.metrics()
@@ -114,9 +92,25 @@ def prediction_rows(
     return rows
 
 
-def _top(metric: str, steps: int) -> float:
-    """The largest value of ``metric`` over ``steps`` steps: 1 for a share, else ``steps``."""
-    return 1.0 if METRICS[metric].kind == "share" else float(steps)
+def _predicted(policy, pool: Union[Trace, TracePool], seed: int) -> Dict[str, Dict[str, Any]]:
+    """Per metric of :data:`PREDICTED`, what :func:`prediction_rows` predicts for ``policy``
+    from ``pool``: ``predicted``, ``each``, ``low``, ``high``, ``level`` and ``alone``."""
+    recordings = pool.traces if isinstance(pool, TracePool) else [pool]
+    pooled = replay_intervals(policy, pool, seed=seed)
+    alone = [replay_intervals(policy, t, seed=seed) for t in recordings]
+    out = {}
+    for metric in PREDICTED:
+        if metric in INTERVAL_METRICS:
+            iv = pooled[metric]
+            each = iv["each"]
+            bounds = {"low": iv["low"], "high": iv["high"], "level": iv["level"]}
+            bounds["alone"] = [(a[metric]["low"], a[metric]["high"]) for a in alone]
+        else:
+            exact = [simulate(policy, t, runs=1, jitter=0.0).metrics for t in recordings]
+            each = [float(m[metric][0]) for m in exact]
+            bounds = {"low": None, "high": None, "level": None, "alone": None}
+        out[metric] = {"predicted": float(np.mean(each)), "each": each, **bounds}
+    return out
 
 
 def _measured_run(runs_dir, model: str, label: str, order: int, steps: int) -> MeasuredRun:
@@ -153,7 +147,7 @@ def _orders_saved(runs_dir, model: str, label: str) -> List[int]:
 
 
 GOALS = {
-    "skipped": f"the measured skipped steps lie inside the predicted {LEVEL:.0%} spread in at "
+    "skipped": f"the measured skipped steps lie inside the predicted {LEVEL:.0%} interval in at "
     f"least {LEVEL:.0%} of the runs",
     "below_half_safe": "steps below half the safe scale: mean |predicted - measured| <= 5 points",
     "mean_flushed": "flushed share within 25% (relative) or 0.01 points of the measured value in "
@@ -189,13 +183,11 @@ def prediction_goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if metric == "skipped":
             ok = [r["low"] <= r["measured"] <= r["high"] for r in sub]
             gaps = [max(r["low"] - r["measured"], r["measured"] - r["high"]) for r in sub]
-            levels = {r.get("level") for r in sub}
             result = f"inside in {sum(ok)} of {len(sub)}"
-            met = levels == {LEVEL} and sum(ok) >= math.ceil(LEVEL * len(sub) - 1e-9)
-            if None in levels:
-                result += " (from one recording: no spread at a level, goal not checkable)"
+            met = sum(ok) >= math.ceil(LEVEL * len(sub) - 1e-9)
             how = [
-                f"measured {r['measured']:g}, spread {r['low']:g}-{r['high']:g} (outside by {g:g})"
+                f"measured {r['measured']:g}, interval {r['low']:g}-{r['high']:g} "
+                f"(outside by {g:g})"
                 for r, g in zip(sub, gaps)
             ]
         elif metric == "below_half_safe":
@@ -221,75 +213,33 @@ def prediction_goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-PROJECTED = (3, 4, 6, 8)
-"""Recordings counts whose spread width :func:`recordings_compared` projects."""
-
-
 def recordings_compared(rows: List[Dict[str, Any]], metric: str = "skipped") -> List[Dict]:
     """How many recordings the predicted ``metric`` needs: over the :func:`prediction_rows` of
-    ``metric``, each recording's own jittered spread, the jittered runs pooled across the
-    recordings (both claim no level), the predictive spread (:data:`LEVEL`), each with how many
-    real runs it held and its mean width; then the width the predictive spread would have with
-    more recordings (:data:`PROJECTED`), if they disagreed as much as these do
-    (:func:`sim.replay.spread.interval_half_width` at their standard deviation; no real runs
-    counted).
+    ``metric``, the calibrated interval from each recording alone and from all of them, each
+    with how many real runs it held and its mean width.
 
     Returns:
-        list of dict: ``spread`` (words), ``recordings``, ``level`` (:data:`LEVEL` or None),
-        ``inside`` (real runs inside; None for a projection), ``runs``, ``width`` (mean high -
-        low) and ``apart`` (mean over rows of the largest minus the smallest exact replay of
-        the recordings; the same in every row).
+        list of dict: ``spread`` (words), ``recordings``, ``level``, ``inside`` (real runs
+        inside), ``runs``, ``width`` (mean high - low) and ``apart`` (mean over rows of the
+        largest minus the smallest exact replay of the recordings; the same in every row).
     """
-    sub = [r for r in rows if r["metric"] == metric]
+    sub = [r for r in rows if r["metric"] == metric and r["level"] is not None]
     if not sub:
         return []
     n = len(sub[0]["each"])
     apart = float(np.mean([max(r["each"]) - min(r["each"]) for r in sub]))
-    spreads = [
-        (f"recording {k} alone, jittered", 1, None, [r["alone"][k] for r in sub]) for k in range(n)
-    ]
+    spreads = [(f"recording {k} alone", 1, [r["alone"][k] for r in sub]) for k in range(n)]
     if n > 1:
-        spreads.append(
-            (
-                f"{n} recordings, jittered runs pooled (their 5-95%)",
-                n,
-                None,
-                [r["jittered"] for r in sub],
-            )
-        )
-        spreads.append(
-            (
-                f"{n} recordings, predictive spread",
-                n,
-                sub[0]["level"],
-                [(r["low"], r["high"]) for r in sub],
-            )
-        )
-    out = [
+        spreads.append((f"{n} recordings", n, [(r["low"], r["high"]) for r in sub]))
+    return [
         {
             "spread": words,
             "recordings": k,
-            "level": level,
+            "level": sub[0]["level"],
             "inside": sum(lo <= r["measured"] <= hi for r, (lo, hi) in zip(sub, bounds)),
             "runs": len(sub),
             "width": float(np.mean([hi - lo for lo, hi in bounds])),
             "apart": apart,
         }
-        for words, k, level, bounds in spreads
+        for words, k, bounds in spreads
     ]
-    if n > 1:
-        sds = [float(np.std(r["each"], ddof=1)) for r in sub]
-        out += [
-            {
-                "spread": f"{k} recordings, predictive spread (projected)",
-                "recordings": k,
-                "level": LEVEL,
-                "inside": None,
-                "runs": len(sub),
-                "width": float(np.mean([2 * interval_half_width(k, sd) for sd in sds])),
-                "apart": apart,
-            }
-            for k in PROJECTED
-            if k > n
-        ]
-    return out

@@ -207,9 +207,9 @@ def measured_rows(config: ReportConfig, traces: Mapping[str, Any]) -> List[Dict[
 
 
 def predictions(config: ReportConfig, pools: Mapping[str, TracePool]) -> List[Dict[str, Any]]:
-    """:func:`sim.replay.predictions.prediction_rows` of the real models' recordings at the
-    report's jitter."""
-    return prediction_rows(pools, real_traces_dir(config), config.jitter, config.seed)
+    """:func:`sim.replay.predictions.prediction_rows` of the real models' recordings (the
+    report's seed)."""
+    return prediction_rows(pools, real_traces_dir(config), config.seed)
 
 
 def family_rows(traces: Mapping[str, Trace]) -> List[Dict[str, Any]]:

@@ -8,8 +8,8 @@ from typing import Any, Dict, Sequence
 from sim.replay.layers import TOLERANCE, format_layer_needs
 from sim.replay.measured import RECORDED
 from sim.replay.metrics import METRICS
-from sim.replay.predictions import RANGE_RUNS, prediction_goals, recordings_compared
-from sim.replay.spread import LEVEL
+from sim.replay.predictions import prediction_goals, recordings_compared
+from sim.replay.spread import CALIBRATED
 from sim.report.experiments import ReportData
 from sim.report.tables import format_percent as pct
 from sim.report.tables import format_value, in_words, markdown_table, with_percents
@@ -26,20 +26,22 @@ def _metric_cell(metric: str, value: float) -> str:
 
 def prediction_table(rows: Sequence[Dict[str, Any]]) -> str:
     """The predictions against the real runs: one row per (model, policy, batch order of the
-    real run), per metric the prediction with its pooled spread and the measured value."""
+    real run), per metric the prediction (with its interval, where it has one) and the measured
+    value."""
     table: Dict[tuple, Dict[str, Any]] = {}
     for r in rows:
         key = (r["model"], r["policy"], r["order"])
         row = table.setdefault(key, dict(zip(("model", "policy", "order"), key)))
         m = r["metric"]
-        spread = f"{_metric_cell(m, r['low'])}-{_metric_cell(m, r['high'])}"
-        row[f"{m}_p"] = f"{_metric_cell(m, r['predicted'])} ({spread})"
+        row[f"{m}_p"] = _metric_cell(m, r["predicted"])
+        if r["low"] is not None:
+            row[f"{m}_p"] += f" ({_metric_cell(m, r['low'])}-{_metric_cell(m, r['high'])})"
         row[f"{m}_m"] = _metric_cell(m, r["measured"])
         row["stick"] = STICKS[r["stick"]]
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     columns = ["model", "policy", "order"] + [f"{m}_{k}" for m in metrics for k in "pm"]
     heads = ["model", "policy", "batch order"] + [
-        f"{METRICS[m].head}, {'predicted (spread)' if k == 'p' else 'measured'}"
+        f"{METRICS[m].head}, {'predicted (interval)' if k == 'p' else 'measured'}"
         for m in metrics
         for k in "pm"
     ]
@@ -51,8 +53,8 @@ def recordings_table(compared: Sequence[Dict[str, Any]]) -> str:
     rows = [
         {
             **r,
-            "level": "none claimed" if r["level"] is None else f"{r['level']:.0%}",
-            "inside": "not measured" if r["inside"] is None else f"{r['inside']} of {r['runs']}",
+            "level": f"{r['level']:.0%}",
+            "inside": f"{r['inside']} of {r['runs']}",
             "width": f"{r['width']:.3g}",
         }
         for r in compared
@@ -60,7 +62,7 @@ def recordings_table(compared: Sequence[Dict[str, Any]]) -> str:
     return markdown_table(
         rows,
         ["spread", "level", "inside", "width"],
-        ["spread of the skipped steps from", "level", "real runs inside", "mean width (steps)"],
+        ["interval of the skipped steps from", "level", "real runs inside", "mean width (steps)"],
     )
 
 
@@ -79,7 +81,7 @@ def real_section(data: ReportData) -> str:
             _runs_table(data.measured),
             FORWARD_TEXT,
             forward,
-            _spread_text(data.config.jitter),
+            SPREAD_TEXT,
             prediction_table(data.predictions),
             "The goals the predictions are held to (`sim.replay.predictions.prediction_goals`):",
             *_goals_text(data.predictions),
@@ -166,24 +168,20 @@ variance, a factor N below its sum of x^2, and its line says so."""
 """What the forward pass's headroom lines measure (one line per recording follows)."""
 
 
-def _spread_text(jitter: float) -> str:
-    """What the predictions are: the recordings' mean and the predictive spread."""
-    level = f"{LEVEL:.0%}"
-    return f"""\
+SPREAD_TEXT = f"""\
 From the recordings the simulator predicts what the other policies will do: the mean of the \
-recordings' exact replays (jitter 0), and in parentheses the predictive spread, a **{level} \
-spread**: the Student-t prediction interval of the recordings' exact replays for a run no \
-recording saw (`sim.replay.spread`: mean +- t(n-1) x their standard deviation x sqrt(1 + 1/n); \
-for values drawn from one normal distribution it holds the next draw {level} of the time, \
-whatever the number of recordings n >= 2), at least as wide as the 5th-95th percentile of \
-{RANGE_RUNS} runs drawn across the recordings with the report's jitter ({jitter}; \
-`dls simulate --trace A --trace B`, `sim.replay.pool`), clipped to the metric's range. The \
-recordings' disagreement is the measure of what varies from run to run (the batch order, and \
-the trajectory a policy's own skips cause), which the jitter within one recording does not \
-model: with two recordings the interval is 6.3 x 1.22 times their standard deviation either side \
-of the mean, wide, and that width is the honest price of two recordings. From one recording no \
-level is claimed (`prediction_rows` gives `level` None and the goal is not checked). Shares are \
-per step (flushed: averaged over applied steps)."""
+recordings' exact replays (jitter 0), and in parentheses the interval `dls simulate` and \
+`dls tune` print (`sim.replay.intervals`, `sim.replay.spread.calibrated_interval`): the \
+standard deviation of the metric over block-bootstrapped recordings (stretches of training \
+re-drawn from nearby stretches of either recording) times a factor calibrated on the shipped \
+recordings' batch orders under policies none of the checked ones (\
+{CALIBRATED["skipped"][0]:g} for the skipped steps, level {CALIBRATED["skipped"][1]:.0%}; \
+{CALIBRATED["below_half_safe"][0]:g} for the steps below half the safe scale, level \
+{CALIBRATED["below_half_safe"][1]:.0%}; `python -m benchmarks.bench_interval`: \
+reports/interval.md), at least the recordings' own disagreement, centred on their mean \
+and widened to whole steps. The flushed share has no interval. Shares are per step (flushed: \
+averaged over applied steps)."""
+"""What the predictions are: the recordings' mean and the calibrated interval."""
 
 
 def _goals_text(preds: Sequence[Dict[str, Any]]) -> list:
@@ -205,26 +203,17 @@ def _goals_text(preds: Sequence[Dict[str, Any]]) -> list:
 
 def _recordings_text(skipped: Sequence[Dict[str, Any]]) -> str:
     """How many recordings: the paragraph before :func:`recordings_table`."""
-    level = f"{LEVEL:.0%}"
     apart = f"{skipped[0]['apart']:.3g}" if skipped else "n/a"
-    pooled_inside = next(
-        (f"{r['inside']} of {r['runs']}" for r in skipped if "jittered runs pooled" in r["spread"]),
-        "n/a",
-    )
     return f"""\
-**How many recordings.** The same skipped-steps check with each recording alone, with the \
-jittered runs pooled across the recordings (the spread printed before this report's {level} \
-spread: it claims no level, and held {pooled_inside} of the runs), and with the predictive \
-spread; then the width the {level} spread would have with more recordings that disagree as much \
-as these do (projected from their standard deviation, not measured against runs; \
-`sim.replay.predictions.recordings_compared`). The recordings' exact replays lie {apart} \
+**How many recordings.** The same skipped-steps check with the interval from each recording \
+alone (what `dls simulate --trace FILE` prints from one recording) and from all of them \
+(`sim.replay.predictions.recordings_compared`). The recordings' exact replays lie {apart} \
 skipped steps apart on average (the largest minus the smallest, per model and policy):"""
 
 
 def _error_text(measured: Sequence[Dict[str, Any]], real: Sequence[str]) -> str:
     """Where the remaining error comes from: different trajectories, flushing between the
     measured scales (with the measured runs' numbers)."""
-    level = f"{LEVEL:.0%}"
     recorded = [r for r in measured if r["policy"] == RECORDED]
     checked = [r for r in measured if r["policy"] != RECORDED]
     overflows = sum(r["overflows"] for r in checked)
@@ -245,12 +234,12 @@ def _error_text(measured: Sequence[Dict[str, Any]], real: Sequence[str]) -> str:
     return f"""\
 - **Different trajectories.** The real run sees batches no recording saw, and a policy that \
 skips or flushes differently applies different updates, so its weights, and its gradients, \
-drift from the recorded runs': overflows happen at other steps. The jittered runs cover this \
-only as far as the recordings differ from each other, which is why the {level} spread is built \
-from the recordings' disagreement instead. Each run's own probes show how far the gradients \
+drift from the recorded runs': overflows happen at other steps. The bootstrap within a \
+recording covers this only in part, which is why its spread is scaled by a factor calibrated \
+on other batch orders. Each run's own probes show how far the gradients \
 drift: the steps they found overflowing at 2^15 ({prone or "none in any run"}). A checked run \
-with more or fewer such steps than every recording lies outside every jittered run; only a \
-spread that allows for recordings' disagreement holds it. Of the {overflows} overflows of the \
+with more or fewer such steps than every recording lies outside every exact replay; only an \
+interval that allows for other batch orders holds it. Of the {overflows} overflows of the \
 checked runs, \
 {inside} happened while the true parameter gradients times the scale stayed below 65520 (inside \
 the backward pass): those the probes measure, and no parameter gradient shows.

@@ -1,10 +1,7 @@
 """The goals the simulator's predictions are held to (sim.replay.predictions.prediction_goals),
 on constructed rows."""
 
-import pytest
-
 from sim.replay.predictions import prediction_goals
-from sim.replay.spread import interval_half_width
 
 
 def _row(metric, predicted, measured, low=None, high=None, model="m", policy="p"):
@@ -31,7 +28,7 @@ def test_skipped_must_be_inside_the_90_percent_spread_in_90_percent_of_the_runs(
             "model": "bn",
             "policy": "p",
             "order": 2,
-            "by": "measured 11, spread 3-4 (outside by 7)",
+            "by": "measured 11, interval 3-4 (outside by 7)",
         }
     ]
     assert prediction_goals(rows[:1])[0]["met"]
@@ -39,9 +36,6 @@ def test_skipped_must_be_inside_the_90_percent_spread_in_90_percent_of_the_runs(
     assert not prediction_goals(nine)[0]["met"]
     eleven = rows[:1] * 10 + rows[1:]
     assert prediction_goals(rows[:1] + eleven)[0]["met"]  # 11 of 12
-    one = [{**r, "level": None} for r in rows[:1]]  # a spread from one recording claims no level
-    (goal,) = prediction_goals(one)
-    assert not goal["met"] and "from one recording" in goal["result"]
 
 
 def test_below_half_safe_is_held_to_a_mean_error_of_5_points():
@@ -63,34 +57,19 @@ def test_flushed_needs_25_percent_or_a_hundredth_of_a_point_in_three_quarters():
     assert not prediction_goals(rows[1:3])[0]["met"]
 
 
-def test_recordings_compared_counts_each_spread_and_the_pooled_one():
+def test_recordings_compared_counts_each_interval_and_the_pooled_one():
     from sim.replay.predictions import recordings_compared
 
     rows = [
-        {
-            **_row("skipped", 5, 9, 0, 12),
-            "each": [3, 7],
-            "alone": [(2, 4), (6, 9)],
-            "jittered": (2, 8),
-        },
-        {
-            **_row("skipped", 1, 1, 0, 2),
-            "each": [1, 1],
-            "alone": [(0, 2), (0, 1)],
-            "jittered": (0, 2),
-        },
+        {**_row("skipped", 5, 9, 0, 12), "each": [3, 7], "alone": [(2, 4), (6, 9)]},
+        {**_row("skipped", 1, 1, 0, 2), "each": [1, 1], "alone": [(0, 2), (0, 1)]},
     ]
     compared = recordings_compared(rows)
-    assert [(c["spread"], c["level"], c["inside"], c["width"]) for c in compared[:4]] == [
-        ("recording 0 alone, jittered", None, 1, 2.0),  # 9 is outside 2-4
-        ("recording 1 alone, jittered", None, 2, 2.0),
-        ("2 recordings, jittered runs pooled (their 5-95%)", None, 1, 4.0),
-        ("2 recordings, predictive spread", 0.9, 2, 7.0),
+    assert [(c["spread"], c["level"], c["inside"], c["width"]) for c in compared] == [
+        ("recording 0 alone", 0.9, 1, 2.0),  # 9 is outside 2-4
+        ("recording 1 alone", 0.9, 2, 2.0),
+        ("2 recordings", 0.9, 2, 7.0),
     ]
-    # with more recordings that disagree as much (sd of 3, 7 and of 1, 1), the interval narrows
-    projected = compared[4:]
-    assert [c["recordings"] for c in projected] == [3, 4, 6, 8]
-    assert {c["inside"] for c in projected} == {None}
-    assert projected[0]["width"] == pytest.approx(interval_half_width(3, 8**0.5))  # mean of 2w, 0
     assert {c["runs"] for c in compared} == {2} and {c["apart"] for c in compared} == {2.0}
-    assert recordings_compared(rows, "mean_flushed") == []
+    flushed = [{**_row("mean_flushed", 0.1, 0.1), "each": [0.1], "level": None, "alone": None}]
+    assert recordings_compared(flushed, "mean_flushed") == []

@@ -318,7 +318,7 @@ def test_report_shows_the_real_models_predictions_and_layers(quick_report):
         assert f"| {model} | dynamic |" in text  # in the policy comparison
         assert f"**{model}**" in text  # its per-layer table
     config = dataclasses.replace(QUICK, real_traces=str(SHIPPED))
-    rows = prediction_rows(load_real_pools(config), SHIPPED, QUICK.jitter, QUICK.seed)
+    rows = prediction_rows(load_real_pools(config), SHIPPED, QUICK.seed)
     legacy = {
         r["metric"]: r
         for r in rows
