@@ -82,7 +82,8 @@ class CallOrder:
         """Before ``update()``: ``RuntimeError`` for the GradScaler habit (module doc), when
         the graph's inputs (``inputs()``, asked only then) hold what the last ``step()`` left
         in them."""
-        self.start()
+        if self.pending is not None:
+            self.start()  # raises
         left, self._left = self._left, None
         if not left:
             return
