@@ -4,9 +4,8 @@ iteration in three stages a script may also call: ``backward()``, ``unscale()``,
 It is composed of :class:`Rounds` (an attempt's forward/backward rounds), :class:`GradientWork`
 (all-reduce, agreement, the :class:`FiniteCheck` of the path), :class:`ForwardState` (what the
 forward pass writes) and :class:`Attempts` (an iteration's attempts), built by
-:mod:`updater.driver.assembly`, sharing :class:`Counters` and the live options, and the plan of
-an iteration (:class:`~updater.driver.attempts.StepPlan`), made again when an option is assigned.
-"""
+:mod:`updater.driver.assembly`, sharing :class:`Counters`, the live options and the plan of an
+iteration (:class:`~updater.driver.attempts.StepPlan`, made again when an option is assigned)."""
 
 from __future__ import annotations
 
@@ -152,9 +151,10 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
             self._outside = OutsideForward(loss, self._live, lambda: self._forward_state.given)
 
     def _set_option(self, name: str, value) -> None:
-        """Assign an option (checked): the collaborators read it at their next use; they are
-        built again at the next ``update()``/``backward()`` when it chooses a structure
-        (:data:`updater.driver.options.REBUILDS`) or changes the finite check's path."""
+        """Assign an option (checked) and plan the iteration again: the collaborators read it at
+        their next use; they are built again at the next ``update()``/``backward()`` when it
+        chooses a structure (:data:`updater.driver.options.REBUILDS`) or changes the finite
+        check's path."""
         options = self._live.record.replaced(**{name: value})
         if name == "loss":
             check_seed_holds(self._policy, seed_dtype(options.loss))
@@ -162,9 +162,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
             self._agreed = False  # the ranks compare their settings again over the new one
         self._live.record = options
         self._plan = plan_step(options)
-        self._stale = (
-            self._stale or name in REBUILDS or path_changed(self._live, self._policy, self._work)
-        )
+        rebuild = name in REBUILDS or path_changed(self._live, self._policy, self._work)
+        self._stale = self._stale or rebuild
 
     @property
     def policy(self) -> Policy:
@@ -247,7 +246,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         """
         if new_scale is not None:
             refuse_new_scale(new_scale)
-        self._order.start_update(self._rounds.inputs)
+        if self._order.pending is not None or self._order.left is not None:  # else no check
+            self._order.start_update(self._rounds.inputs)
         pending = self._backward(by_update=True)
         self._work.unscale(pending)
         return self._step(pending, by_step=False)
@@ -270,10 +270,9 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         return self._backward(by_update=False).finite
 
     def _backward(self, by_update: bool) -> Pending:
-        """:meth:`backward` once the call order allowed it; ``by_update``: called by
-        ``update()``, which unscales in the checking pass (or measures for clipping in the same
-        read) when the recorder does not want this step's scaled gradients
-        (:meth:`updater.driver.attempts.Attempts.run`)."""
+        """:meth:`backward` once the call order allowed it, as planned; ``by_update``: called
+        by ``update()``, which unscales in the checking pass or measures for clipping in the
+        same read (:meth:`updater.driver.attempts.Attempts.run`)."""
         if self._stale:
             self._assemble()
         o, plan, outside = self._live.record, self._plan, self._outside
@@ -328,8 +327,10 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         if finite:
             self._work.apply(pending.sumsq, o.weight_decay)
         self._state = pending.new_state
-        hand_fed = by_step and o.data_feeder is None
-        self._order.end(self._rounds.inputs() if hand_fed else None)
+        if by_step:
+            self._order.end(self._rounds.inputs() if o.data_feeder is None else None)
+        else:  # update() took what the last step() left when it started
+            self._order.pending = None
         step = self.steps
         record = StepRecord(
             step=step,

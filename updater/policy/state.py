@@ -139,6 +139,15 @@ def ops_for(policy, state, *values) -> SimpleNamespace:
     return _MANY_RUNS
 
 
+def unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
+    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
+    the literal False, the default, costs nothing)."""
+    if bad_batch is False:
+        return new
+    bad = x.flag(bad_batch)
+    return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))
+
+
 def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):
     """Largest power of two ``s`` with ``s * grad_absmax_unscaled * margin <= 65504``.
 
