@@ -133,6 +133,7 @@ class Attempts:
         self.seed_type = seed_type
         self.recording = recording
         self._logged_bad_state = False  # a forward pass wrote inf/NaN state (logged once)
+        self._seeds: dict = {}  # scale -> its backward seed (:meth:`_seed`)
 
     def unscaled_run(self, state: ScaleState) -> Pending:
         """One attempt at seed 1 without any check (loss scaling off)."""
@@ -169,7 +170,7 @@ class Attempts:
             while True:
                 attempts += 1
                 hook = recording.attempt_hook(step) if recorded else None
-                seed = backward_seed(state.scale, self.seed_type, policy)
+                seed = self._seeds.get(state.scale) or self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
                 self.counters.overflows += not tried.finite
@@ -275,13 +276,19 @@ class Attempts:
             checked=checked,
         )
 
+    def _seed(self, scale, policy) -> float:
+        """The backward seed of ``scale`` (:func:`updater.driver.arrays.backward_seed`), kept
+        for the next attempt at that scale (a seed is never 0: it raises)."""
+        seed = self._seeds[scale] = backward_seed(scale, self.seed_type, policy)
+        return seed
+
     def _retries(self, tried: Judged, seed: float, policy, attempts: int) -> bool:
         """Whether attempt number ``attempts`` at ``seed``, an overflow judged ``tried`` in
         "retry" mode (:attr:`StepPlan.retry`), is retried: within ``max_retries``, when the
         policy lowered the seed."""
         return (
             attempts <= self.options.record.max_retries
-            and backward_seed(tried.new_state.scale, self.seed_type, policy) < seed
+            and self._seed(tried.new_state.scale, policy) < seed
         )
 
     def _check_state(self, found, finite: bool, batch_ok: bool, before, step: int):
