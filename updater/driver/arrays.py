@@ -72,14 +72,28 @@ def _host_pointer(array, dtype: np.dtype, write_only: bool) -> int:
     return array.data_ptr(dtype, _HOST_CONTEXT or _host_context(), write_only)
 
 
+_EXPONENT_BITS = {
+    2: (ctypes.c_uint16, 0x7C00),
+    4: (ctypes.c_uint32, 0x7F800000),
+    8: (ctypes.c_uint64, 0x7FF0000000000000),
+}
+"""An IEEE float of so many bytes read as an unsigned word, and its exponent bits: all set
+exactly when the value is inf or NaN."""
+
+
 def host_all_finite(array) -> bool:
-    """Whether every value of ``array`` is finite (one host read). A one-value array (a loss) is
-    read as one Python number, without a NumPy view and reduction, which cost more right after
-    a backward pass (``reports/benchmarks.md``, "Where an update's time goes")."""
+    """Whether every value of ``array`` is finite (one host read). A one-value float array (a
+    loss) is read as one machine word whose exponent bits tell, without a NumPy view and
+    reduction or a Python float, which cost more right after a backward pass
+    (``reports/benchmarks.md``, "Where an update's time goes")."""
     dtype = array_dtype(array)
     if array.size != 1:
         return bool(np.isfinite(host_view(array, dtype)).all())
-    raw = ctypes.string_at(_host_pointer(array, dtype, False), dtype.itemsize)
+    pointer = _host_pointer(array, dtype, False)
+    if dtype.kind == "f" and dtype.itemsize in _EXPONENT_BITS:
+        word, exponent = _EXPONENT_BITS[dtype.itemsize]
+        return word.from_address(pointer).value & exponent != exponent
+    raw = ctypes.string_at(pointer, dtype.itemsize)  # another type, as a Python number
     return math.isfinite(struct.unpack(dtype.char, raw)[0])
 
 

@@ -3,18 +3,20 @@
 next step after an option that chooses a structure (:data:`updater.driver.options.REBUILDS`) was
 assigned, or an option or a policy that changes the finite check's path (:func:`check_path`).
 They share the updater's :class:`Counters` and its :class:`LiveOptions`, whose record each reads
-at each use, so none keeps a setting of its own."""
+at each use, so none keeps a setting of its own. The plan of an iteration (:func:`plan_step`) is
+made again at the next step after any option is assigned."""
 
 from __future__ import annotations
 
 from typing import List, NamedTuple
 
 from .arrays import seed_dtype
-from .attempts import Attempts
+from .attempts import Attempts, StepPlan
 from .checks import choose_check, resolve_path
 from .forward_state import ForwardState
 from .gradient_work import GradientWork, StepReads
 from .options import LiveOptions, UpdaterOptions
+from .outside_forward import watches
 from .recording import Recording
 from .records import Counters, Monitor
 from .rounds import Rounds
@@ -46,6 +48,23 @@ def check_path(o: UpdaterOptions, policy) -> str:
     and ``policy``."""
     sizes = _sizes(o)
     return resolve_path(o.finite_check, _flag_only(o, policy), sum(sizes), len(sizes))
+
+
+def path_changed(live: LiveOptions, policy, work: GradientWork) -> bool:
+    """Whether the options ``live`` and ``policy`` now give a finite-check path other than the
+    one ``work`` was built with (``"auto"`` reads the policy, ``clip_grad_norm`` and
+    ``recorder``: :func:`check_path`)."""
+    return check_path(live.record, policy) != work.check.name
+
+
+def plan_step(o: UpdaterOptions) -> StepPlan:
+    """The plan of an iteration (:class:`~updater.driver.attempts.StepPlan`) with the options
+    ``o``."""
+    return StepPlan(
+        watch_outside=watches(o),
+        retry=o.on_overflow == "retry",
+        clip=o.clip_grad_norm is not None,
+    )
 
 
 def assemble(live: LiveOptions, policy, counters: Counters) -> Parts:

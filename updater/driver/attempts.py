@@ -65,6 +65,24 @@ class Pending:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepPlan:
+    """What an iteration does in one configuration, decided once from the options and the policy
+    (:func:`updater.driver.assembly.plan_step`), again after any option or the policy is
+    assigned; the bookkeeping a configuration never needs is then not run.
+
+    Attributes:
+        watch_outside (bool): a forward pass run outside the updater can be seen
+            (:func:`updater.driver.outside_forward.watches`): the watch runs around each step.
+        retry (bool): ``on_overflow="retry"``: an attempt's inputs are kept for a retry.
+        clip (bool): ``clip_grad_norm`` is set: the fused pass also sums the squares.
+    """
+
+    watch_outside: bool
+    retry: bool
+    clip: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class Judged:
     """An attempt judged (:meth:`Attempts._attempt`), on the facts agreed across workers.
 
@@ -115,6 +133,7 @@ class Attempts:
         self.seed_type = seed_type
         self.recording = recording
         self._logged_bad_state = False  # a forward pass wrote inf/NaN state (logged once)
+        self._seeds: dict = {}  # scale -> its backward seed (:meth:`_seed`)
 
     def unscaled_run(self, state: ScaleState) -> Pending:
         """One attempt at seed 1 without any check (loss scaling off)."""
@@ -132,17 +151,17 @@ class Attempts:
             state=state,
         )
 
-    def run(self, policy, state: ScaleState, step: int, by_update: bool) -> Pending:
-        """The attempts of iteration ``step`` from ``state`` under ``policy``; ``by_update``:
-        called by ``update()``, which, when the recorder does not want this step's scaled
-        gradients, unscales in the checking pass ("numpy") or measures for clipping in the
-        same read ("solver"). The failed attempts' policy advances are in the returned
-        ``new_state``."""
+    def run(self, plan: StepPlan, policy, state: ScaleState, step: int, by_update: bool) -> Pending:
+        """The attempts of iteration ``step`` from ``state`` under ``policy``, as ``plan``
+        plans them; ``by_update``: called by ``update()``, which, when the recorder does not
+        want this step's scaled gradients, unscales in the checking pass ("numpy") or measures
+        for clipping in the same read ("solver"). The failed attempts' policy advances are in
+        the returned ``new_state``."""
         o, recording = self.options.record, self.recording
         recorded = recording is not None and recording.wants(step)
         fuse = by_update and not recorded
-        sumsq = fuse and o.clip_grad_norm is not None
-        keep = o.on_overflow == "retry" or (recorded and recording.replays(step))
+        sumsq = fuse and plan.clip
+        keep = plan.retry or (recorded and recording.replays(step))
         attempts, overflow_scale, moved = 0, None, None
         stateful = (self.reads if self.reads.host is not None else self.reads.plan()).stateful
         saves = o.restore_on_skip and stateful  # else nothing to copy
@@ -151,17 +170,15 @@ class Attempts:
             while True:
                 attempts += 1
                 hook = recording.attempt_hook(step) if recorded else None
-                seed = backward_seed(state.scale, self.seed_type, policy)
+                seed = self._seeds.get(state.scale) or self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
                 self.counters.overflows += not tried.finite
-                if tried.outcome != OVERFLOW or not self._retries(tried, seed, policy, attempts):
-                    break
+                overflow = tried.outcome == OVERFLOW
+                if not (overflow and plan.retry and self._retries(tried, seed, policy, attempts)):
+                    break  # one attempt unless "retry" retries an overflow
                 state, overflow_scale = tried.new_state, seed
-                if before is not None:  # the retry starts from the statistics before the batch
-                    before.restore()
-                elif moved is None and stateful:
-                    moved = self.forward_state.save("moved")
+                moved = self._before_retry(before, moved, stateful)
         except BaseException:  # a feeder or forward that raised: the batches fed so far leave
             if before is not None:  # no trace in the statistics (restore_on_skip)
                 before.restore()
@@ -172,7 +189,8 @@ class Attempts:
             self._hand_over(step, policy, seed, tried, overflow_scale)
         if applied and not tried.loss_finite:
             self._count_nonfinite_loss(step)
-        _put_back(before if not applied else None, moved)
+        if moved is not None or before is not None and not applied:
+            _put_back(before if not applied else None, moved)
         stays = stateful and (applied or before is None)  # the statistics this step wrote stay
         return Pending(
             seed=seed,
@@ -188,6 +206,16 @@ class Attempts:
             statistics=self._new_statistics(tried, moved is not None) if stays else [],
             state=state,
         )
+
+    def _before_retry(self, before, moved, stateful: bool):
+        """Before a retry, the state the forward pass writes: put back to ``before`` the batch
+        (``restore_on_skip``), else copied as the first attempt ``moved`` it (once). Returns the
+        copy of the moved state (None: none)."""
+        if before is not None:  # the retry starts from the statistics before the batch
+            before.restore()
+        elif moved is None and stateful:
+            moved = self.forward_state.save("moved")
+        return moved
 
     def _new_statistics(self, tried: Judged, put_back: bool) -> list:
         """The statistics inf/NaN after the step and not reported before: as the last attempt's
@@ -248,14 +276,19 @@ class Attempts:
             checked=checked,
         )
 
+    def _seed(self, scale, policy) -> float:
+        """The backward seed of ``scale`` (:func:`updater.driver.arrays.backward_seed`), kept
+        for the next attempt at that scale (a seed is never 0: it raises)."""
+        seed = self._seeds[scale] = backward_seed(scale, self.seed_type, policy)
+        return seed
+
     def _retries(self, tried: Judged, seed: float, policy, attempts: int) -> bool:
-        """Whether attempt number ``attempts`` at ``seed``, an overflow judged ``tried``, is
-        retried: in "retry" mode, within ``max_retries``, when the policy lowered the seed."""
-        o = self.options.record
+        """Whether attempt number ``attempts`` at ``seed``, an overflow judged ``tried`` in
+        "retry" mode (:attr:`StepPlan.retry`), is retried: within ``max_retries``, when the
+        policy lowered the seed."""
         return (
-            o.on_overflow == "retry"
-            and attempts <= o.max_retries
-            and backward_seed(tried.new_state.scale, self.seed_type, policy) < seed
+            attempts <= self.options.record.max_retries
+            and self._seed(tried.new_state.scale, policy) < seed
         )
 
     def _check_state(self, found, finite: bool, batch_ok: bool, before, step: int):

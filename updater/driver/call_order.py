@@ -64,11 +64,19 @@ def refuse_new_scale(new_scale) -> None:
 
 class CallOrder:
     """The iteration between ``backward()`` and ``step()``, and the checks of the call order
-    (module doc)."""
+    (module doc).
+
+    Attributes:
+        pending (Pending or None): the iteration ``backward()`` started, until ``step()`` ends
+            it; None: none.
+        left (list of NdArray or None): copies of the graph's inputs when a ``step()`` without
+            a data feeder ended the last iteration, for the next ``update()`` to compare; None:
+            nothing to compare (:meth:`start_update` has nothing to check without either).
+    """
 
     def __init__(self):
-        self.pending: Pending | None = None  # set by backward(), cleared by step()
-        self._left = None  # copies of the inputs, when step() ended the last iteration
+        self.pending: Pending | None = None
+        self.left = None
 
     def start(self) -> None:
         """Before an iteration's backward pass: ``RuntimeError`` when one is pending."""
@@ -82,8 +90,9 @@ class CallOrder:
         """Before ``update()``: ``RuntimeError`` for the GradScaler habit (module doc), when
         the graph's inputs (``inputs()``, asked only then) hold what the last ``step()`` left
         in them."""
-        self.start()
-        left, self._left = self._left, None
+        if self.pending is not None:
+            self.start()  # raises
+        left, self.left = self.left, None
         if not left:
             return
         inputs = inputs()
@@ -110,13 +119,13 @@ class CallOrder:
         """After an iteration; ``inputs``: the graph's inputs when ``step()`` ended it without
         a data feeder (copied for :meth:`start_update`), else None."""
         self.pending = None
-        self._left = None if inputs is None else [copy_array(v.data) for v in inputs]
+        self.left = None if inputs is None else [copy_array(v.data) for v in inputs]
 
     def copied(self) -> CallOrder:
         """An independent copy (the pending iteration copied too), for ``copy.copy``."""
         new = CallOrder()
         new.pending = None if self.pending is None else copy.copy(self.pending)
-        new._left = self._left
+        new.left = self.left
         return new
 
 

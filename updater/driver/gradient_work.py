@@ -36,6 +36,7 @@ class GradientWork:
         self._params: Dict[str, nn.Variable] | None = None
         self._flag = None  # three-element agreement flag, made on first use
         self._reach_checked = False  # warned if no parameter is in the loss's graph
+        self._ask: Ask | None = None  # the last request (:meth:`facts`)
 
     def new_step(self) -> None:
         """Forget the parameters read (the next :meth:`params` reads them again)."""
@@ -86,12 +87,14 @@ class GradientWork:
         besides the gradients and read on the host for it."""
         o = self.options.record
         absmax_over = o.grads if o.comm is not None and o.grads else ()
-        ask = Ask(
-            need_absmax=need_absmax,
-            absmax_over=absmax_over,
-            unscale_by=unscale_by,
-            need_sumsq=need_sumsq,
-        )
+        ask = self._ask  # the last one, asked again while the scale stays
+        if ask is None or ask != (need_absmax, absmax_over, unscale_by, need_sumsq):
+            ask = self._ask = Ask(
+                need_absmax=need_absmax,
+                absmax_over=absmax_over,
+                unscale_by=unscale_by,
+                need_sumsq=need_sumsq,
+            )
         extras = reads.extras() if reads.with_gradients else NO_EXTRAS
         return self.check.facts(self.params, ask, extras, reads.host)
 

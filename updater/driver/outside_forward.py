@@ -55,12 +55,15 @@ def state_function_outputs(loss, given=()) -> List[nn.Variable]:
     return list(found.values())
 
 
-_UPDATER_FORWARDS = [0]
+UPDATER_FORWARDS = [0]
+"""Forward passes run by the updaters of this process, any of them: :meth:`Rounds.run
+<updater.driver.rounds.Rounds.run>` adds one per pass (an item write, no call)."""
 
 
-def updater_forward() -> None:
-    """Count a forward pass run by an updater (any, in this process)."""
-    _UPDATER_FORWARDS[0] += 1
+def watches(options) -> bool:
+    """Whether a forward pass run outside the updater can be seen with the options ``options``:
+    without a data feeder and with ``clear_buffer`` (module doc); else nothing is watched."""
+    return options.clear_buffer and options.data_feeder is None
 
 
 class OutsideForward:
@@ -68,36 +71,40 @@ class OutsideForward:
 
     Args:
         loss (nnabla.Variable): the updater's loss.
-        rounds (Rounds): nothing is watched when its ``data_feeder`` is set or its
-            ``clear_buffer`` is False.
+        options (LiveOptions): nothing is watched unless :func:`watches` its record.
         given (callable): returns the ``forward_state`` Variables.
+
+    Attributes:
+        watched (list of nnabla.Variable): the outputs freed at the end of the last step, which
+            :meth:`check` reads; empty: nothing to check.
     """
 
-    def __init__(self, loss, rounds, given: Callable[[], list]):
+    def __init__(self, loss, options, given: Callable[[], list]):
         self.loss = loss
-        self.rounds = rounds
+        self.options = options
         self._given = given
         self._candidates: List[nn.Variable] | None = None  # found on first use
-        self._watched: List[nn.Variable] = []  # freed at the end of the last step
+        self.watched: List[nn.Variable] = []
         self._forwards = 0  # updaters' forward passes counted at the end of the last step
 
     def after_step(self) -> None:
-        """Called after the updater's own passes: watch the candidates they left freed."""
-        if not self.rounds.clear_buffer or self.rounds.data_feeder is not None:
-            self._watched = []
+        """Called after the updater's own passes: watch the candidates they left freed (none
+        unless :func:`watches` the options)."""
+        if not watches(self.options.record):
+            self.watched = []
             return
         if self._candidates is None:
             self._candidates = state_function_outputs(self.loss, self._given())
-        self._watched = [v for v in self._candidates if v.data.clear_called]
-        self._forwards = _UPDATER_FORWARDS[0]
+        self.watched = [v for v in self._candidates if v.data.clear_called]
+        self._forwards = UPDATER_FORWARDS[0]
 
     def check(self) -> None:
         """``RuntimeError`` when a watched Variable was filled since :meth:`after_step`."""
-        filled = [v for v in self._watched if not v.data.clear_called]
-        if filled and self._forwards != _UPDATER_FORWARDS[0]:  # another updater ran it
-            filled = self._watched = []
+        filled = [v for v in self.watched if not v.data.clear_called]
+        if filled and self._forwards != UPDATER_FORWARDS[0]:  # another updater ran it
+            filled = self.watched = []
         if filled:
-            self._watched = []
+            self.watched = []
             ran = f"{filled[0].parent.info.type_name} '{filled[0].parent.name}'"
             raise RuntimeError(
                 f"loss.forward() ran outside the updater since its last step (it ran {ran}, "

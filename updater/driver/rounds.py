@@ -11,6 +11,7 @@ step each holds one attempt's backward."""
 
 from __future__ import annotations
 
+import operator
 from typing import Callable, Dict, List
 
 import nnabla as nn
@@ -26,8 +27,10 @@ from .arrays import (
 from .checks import Extras, FiniteCheck
 from .checks.base import NO_EXTRAS
 from .options import LiveOptions
-from .outside_forward import updater_forward
+from .outside_forward import UPDATER_FORWARDS
 from .value_ranges import Range, input_ranges
+
+_NEEDS_GRAD = operator.attrgetter("need_grad")
 
 
 class Rounds:
@@ -163,33 +166,37 @@ class Rounds:
             check_inputs = not self._check_pending
         o.solver.zero_grad()
         inputs = self._inputs if self._inputs is not None else self.inputs()
-        for v in inputs:
-            if v.need_grad:
-                v.grad.zero()
+        for v in filter(_NEEDS_GRAD, inputs):
+            v.grad.zero()
         for r in range(rounds):
-            self._feed(r, inputs, replay, keep, check_inputs)
+            if replay:
+                self._replay_round(r, inputs, keep)
+            elif feeder is not None:
+                feeder()
+                self.counters.batches += 1
+            if (keep or check_inputs) and not replay:
+                self._kept_and_checked(inputs, keep, check_inputs)
             loss.forward(clear_no_need_grad=clear, function_post_hook=hook)
-            updater_forward()
+            UPDATER_FORWARDS[0] += 1
             loss.backward(seed, clear_buffer=clear)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
                 self._loss_finite = host_all_finite(loss.data) and self._loss_finite
             self.counters.passes += count
 
-    def _feed(self, r: int, inputs, replay: bool, keep: bool, check_inputs: bool) -> None:
-        """Round ``r``'s ``inputs`` (:meth:`run`): the feeder's batch, kept and checked as
-        asked, or with ``replay`` the batch kept for it written back."""
-        if not replay:
-            feeder = self.options.record.data_feeder
-            if feeder is not None:
-                feeder()
-                self.counters.batches += 1
-            if keep:
-                self._kept.append([copy_array(v.data) for v in inputs])
-            if check_inputs:
-                self._bad_inputs.update(self._bad_indices())
-        elif keep:
+    def _replay_round(self, r: int, inputs, keep: bool) -> None:
+        """Round ``r``'s ``inputs`` for a replay (:meth:`run`): the batch kept for it written
+        back when ``keep`` (else the inputs are still the batch's)."""
+        if keep:
             for v, saved in zip(inputs, self._kept[r]):
                 restore_array(v, saved)
+
+    def _kept_and_checked(self, inputs, keep: bool, check_inputs: bool) -> None:
+        """After a round's feed (:meth:`run`): its ``inputs`` kept for a replay and checked on
+        the host, as asked."""
+        if keep:
+            self._kept.append([copy_array(v.data) for v in inputs])
+        if check_inputs:
+            self._bad_inputs.update(self._bad_indices())
 
     def bad_input_names(self) -> List[str]:
         """The inputs that were bad, named by the function they feed and their shape, with the

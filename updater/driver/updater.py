@@ -4,8 +4,8 @@ iteration in three stages a script may also call: ``backward()``, ``unscale()``,
 It is composed of :class:`Rounds` (an attempt's forward/backward rounds), :class:`GradientWork`
 (all-reduce, agreement, the :class:`FiniteCheck` of the path), :class:`ForwardState` (what the
 forward pass writes) and :class:`Attempts` (an iteration's attempts), built by
-:mod:`updater.driver.assembly`, sharing :class:`Counters` and the live options.
-"""
+:mod:`updater.driver.assembly`, sharing :class:`Counters`, the live options and the plan of an
+iteration (:class:`~updater.driver.attempts.StepPlan`, made again when an option is assigned)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ..policy.presets import as_policy
 from . import saved_state
 from .arguments import check_scale, check_seed_holds, legacy_property, policy_from_arguments
 from .arrays import seed_dtype
-from .assembly import assemble, check_path
+from .assembly import assemble, path_changed, plan_step
 from .attributes import DEFAULT, UpdaterAttributes, attach_options
 from .call_order import CallOrder, answer_habits, refuse_new_scale, refuse_unknown_keywords
 from .options import OPTIONS, REBUILDS, LiveOptions, UpdaterOptions
@@ -31,7 +31,7 @@ from .records import Counters, NonFiniteGradientsError, StepRecord
 if TYPE_CHECKING:  # nnabla's types are named nn.solvers.Solver, nn.monitor.Monitor
     from ..policy.base import Policy
     from ..trace.recorder import GradientRecorder
-    from .attempts import Pending
+    from .attempts import Pending, StepPlan
     from .probe_options import Probes
     from .solver_group import SolverGroup
 
@@ -135,6 +135,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._order = CallOrder()
         self._agreed = False  # the ranks compared their settings (on the first step)
         self._outside: OutsideForward | None = None
+        self._plan: StepPlan = plan_step(options)  # made again when an option is assigned
         self._assemble()
 
     def _assemble(self) -> None:
@@ -147,25 +148,22 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._forward_state, self._rounds, self._attempts = p.forward_state, p.rounds, p.attempts
         loss = self._live.record.loss
         if self._outside is None or self._outside.loss is not loss:  # reads the options live
-            self._outside = OutsideForward(loss, self, lambda: self._forward_state.given)
+            self._outside = OutsideForward(loss, self._live, lambda: self._forward_state.given)
 
     def _set_option(self, name: str, value) -> None:
-        """Assign an option (checked): the collaborators read it at their next use; they are
-        built again at the next ``update()``/``backward()`` when it chooses a structure
-        (:data:`updater.driver.options.REBUILDS`) or changes the finite check's path."""
+        """Assign an option (checked) and plan the iteration again: the collaborators read it at
+        their next use; they are built again at the next ``update()``/``backward()`` when it
+        chooses a structure (:data:`updater.driver.options.REBUILDS`) or changes the finite
+        check's path."""
         options = self._live.record.replaced(**{name: value})
         if name == "loss":
             check_seed_holds(self._policy, seed_dtype(options.loss))
         if name == "comm":
             self._agreed = False  # the ranks compare their settings again over the new one
         self._live.record = options
-        self._stale = self._stale or name in REBUILDS or self._path_changed()
-
-    def _path_changed(self) -> bool:
-        """Whether the options and the policy now give a finite-check path other than the one
-        built (``"auto"`` reads the policy, ``clip_grad_norm`` and ``recorder``:
-        :func:`updater.driver.assembly.check_path`)."""
-        return check_path(self._live.record, self._policy) != self._work.check.name
+        self._plan = plan_step(options)
+        rebuild = name in REBUILDS or path_changed(self._live, self._policy, self._work)
+        self._stale = self._stale or rebuild
 
     @property
     def policy(self) -> Policy:
@@ -175,7 +173,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
     @policy.setter
     def policy(self, value) -> None:
         self._policy = as_policy(value)
-        self._stale = self._stale or self._path_changed()
+        self._stale = self._stale or path_changed(self._live, self._policy, self._work)
 
     @property
     def finite_check(self) -> str:
@@ -248,7 +246,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         """
         if new_scale is not None:
             refuse_new_scale(new_scale)
-        self._order.start_update(self._rounds.inputs)
+        if self._order.pending is not None or self._order.left is not None:  # else no check
+            self._order.start_update(self._rounds.inputs)
         pending = self._backward(by_update=True)
         self._work.unscale(pending)
         return self._step(pending, by_step=False)
@@ -271,14 +270,14 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         return self._backward(by_update=False).finite
 
     def _backward(self, by_update: bool) -> Pending:
-        """:meth:`backward` once the call order allowed it; ``by_update``: called by
-        ``update()``, which unscales in the checking pass (or measures for clipping in the same
-        read) when the recorder does not want this step's scaled gradients
-        (:meth:`updater.driver.attempts.Attempts.run`)."""
+        """:meth:`backward` once the call order allowed it, as planned; ``by_update``: called
+        by ``update()``, which unscales in the checking pass or measures for clipping in the
+        same read (:meth:`updater.driver.attempts.Attempts.run`)."""
         if self._stale:
             self._assemble()
-        o = self._live.record
-        self._outside.check()
+        o, plan, outside = self._live.record, self._plan, self._outside
+        if outside.watched:
+            outside.check()
         self._work.new_step()
         if not self._agreed:
             self._agreed = True
@@ -286,10 +285,11 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         if not o.enabled:
             pending = self._attempts.unscaled_run(self._state)
         else:
-            pending = self._attempts.run(self._policy, self._state, self.steps, by_update)
+            pending = self._attempts.run(plan, self._policy, self._state, self.steps, by_update)
             self._state = pending.state  # the failed attempts advanced the policy
         self._order.pending = pending
-        self._outside.after_step()
+        if plan.watch_outside or outside.watched:  # else after_step would watch nothing
+            outside.after_step()
         return pending
 
     def unscale(self) -> None:
@@ -327,8 +327,10 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         if finite:
             self._work.apply(pending.sumsq, o.weight_decay)
         self._state = pending.new_state
-        hand_fed = by_step and o.data_feeder is None
-        self._order.end(self._rounds.inputs() if hand_fed else None)
+        if by_step:
+            self._order.end(self._rounds.inputs() if o.data_feeder is None else None)
+        else:  # update() took what the last step() left when it started
+            self._order.pending = None
         step = self.steps
         record = StepRecord(
             step=step,

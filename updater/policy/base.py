@@ -124,12 +124,3 @@ class Policy:
 
     def update(self, state, grads_finite, grad_absmax=None, bad_batch=False) -> ScaleState:
         raise NotImplementedError  # pragma: no cover - overridden
-
-
-def unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
-    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
-    the literal False, the default, costs nothing)."""
-    if bad_batch is False:
-        return new
-    bad = x.flag(bad_batch)
-    return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))

@@ -51,13 +51,13 @@ from .base import (
     check_count,
     check_growth,
     set_setting,
-    unless_bad,
 )
 from .state import (
     ScaleState,
     largest_safe_scale,  # noqa: F401 (public here too)
     make_state,
     ops_for,
+    unless_bad,
 )
 
 

@@ -81,8 +81,8 @@ def _one_largest_safe_scale(a: float, margin: float) -> float:
 _ONE_RUN = SimpleNamespace(
     flag=bool,
     value=float,
-    both=lambda a, b: bool(a and b),
-    either=lambda a, b: bool(a or b),
+    both=operator.and_,  # of flags (bool): C builtins, no Python frame per operation
+    either=operator.or_,
     negate=operator.not_,
     where=lambda cond, a, b: a if cond else b,
     minimum=min,
@@ -94,7 +94,9 @@ _ONE_RUN = SimpleNamespace(
     like=lambda value, other: value,
     state=_one_state,
 )
-"""The rules' operations on Python numbers: one run."""
+"""The rules' operations on Python numbers: one run. ``both`` and ``either`` take flags (the
+bools that ``flag``, comparisons and ``negate`` give); all but ``where``, ``like`` and ``state``
+are C builtins, so a step's advance costs a few Python calls."""
 
 _MANY_RUNS = SimpleNamespace(
     flag=lambda v: np.asarray(v, dtype=bool),
@@ -115,6 +117,8 @@ _MANY_RUNS = SimpleNamespace(
 """The same operations, elementwise on NumPy arrays: many runs."""
 
 _SINGLE = (bool, int, float, np.bool_, np.number)
+_PYTHON_NUMBERS = frozenset((bool, int, float))
+_PYTHON_NUMBERS_OR_NONE = _PYTHON_NUMBERS | {type(None)}
 
 
 def _single(value) -> bool:
@@ -123,10 +127,25 @@ def _single(value) -> bool:
 
 def ops_for(policy, state, *values) -> SimpleNamespace:
     """The operations for this call: one run when the policy's settings, the state and the
-    step's values are all single numbers, else many."""
-    if policy._one_run and _single(state.scale) and all(v is None or _single(v) for v in values):
+    step's values are all single numbers, else many. Python numbers (the updater's) are told
+    by their exact types in one C-level test; NumPy scalars and 0-d arrays by :func:`_single`."""
+    if not policy._one_run:
+        return _MANY_RUNS
+    scale = state.scale
+    if type(scale) in _PYTHON_NUMBERS and _PYTHON_NUMBERS_OR_NONE.issuperset(map(type, values)):
+        return _ONE_RUN
+    if _single(scale) and all(v is None or _single(v) for v in values):
         return _ONE_RUN
     return _MANY_RUNS
+
+
+def unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
+    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
+    the literal False, the default, costs nothing)."""
+    if bad_batch is False:
+        return new
+    bad = x.flag(bad_batch)
+    return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))
 
 
 def largest_safe_scale(grad_absmax_unscaled, margin: float = 1.0):

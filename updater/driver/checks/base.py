@@ -203,6 +203,8 @@ class FiniteCheck:
         path reads them."""
         found = self._inspect(params, ask, extras)
         finite = found.finite
+        if finite and (ask.need_absmax or found.absmax is None):
+            return found  # as it is: what follows would replace nothing
         return found._replace(
             absmax=(found.absmax if finite else math.inf) if ask.need_absmax else None,
             sumsq=found.sumsq if finite else None,
