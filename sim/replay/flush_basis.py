@@ -37,6 +37,7 @@ from typing import Dict
 
 import numpy as np
 
+from sim.replay.columns import applied_sum, count_true
 from sim.traces.synthetic import SyntheticTrace
 from updater.trace import Trace
 
@@ -114,10 +115,11 @@ def flush_bounds(basis: FlushBasis, scale: np.ndarray, flushed: np.ndarray) -> t
     """Bounds on the replayed flushed shares ``flushed`` at the policy's scales ``scale`` (both
     ``(steps, runs)``), by the module's rules: ``(low, high, unmeasured, exact)``, the first two
     float64 and the last two bool arrays of that shape (``unmeasured``: the share rests on no
-    measurement and is only bounded; ``exact``: beyond the measured scales, and exact there)."""
+    measurement and is only bounded; ``exact``: beyond the measured scales, and exact there).
+    On the binade model (kind ``"model"``) both bounds are ``flushed`` itself and both masks
+    None (nowhere)."""
     if basis.kind == "model":
-        no = np.zeros(scale.shape, bool)
-        return flushed, flushed, no, no
+        return flushed, flushed, None, None
     if basis.kind == "none":
         yes = np.ones(scale.shape, bool)
         return np.zeros(scale.shape), np.ones(scale.shape), yes, ~yes
@@ -134,8 +136,12 @@ def flush_bounds(basis: FlushBasis, scale: np.ndarray, flushed: np.ndarray) -> t
     return low, high, below | up | none, exact
 
 
-def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, np.ndarray]:
-    """Per run, over the applied steps (``skipped`` False) of ``(steps, runs)`` arrays:
+def flush_run_metrics(
+    basis: FlushBasis, scale, skipped, flushed, signal_lost=None
+) -> Dict[str, np.ndarray]:
+    """Per run, over the applied steps (``skipped`` False) of ``(steps, runs)`` arrays
+    (``signal_lost``, optional: :func:`sim.replay.metrics.run_metrics`' of the same arrays,
+    taken for a bound that is the replayed share itself):
 
     - ``signal_lost_low``, ``signal_lost_high``: the bounds of ``signal_lost``
       (:func:`sim.replay.metrics.run_metrics`) that the flushed shares' bounds give;
@@ -146,17 +152,25 @@ def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, n
     - ``flush_basis``: the index of the trace's kind in :data:`KINDS`.
     """
     low, high, unmeasured, exact = flush_bounds(basis, scale, flushed)
-    applied = ~skipped
-    steps = scale.shape[0]
-    n_skipped = skipped.sum(axis=0)
-    sums = [np.where(applied, a, 0.0).sum(axis=0) for a in (low, high)]
+    steps, runs = scale.shape
+    n_skipped = count_true(skipped)
+    applied = None if unmeasured is None else ~skipped
+    lost = [
+        signal_lost.copy()
+        if bound is flushed and signal_lost is not None
+        else (applied_sum(skipped, bound) + n_skipped) / steps
+        for bound in (low, high)
+    ]
     values = (  # compact (33 bytes a run): they live as long as the result
-        (sums[0] + n_skipped) / steps,
-        (sums[1] + n_skipped) / steps,
-        (applied & unmeasured).sum(axis=0, dtype=np.int32),
-        (applied & exact).sum(axis=0, dtype=np.int32),
-        np.where(applied & unmeasured, flushed, 0.0).sum(axis=0) / steps,
-        np.full(scale.shape[1], KINDS.index(basis.kind), np.int8),
+        *lost,
+        np.zeros(runs, np.int32)
+        if unmeasured is None
+        else count_true(applied & unmeasured, np.int32),
+        np.zeros(runs, np.int32) if exact is None else count_true(applied & exact, np.int32),
+        np.zeros(runs)
+        if unmeasured is None
+        else applied_sum(~(applied & unmeasured), flushed) / steps,
+        np.full(runs, KINDS.index(basis.kind), np.int8),
     )
     return dict(zip(FLUSH_RUN_METRICS, values))
 
