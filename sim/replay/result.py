@@ -239,7 +239,7 @@ def run_result(policy, trace, factor, scale_all, overflow, label) -> RunResult:
             if name not in metrics:
                 metrics[name] = np.empty(scale.shape[1], values.dtype)
             metrics[name][cols] = values
-    metrics["final_scale"] = scale_all[-1].copy()
+    metrics["final_scale"] = scale_all[-1]  # a view: the result keeps scale_all anyway
     return RunResult(
         label=label or policy_label(policy),
         policy=policy,
