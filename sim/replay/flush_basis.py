@@ -78,6 +78,12 @@ class FlushBasis:
     f_hi: np.ndarray | None = None
 
     @property
+    def per_step(self) -> bool:
+        """Whether :func:`flush_run_metrics` reads each (step, run)'s share: not on the binade
+        model (kind ``"model"``), whose bounds are the share itself."""
+        return self.kind != "model"
+
+    @property
     def scales(self) -> tuple:
         """``(lowest, highest)`` scale measured over all steps, or None without measurements."""
         if self.lo is None or np.isnan(self.lo).all():
@@ -115,11 +121,10 @@ def flush_bounds(basis: FlushBasis, scale: np.ndarray, flushed: np.ndarray) -> t
     """Bounds on the replayed flushed shares ``flushed`` at the policy's scales ``scale`` (both
     ``(steps, runs)``), by the module's rules: ``(low, high, unmeasured, exact)``, the first two
     float64 and the last two bool arrays of that shape (``unmeasured``: the share rests on no
-    measurement and is only bounded; ``exact``: beyond the measured scales, and exact there).
-    On the binade model (kind ``"model"``) both bounds are ``flushed`` itself and both masks
-    None (nowhere)."""
+    measurement and is only bounded; ``exact``: beyond the measured scales, and exact there)."""
     if basis.kind == "model":
-        return flushed, flushed, None, None
+        no = np.zeros(scale.shape, bool)
+        return flushed, flushed, no, no
     if basis.kind == "none":
         yes = np.ones(scale.shape, bool)
         return np.zeros(scale.shape), np.ones(scale.shape), yes, ~yes
@@ -139,9 +144,7 @@ def flush_bounds(basis: FlushBasis, scale: np.ndarray, flushed: np.ndarray) -> t
 def flush_run_metrics(
     basis: FlushBasis, scale, skipped, flushed, signal_lost=None
 ) -> Dict[str, np.ndarray]:
-    """Per run, over the applied steps (``skipped`` False) of ``(steps, runs)`` arrays
-    (``signal_lost``, optional: :func:`sim.replay.metrics.run_metrics`' of the same arrays,
-    taken for a bound that is the replayed share itself):
+    """Per run, over the applied steps (``skipped`` False) of ``(steps, runs)`` arrays:
 
     - ``signal_lost_low``, ``signal_lost_high``: the bounds of ``signal_lost``
       (:func:`sim.replay.metrics.run_metrics`) that the flushed shares' bounds give;
@@ -150,27 +153,31 @@ def flush_run_metrics(
     - ``flush_unmeasured_lost``: the replayed shares of the unmeasured steps, summed, over all
       steps (the part of ``signal_lost`` that rests on no measurement);
     - ``flush_basis``: the index of the trace's kind in :data:`KINDS`.
+
+    Where the basis is not :attr:`FlushBasis.per_step` (the binade model) the bounds are
+    ``signal_lost`` itself (``run_metrics``' of these runs; required there: both are read-only
+    views of it), the counts and the unmeasured share 0 (new arrays never written), and of the
+    other arrays only the runs of ``scale`` are read (``skipped``, ``flushed`` may be None).
     """
+    runs = scale.shape[1]
+    kind = np.full(runs, KINDS.index(basis.kind), np.int8)
+    if not basis.per_step:
+        bound = signal_lost.view()
+        bound.flags.writeable = False
+        counts = (np.zeros(runs, np.int32) for _ in range(2))
+        values: tuple = (bound, bound, *counts, np.zeros(runs), kind)
+        return dict(zip(FLUSH_RUN_METRICS, values))
     low, high, unmeasured, exact = flush_bounds(basis, scale, flushed)
-    steps, runs = scale.shape
+    steps = scale.shape[0]
+    applied = ~skipped
     n_skipped = count_true(skipped)
-    applied = None if unmeasured is None else ~skipped
-    lost = [
-        signal_lost.copy()
-        if bound is flushed and signal_lost is not None
-        else (applied_sum(skipped, bound) + n_skipped) / steps
-        for bound in (low, high)
-    ]
     values = (  # compact (33 bytes a run): they live as long as the result
-        *lost,
-        np.zeros(runs, np.int32)
-        if unmeasured is None
-        else count_true(applied & unmeasured, np.int32),
-        np.zeros(runs, np.int32) if exact is None else count_true(applied & exact, np.int32),
-        np.zeros(runs)
-        if unmeasured is None
-        else applied_sum(~(applied & unmeasured), flushed) / steps,
-        np.full(runs, KINDS.index(basis.kind), np.int8),
+        (applied_sum(skipped, low) + n_skipped) / steps,
+        (applied_sum(skipped, high) + n_skipped) / steps,
+        count_true(applied & unmeasured, np.int32),
+        count_true(applied & exact, np.int32),
+        applied_sum(~(applied & unmeasured), flushed) / steps,
+        kind,
     )
     return dict(zip(FLUSH_RUN_METRICS, values))
 

@@ -233,12 +233,14 @@ def run_result(policy, trace, factor, scale_all, overflow, label) -> RunResult:
         part = run_metrics(
             scale[:, cols], overflow[:, cols], skipped, safe, flushed, trace.nonfinite
         )
-        lost = part["signal_lost"]
-        part.update(flush_run_metrics(basis, scale[:, cols], skipped, flushed, lost))
+        if basis.per_step:
+            part.update(flush_run_metrics(basis, scale[:, cols], skipped, flushed))
         for name, values in part.items():
             if name not in metrics:
                 metrics[name] = np.empty(scale.shape[1], values.dtype)
             metrics[name][cols] = values
+    if not basis.per_step:  # worked out from signal_lost, all runs at once
+        metrics.update(flush_run_metrics(basis, scale, None, None, metrics["signal_lost"]))
     metrics["final_scale"] = scale_all[-1]  # a view: the result keeps scale_all anyway
     return RunResult(
         label=label or policy_label(policy),
