@@ -37,6 +37,7 @@ from typing import Dict
 
 import numpy as np
 
+from sim.replay.columns import applied_sum, count_true
 from sim.traces.synthetic import SyntheticTrace
 from updater.trace import Trace
 
@@ -75,6 +76,12 @@ class FlushBasis:
     hi: np.ndarray | None = None
     f_lo: np.ndarray | None = None
     f_hi: np.ndarray | None = None
+
+    @property
+    def per_step(self) -> bool:
+        """Whether :func:`flush_run_metrics` reads each (step, run)'s share: not on the binade
+        model (kind ``"model"``), whose bounds are the share itself."""
+        return self.kind != "model"
 
     @property
     def scales(self) -> tuple:
@@ -134,7 +141,9 @@ def flush_bounds(basis: FlushBasis, scale: np.ndarray, flushed: np.ndarray) -> t
     return low, high, below | up | none, exact
 
 
-def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, np.ndarray]:
+def flush_run_metrics(
+    basis: FlushBasis, scale, skipped, flushed, signal_lost=None
+) -> Dict[str, np.ndarray]:
     """Per run, over the applied steps (``skipped`` False) of ``(steps, runs)`` arrays:
 
     - ``signal_lost_low``, ``signal_lost_high``: the bounds of ``signal_lost``
@@ -144,19 +153,31 @@ def flush_run_metrics(basis: FlushBasis, scale, skipped, flushed) -> Dict[str, n
     - ``flush_unmeasured_lost``: the replayed shares of the unmeasured steps, summed, over all
       steps (the part of ``signal_lost`` that rests on no measurement);
     - ``flush_basis``: the index of the trace's kind in :data:`KINDS`.
+
+    Where the basis is not :attr:`FlushBasis.per_step` (the binade model) the bounds are
+    ``signal_lost`` itself (``run_metrics``' of these runs; required there: both are read-only
+    views of it), the counts and the unmeasured share 0 (new arrays never written), and of the
+    other arrays only the runs of ``scale`` are read (``skipped``, ``flushed`` may be None).
     """
+    runs = scale.shape[1]
+    kind = np.full(runs, KINDS.index(basis.kind), np.int8)
+    if not basis.per_step:
+        bound = signal_lost.view()
+        bound.flags.writeable = False
+        counts = (np.zeros(runs, np.int32) for _ in range(2))
+        values: tuple = (bound, bound, *counts, np.zeros(runs), kind)
+        return dict(zip(FLUSH_RUN_METRICS, values))
     low, high, unmeasured, exact = flush_bounds(basis, scale, flushed)
-    applied = ~skipped
     steps = scale.shape[0]
-    n_skipped = skipped.sum(axis=0)
-    sums = [np.where(applied, a, 0.0).sum(axis=0) for a in (low, high)]
+    applied = ~skipped
+    n_skipped = count_true(skipped)
     values = (  # compact (33 bytes a run): they live as long as the result
-        (sums[0] + n_skipped) / steps,
-        (sums[1] + n_skipped) / steps,
-        (applied & unmeasured).sum(axis=0, dtype=np.int32),
-        (applied & exact).sum(axis=0, dtype=np.int32),
-        np.where(applied & unmeasured, flushed, 0.0).sum(axis=0) / steps,
-        np.full(scale.shape[1], KINDS.index(basis.kind), np.int8),
+        (applied_sum(skipped, low) + n_skipped) / steps,
+        (applied_sum(skipped, high) + n_skipped) / steps,
+        count_true(applied & unmeasured, np.int32),
+        count_true(applied & exact, np.int32),
+        applied_sum(~(applied & unmeasured), flushed) / steps,
+        kind,
     )
     return dict(zip(FLUSH_RUN_METRICS, values))
 

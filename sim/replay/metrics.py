@@ -12,6 +12,7 @@ from typing import Any, Dict
 
 import numpy as np
 
+from sim.replay.columns import applied_sum, count_true, first_true
 from sim.replay.flush_basis import flush_summary
 
 
@@ -132,28 +133,27 @@ def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite) -> Dict[str,
     - ``below_half_safe``: share of steps with ``scale < safe / 2``.
     """
     steps = scale.shape[0]
-    n_skipped = skipped.sum(axis=0)
+    n_skipped = count_true(skipped)
     n_applied = steps - n_skipped
-    flushed_applied = np.where(skipped, 0.0, flushed).sum(axis=0)
+    flushed_applied = applied_sum(skipped, flushed)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_flushed = flushed_applied / n_applied
         ratio = scale / safe
     within = np.greater_equal(ratio, 0.5)
     flags = np.less_equal(ratio, 2.0)
     within &= flags
-    first = np.argmax(within, axis=0)
-    reached = within[first, np.arange(scale.shape[1])]
+    first, reached = first_true(within)
     bad = np.asarray(nonfinite, dtype=bool)
-    overflows = overflow.sum(axis=0)
+    overflows = count_true(overflow)
     if bad.any():  # bad batches are not counted
-        overflows -= overflow[bad].sum(axis=0)
+        overflows -= count_true(overflow[bad])
     return {
         "overflows": overflows,
         "skipped": n_skipped,
         "mean_flushed": mean_flushed,
         "signal_lost": (flushed_applied + n_skipped) / steps,
         "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
-        "below_half_safe": np.less(ratio, 0.5, out=flags).sum(axis=0) / steps,
+        "below_half_safe": count_true(np.less(ratio, 0.5, out=flags)) / steps,
     }
 
 

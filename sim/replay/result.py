@@ -160,7 +160,7 @@ def safe_scales(absmax, overflow_from=None, max_scale=None, floor=None) -> np.nd
     safe = largest_safe_scale(absmax)  # a new array (or a scalar), so written in place
     if overflow_from is not None:
         safe = _into(np.minimum, safe, _largest_power_of_two_below(overflow_from))
-    if floor is not None:
+    if floor is not None and np.any(np.greater(floor, 0)):  # 0: not known (safe >= 0 or NaN)
         safe = _into(np.maximum, safe, floor)
     return safe if max_scale is None else _into(np.minimum, safe, max_scale)
 
@@ -233,12 +233,15 @@ def run_result(policy, trace, factor, scale_all, overflow, label) -> RunResult:
         part = run_metrics(
             scale[:, cols], overflow[:, cols], skipped, safe, flushed, trace.nonfinite
         )
-        part.update(flush_run_metrics(basis, scale[:, cols], skipped, flushed))
+        if basis.per_step:
+            part.update(flush_run_metrics(basis, scale[:, cols], skipped, flushed))
         for name, values in part.items():
             if name not in metrics:
                 metrics[name] = np.empty(scale.shape[1], values.dtype)
             metrics[name][cols] = values
-    metrics["final_scale"] = scale_all[-1].copy()
+    if not basis.per_step:  # worked out from signal_lost, all runs at once
+        metrics.update(flush_run_metrics(basis, scale, None, None, metrics["signal_lost"]))
+    metrics["final_scale"] = scale_all[-1]  # a view: the result keeps scale_all anyway
     return RunResult(
         label=label or policy_label(policy),
         policy=policy,

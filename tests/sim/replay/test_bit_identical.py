@@ -2,6 +2,8 @@
 (steps, runs) C-ordered jitter) gives the bits of the plain formulas it replaced
 (tests/sim/replay/plain_reference.py): every array, its dtype, every metric, NaN where NaN."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -113,6 +115,7 @@ TRACES = {
     "stationary": lambda: make_trace("stationary", steps=30, seed=1),
     "nan": lambda: make_trace("nan", steps=60, seed=2, nan_prob=0.2),
     "recorded": lambda: named_trace("digits_conv_bn").take(np.arange(60)),  # thresholds, flush
+    "unmeasured": lambda: dataclasses.replace(TRACES["recorded"](), flush=None),  # kind "none"
 }
 POLICIES = [
     PRESETS["dynamic"],

@@ -100,3 +100,18 @@ def test_a_probe_that_overflowed_measured_nothing_at_its_scale():
     trace = _recorded(at=8.0, shares=(0.5, 0.375, 0.25, np.nan))
     basis = flush_basis(trace)
     assert basis.hi[0] == 0.5 and basis.f_hi[0] == 0.25
+
+
+def test_on_the_binade_model_the_bounds_are_signal_lost_itself_read_only():
+    """A family's flush metrics are worked out once from signal_lost (issue 51): the bounds are
+    read-only views of it (writing one raises instead of changing the others), the counts 0."""
+    r = simulate(DynamicScale(), make_trace("spikes", steps=30, seed=1), runs=9, progress=False)
+    lost = r.metrics["signal_lost"]
+    for name in ("signal_lost_low", "signal_lost_high"):
+        bound = r.metrics[name]
+        assert np.shares_memory(bound, lost) and np.array_equal(bound, lost)
+        with pytest.raises(ValueError, match="read-only"):
+            bound[0] = 0.5
+    for name in ("flush_unmeasured", "flush_exact_beyond", "flush_unmeasured_lost"):
+        assert not r.metrics[name].any()
+    assert r.summary()["flush_basis"] == "model"
