@@ -158,10 +158,12 @@ class Attempts:
         for clipping in the same read ("solver"). The failed attempts' policy advances are in
         the returned ``new_state``."""
         o, recording = self.options.record, self.recording
-        recorded = recording is not None and recording.wants(step)
+        wanted = None if recording is None else recording.wanted(step)
+        recorded = wanted is not None
         fuse = by_update and not recorded
         sumsq = fuse and plan.clip
-        keep = plan.retry or (recorded and recording.replays(step))
+        keep = plan.retry or (wanted is not None and wanted.replays)
+        hook = None if wanted is None else wanted.forward_peak
         attempts, overflow_scale, moved = 0, None, None
         stateful = (self.reads if self.reads.host is not None else self.reads.plan()).stateful
         saves = o.restore_on_skip and stateful  # else nothing to copy
@@ -169,7 +171,8 @@ class Attempts:
         try:
             while True:
                 attempts += 1
-                hook = recording.attempt_hook(step) if recorded else None
+                if hook is not None:  # the recorded attempt is the last
+                    hook.reset()
                 seed = self._seeds.get(state.scale) or self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
