@@ -57,11 +57,11 @@ class Pending:
     attempts: int
     bad: Sequence[str]  # names of the parameters with non-finite gradients
     new_state: ScaleState
+    state: ScaleState  # the state the last attempt started from
     unscaled: bool = False
     sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
     bad_batch: bool = False  # an inf/NaN loss or input on some worker
     statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
-    state: ScaleState | None = None  # the state the last attempt started from
 
 
 @dataclass(frozen=True, kw_only=True)
