@@ -120,7 +120,8 @@ class Attempts:
         counters (Counters): ``overflows`` and ``nonfinite_losses`` move here.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
         recording (Recording or None, default None): the hook of the option ``recorder``,
-            called before each attempt and after the attempts of a step it records.
+            asked once per step what it needs (:meth:`Recording.wanted`), called after the
+            attempts of a step it records.
     """
 
     def __init__(self, options: LiveOptions, reads, work, counters, seed_type, recording=None):
