@@ -1,6 +1,5 @@
 """mypy over the whole package (issue 51), with the settings of ``pyproject.toml``: it reports
-errors only in the modules of :data:`NOT_YET_CLEAN`, and in each of them, so that the list only
-shrinks (a module that becomes clean leaves it; a new error elsewhere fails here)."""
+no error."""
 
 import os
 import re
@@ -10,18 +9,6 @@ import sys
 import pytest
 
 from tests.paths import ROOT
-
-NOT_YET_CLEAN = {
-    "updater/driver/arrays.py",
-    "updater/driver/call_order.py",
-    "updater/driver/checks/base.py",
-    "updater/driver/checks/device.py",
-    "updater/driver/forward_state.py",
-    "updater/driver/gradient_work.py",
-    "updater/driver/rounds.py",
-    "updater/driver/updater.py",
-}
-"""The modules mypy still finds errors in: the step's core, being restructured (issue 51)."""
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +34,5 @@ def mypy_errors(tmp_path_factory) -> dict:
     return found
 
 
-def test_mypy_finds_no_error_outside_the_listed_modules(mypy_errors):
-    assert {p: e for p, e in mypy_errors.items() if p not in NOT_YET_CLEAN} == {}
-
-
-def test_every_listed_module_still_has_an_error(mypy_errors):
-    """A listed module mypy finds clean is taken off :data:`NOT_YET_CLEAN`."""
-    assert sorted(NOT_YET_CLEAN - set(mypy_errors)) == []
+def test_mypy_finds_no_error_in_the_package(mypy_errors):
+    assert mypy_errors == {}

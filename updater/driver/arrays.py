@@ -232,7 +232,7 @@ def bad_indices(arrays, ranges=None, first: bool = False) -> List[int]:
         if not array.size or kind not in "fiu" or (kind != "f" and bounds is None):
             continue
         a = host_view(array)
-        if kind == "f" and (bounds is None or bounds.symmetric):
+        if bounds is None or kind == "f" and bounds.symmetric:  # no bounds: a float array
             finite, top = _check_array(a, bounds is not None)
             bad = not finite or (bounds is not None and top >= bounds.high)
         else:  # by the range's own rule (entry by entry for OneHot's columns, ...)

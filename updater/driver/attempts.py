@@ -57,11 +57,11 @@ class Pending:
     attempts: int
     bad: Sequence[str]  # names of the parameters with non-finite gradients
     new_state: ScaleState
+    state: ScaleState  # the state the last attempt started from
     unscaled: bool = False
     sumsq: float | None = None  # of the unscaled gradients, measured by update()'s fused pass
     bad_batch: bool = False  # an inf/NaN loss or input on some worker
     statistics: list = field(default_factory=list)  # running statistics newly inf/NaN
-    state: ScaleState | None = None  # the state the last attempt started from
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +120,8 @@ class Attempts:
         counters (Counters): ``overflows`` and ``nonfinite_losses`` move here.
         seed_type (type): the loss's precision (``np.float16`` or ``np.float32``).
         recording (Recording or None, default None): the hook of the option ``recorder``,
-            called before each attempt and after the attempts of a step it records.
+            asked once per step what it needs (:meth:`Recording.wanted`), called after the
+            attempts of a step it records.
     """
 
     def __init__(self, options: LiveOptions, reads, work, counters, seed_type, recording=None):
@@ -158,10 +159,12 @@ class Attempts:
         for clipping in the same read ("solver"). The failed attempts' policy advances are in
         the returned ``new_state``."""
         o, recording = self.options.record, self.recording
-        recorded = recording is not None and recording.wants(step)
+        wanted = None if recording is None else recording.wanted(step)
+        recorded = wanted is not None
         fuse = by_update and not recorded
         sumsq = fuse and plan.clip
-        keep = plan.retry or (recorded and recording.replays(step))
+        keep = plan.retry or (wanted is not None and wanted.replays)
+        hook = None if wanted is None else wanted.forward_peak
         attempts, overflow_scale, moved = 0, None, None
         stateful = (self.reads if self.reads.host is not None else self.reads.plan()).stateful
         saves = o.restore_on_skip and stateful  # else nothing to copy
@@ -169,7 +172,8 @@ class Attempts:
         try:
             while True:
                 attempts += 1
-                hook = recording.attempt_hook(step) if recorded else None
+                if hook is not None:  # the recorded attempt is the last
+                    hook.reset()
                 seed = self._seeds.get(state.scale) or self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import nnabla as nn
 import numpy as np
@@ -74,9 +74,9 @@ class CallOrder:
             nothing to compare (:meth:`start_update` has nothing to check without either).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pending: Pending | None = None
-        self.left = None
+        self.left: List[nn.NdArray] | None = None
 
     def start(self) -> None:
         """Before an iteration's backward pass: ``RuntimeError`` when one is pending."""
@@ -95,9 +95,9 @@ class CallOrder:
         left, self.left = self.left, None
         if not left:
             return
-        inputs = inputs()
-        same = len(left) == len(inputs)
-        if same and all(same_values(v.data, kept) for v, kept in zip(inputs, left)):
+        variables = inputs()
+        same = len(left) == len(variables)
+        if same and all(same_values(v.data, kept) for v, kept in zip(variables, left)):
             raise RuntimeError(
                 "update() was called right after step() on the same batch: update() is not "
                 "PyTorch's GradScaler.update(), it runs a whole training iteration (backward(), "

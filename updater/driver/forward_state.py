@@ -24,7 +24,7 @@ in ``nonfinite_statistics``.
 from __future__ import annotations
 
 import logging
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Sequence
 
 import nnabla as nn
 import numpy as np
@@ -110,13 +110,13 @@ class ForwardState:
         return self.options.record.loss
 
     @property
-    def given(self) -> List[nn.Variable]:
+    def given(self) -> Sequence[nn.Variable]:
         """The option ``forward_state``: state that the graph does not show."""
         return self.options.record.forward_state
 
     def _found(self):
         if self._written is None:
-            found = {hash(v): v for v in state_inputs(self.loss) + self.given}
+            found = {hash(v): v for v in [*state_inputs(self.loss), *self.given]}
             self._written = (list(found.values()), FlatGraphs(loss_context(self.loss)))
         return self._written
 
@@ -172,7 +172,7 @@ class ForwardState:
     def _backward_writes(self) -> frozenset:
         """Hashes of the state only a backward pass writes (found on first use)."""
         if self._backward_only is None:
-            forward = {hash(v) for v in state_inputs(self.loss, (FORWARD_STATE,)) + self.given}
+            forward = {hash(v) for v in [*state_inputs(self.loss, (FORWARD_STATE,)), *self.given]}
             backward = state_inputs(self.loss, (BACKWARD_STATE,))
             self._backward_only = frozenset(hash(v) for v in backward) - forward
         return self._backward_only

@@ -34,7 +34,7 @@ class GradientWork:
         self.options = options
         self.check = check
         self._params: Dict[str, nn.Variable] | None = None
-        self._flag = None  # three-element agreement flag, made on first use
+        self._flag: nn.NdArray | None = None  # three-element agreement flag, made on first use
         self._reach_checked = False  # warned if no parameter is in the loss's graph
         self._ask: Ask | None = None  # the last request (:meth:`facts`)
 
@@ -66,12 +66,13 @@ class GradientWork:
         """Sum a three-element flag over workers: (this worker saw inf/NaN gradients, its loss
         was inf/NaN, its batch was bad). Returns (finite everywhere, a loss was bad somewhere,
         a batch was bad somewhere)."""
-        if self._flag is None:
-            self._flag = nn.NdArray.from_numpy_array(np.zeros(3, np.float32))
+        flag = self._flag
+        if flag is None:
+            flag = self._flag = nn.NdArray.from_numpy_array(np.zeros(3, np.float32))
         flags = (0.0 if local_finite else 1.0, float(local_bad_loss), float(local_bad_batch))
-        self._flag.cast(np.float32)[...] = flags
-        self.options.record.comm.all_reduce(self._flag, division=False, inplace=True)
-        total = host_view(self._flag)
+        flag.cast(np.float32)[...] = flags
+        self.options.record.comm.all_reduce(flag, division=False, inplace=True)
+        total = host_view(flag)
         return bool(total[0] <= 0), bool(total[1] > 0), bool(total[2] > 0)
 
     def host_grads(self) -> List[np.ndarray]:
@@ -79,7 +80,11 @@ class GradientWork:
         return host_grads(self.params())
 
     def facts(
-        self, reads: StepReads, need_absmax: bool, unscale_by=None, need_sumsq=False
+        self,
+        reads: StepReads,
+        need_absmax: bool,
+        unscale_by: float | None = None,
+        need_sumsq: bool = False,
     ) -> StepFacts:
         """The attempt's facts, one record from one call: the finite check
         (:meth:`FiniteCheck.facts`, :class:`Ask`; |g| max over the reduced gradients when only
@@ -87,8 +92,9 @@ class GradientWork:
         besides the gradients and read on the host for it."""
         o = self.options.record
         absmax_over = o.grads if o.comm is not None and o.grads else ()
+        asked = (need_absmax, absmax_over, unscale_by, need_sumsq)
         ask = self._ask  # the last one, asked again while the scale stays
-        if ask is None or ask != (need_absmax, absmax_over, unscale_by, need_sumsq):
+        if ask is None or asked != ask:
             ask = self._ask = Ask(
                 need_absmax=need_absmax,
                 absmax_over=absmax_over,
@@ -96,7 +102,9 @@ class GradientWork:
                 need_sumsq=need_sumsq,
             )
         extras = reads.extras() if reads.with_gradients else NO_EXTRAS
-        return self.check.facts(self.params, ask, extras, reads.host)
+        host = reads.host
+        assert host is not None  # planned before any attempt
+        return self.check.facts(self.params, ask, extras, host)
 
     def unscale(self, pending) -> None:
         """Multiply every gradient by ``1/seed`` of the iteration ``pending``

@@ -24,7 +24,7 @@ nothing is freed and nothing is seen; a forward meant to move the state runs wit
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import nnabla as nn
 
@@ -71,18 +71,17 @@ class OutsideForward:
 
     Args:
         loss (nnabla.Variable): the updater's loss.
-        options (LiveOptions): nothing is watched unless :func:`watches` its record.
-        given (callable): returns the ``forward_state`` Variables.
+        options (LiveOptions): nothing is watched unless :func:`watches` its record; its
+            ``forward_state`` is read with the graph.
 
     Attributes:
         watched (list of nnabla.Variable): the outputs freed at the end of the last step, which
             :meth:`check` reads; empty: nothing to check.
     """
 
-    def __init__(self, loss, options, given: Callable[[], list]):
+    def __init__(self, loss, options) -> None:
         self.loss = loss
         self.options = options
-        self._given = given
         self._candidates: List[nn.Variable] | None = None  # found on first use
         self.watched: List[nn.Variable] = []
         self._forwards = 0  # updaters' forward passes counted at the end of the last step
@@ -94,7 +93,7 @@ class OutsideForward:
             self.watched = []
             return
         if self._candidates is None:
-            self._candidates = state_function_outputs(self.loss, self._given())
+            self._candidates = state_function_outputs(self.loss, self.options.record.forward_state)
         self.watched = [v for v in self._candidates if v.data.clear_called]
         self._forwards = UPDATER_FORWARDS[0]
 

@@ -12,7 +12,7 @@ step each holds one attempt's backward."""
 from __future__ import annotations
 
 import operator
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Set
 
 import nnabla as nn
 
@@ -67,7 +67,7 @@ class Rounds:
         self._ranges: List[Range] = []
         self._bounded: list = []  # (index, low, high) of the bounded checked inputs
         self._kept: List[List[nn.NdArray]] = []  # per round, for a replay
-        self._bad_inputs = frozenset()  # indices of the inputs found bad (host check)
+        self._bad_inputs: Set[int] = set()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
         self._loss_finite = True  # every loss of the last counted rounds, read on the host
         # the loss and the inputs are checked on the host, each round (one read of the loss,

@@ -134,7 +134,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._counters = Counters()
         self._order = CallOrder()
         self._agreed = False  # the ranks compared their settings (on the first step)
-        self._outside: OutsideForward | None = None
+        self._outside = OutsideForward(loss, self._live)  # a watch of the loss's graph
         self._plan: StepPlan = plan_step(options)  # made again when an option is assigned
         self._assemble()
 
@@ -147,8 +147,8 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         self._seed_type, self._monitor, self._work = p.seed_type, p.monitor, p.work
         self._forward_state, self._rounds, self._attempts = p.forward_state, p.rounds, p.attempts
         loss = self._live.record.loss
-        if self._outside is None or self._outside.loss is not loss:  # reads the options live
-            self._outside = OutsideForward(loss, self._live, lambda: self._forward_state.given)
+        if self._outside.loss is not loss:  # it reads the options live
+            self._outside = OutsideForward(loss, self._live)
 
     def _set_option(self, name: str, value) -> None:
         """Assign an option (checked) and plan the iteration again: the collaborators read it at
@@ -383,7 +383,7 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         new._counters = dataclasses.replace(self._counters)
         new._history = deque(self._history, maxlen=self._history.maxlen)
         new._order = self._order.copied()
-        new._outside = None  # made for the copy by _assemble
+        new._outside = OutsideForward(new._live.record.loss, new._live)  # the copy's own
         new._assemble()
         return new
 

@@ -221,17 +221,16 @@ class FiniteCheck:
         path leaves to the host."""
         found = self.inspect(params, ask, extras)
         finite, loss, inputs = found.finite, found.loss_finite, found.inputs_in_range
-        statistics = found.statistics_finite
-        if loss is NOT_CHECKED:
-            loss = host.loss_finite()
-        if inputs is NOT_CHECKED:  # read only when the verdict reads it
-            inputs = finite or host.inputs_finite()
-        read = host.nonfinite_statistics
-        if read is not None and (statistics is NOT_CHECKED or not statistics):
-            concatenated_first = statistics is NOT_CHECKED  # read when first asked
-            statistics = ReadWhenAsked(lambda: read(concatenated_first))
+        loss_finite = host.loss_finite() if isinstance(loss, NotChecked) else loss
+        if isinstance(inputs, NotChecked):  # read only when the verdict reads it
+            inputs_in_range = finite or host.inputs_finite()
         else:
-            statistics = ()
+            inputs_in_range = inputs
+        statistics: Sequence[int] = ()
+        read, clean = host.nonfinite_statistics, found.statistics_finite
+        if read is not None and (isinstance(clean, NotChecked) or not clean):
+            concatenated_first = isinstance(clean, NotChecked)  # read when first asked
+            statistics = ReadWhenAsked(lambda: read(concatenated_first))
         return StepFacts(
             finite=finite,
             absmax=found.absmax,
@@ -239,8 +238,8 @@ class FiniteCheck:
             sumsq=found.sumsq,
             unscaled=found.unscaled,
             arrays=found.arrays,
-            loss_finite=loss,
-            inputs_in_range=inputs,
+            loss_finite=loss_finite,
+            inputs_in_range=inputs_in_range,
             statistics=statistics,
         )
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...trace.measured import MeasuredStep
 from ..arrays import backward_seed
+from ..flat import SavedData
 from ..function_roles import unregistered_functions
 from ..probe_options import probes_of
 from .flush_schedule import flush_schedule
@@ -40,6 +41,21 @@ class Attempted:
     good_batch: bool
     overflow_scale: float | None
     arrays: list | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wanted:
+    """What a recorded step needs of its attempts (:meth:`Recording.wanted`).
+
+    Attributes:
+        replays (bool): its rounds run again (probes): each round's inputs are kept.
+        forward_peak (ForwardPeak or None): the forward pass's ``function_post_hook``
+            (``forward_headroom``), reset before each attempt (the recorded attempt is the
+            last); None: no hook.
+    """
+
+    replays: bool
+    forward_peak: ForwardPeak | None
 
 
 def _check_copyable(loss) -> None:
@@ -81,25 +97,17 @@ class Recording:
         self._reference = None  # float32 copy of the graph, for flush measurement
         self._probe_guess = None  # where the last probed step's threshold was (None: nowhere)
         self._forward_peak = ForwardPeak()
+        peak = self._forward_peak if self.probes.forward_headroom else None
+        self._wanted = Wanted(replays=self._reruns, forward_peak=peak)
         self._flush = flush_schedule(self.probes, self.rounds_per_attempt)
         if self.probes.flush:
             _check_copyable(self.rounds.loss)
 
-    def wants(self, step: int) -> bool:
-        """Whether ``update()`` call ``step`` is recorded."""
-        return self.recorder.wants(step)
-
-    def replays(self, step: int) -> bool:
-        """Whether step ``step``'s rounds run again (probes): its inputs are kept."""
-        return self._reruns and self.wants(step)
-
-    def attempt_hook(self, step: int):
-        """Before each attempt of ``step``: the forward pass's ``function_post_hook`` (the
-        forward peak, reset: the recorded attempt is the last), or None."""
-        if not (self.probes.forward_headroom and self.wants(step)):
-            return None
-        self._forward_peak.reset()
-        return self._forward_peak
+    def wanted(self, step: int) -> Wanted | None:
+        """What ``update()`` call ``step`` needs for its recording (:class:`Wanted`, the same
+        value for every recorded step of this build), or None when it is not recorded: one
+        question to the recorder per step."""
+        return self._wanted if self.recorder.wants(step) else None
 
     def after(self, step: int, policy, attempt: Attempted) -> None:
         """After the attempts of recorded step ``step`` under ``policy``: probe its overflow
@@ -175,9 +183,11 @@ class Recording:
         """Host views of the gradients."""
         return self.work.host_grads()
 
-    def save_forward_state(self, slot: str):
-        """A copy of the state the forward pass writes."""
-        return self.forward_state.save(slot)
+    def save_forward_state(self, slot: str) -> SavedData | None:
+        """A copy of the state the forward pass writes; None when the graph writes none
+        (:attr:`StepReads.stateful <updater.driver.gradient_work.StepReads.stateful>`, found
+        once per build: a loss or ``forward_state`` assigned builds again)."""
+        return self.forward_state.save(slot) if self.reads.plan().stateful else None
 
     def reference_grads(self) -> List[np.ndarray]:
         """The step's gradients from a float32 copy of the graph (built on first use; same

@@ -66,7 +66,7 @@ class Rerun(Protocol):
 
     def reference_grads(self) -> List[np.ndarray]: ...  # the float32 graph's, at seed 1
 
-    def save_forward_state(self, slot: str): ...  # a copy with ``restore()``
+    def save_forward_state(self, slot: str): ...  # a copy with ``restore()``; None: no state
 
 
 class ProbeResult(NamedTuple):
@@ -156,7 +156,8 @@ def probe_step(
     finally:
         for p, saved in kept:
             p.grad.copy_from(saved, use_current_context=False)
-        moved.restore()
+        if moved is not None:
+            moved.restore()
     return ProbeResult(
         threshold=threshold,
         passes=searched + measured,
