@@ -274,9 +274,8 @@ def markdown(res):
         markdown_grid(heads, rows),
         "",
         "Python calls per step inside `updater/` (`sys.setprofile`, a separate pass, not "
-        "timed). The bare loop and nnabla's updater make the same few: during a step nnabla "
-        "tries to import the missing `nnabla.nnabla_ext`, and each try asks every import "
-        "finder, `updater`'s `MOVED` aliases among them (`updater/common/moved.py`):",
+        "timed; the bare loop and nnabla's updater call none of ours, and `updater`'s moved "
+        "module paths no longer answer nnabla's per-step import tries):",
         "",
         markdown_grid(
             ["parameter arrays", "bare step", *variants],
