@@ -83,7 +83,7 @@ HELD_OUT_POLICIES = ("dynamic-fast", "headroom")
 """The checked policies (:data:`sim.replay.measured.CHECKED_POLICIES`) trained again in the batch
 orders of :data:`HELD_OUT_ORDERS`: those that skip steps on the models whose steps overflow
 (``nnabla-legacy`` skips none)."""
-HELD_OUT_ORDERS = {"digits_conv_bn": (3,), "sequence_lstm": (3, 4, 5, 6)}
+HELD_OUT_ORDERS = {"digits_conv_bn": (3, 4, 5, 6), "sequence_lstm": (3, 4, 5, 6)}
 """Per model whose steps overflow below 2**15, the batch orders of more real runs under
 :data:`HELD_OUT_POLICIES` that only check the predictive interval
 (``python -m benchmarks.bench_interval``), beside those of :data:`CHECK_ORDERS`: no recording
