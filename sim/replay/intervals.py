@@ -49,22 +49,29 @@ def replay_intervals(
     clocked = [(training_clock(t), None) for t in recordings]
     values = exact_metrics(policy, clocked + [(joined, index) for index in draws], metrics)
     n, steps = len(recordings), joined.steps // len(recordings)
-    out = {}
-    for metric in metrics:
-        share = METRICS[metric].kind == "share"
-        each = [float(v) for v in values[metric][:n]]
-        low, high = calibrated_interval(
-            each,
-            values[metric][n:],
-            CALIBRATED[metric][0],
-            unit=1 / steps if share else 1.0,
-            top=1.0 if share else float(steps),
+    return {
+        metric: metric_interval(
+            metric, [float(v) for v in values[metric][:n]], values[metric][n:], steps
         )
-        out[metric] = {
-            "low": low,
-            "high": high,
-            "level": CALIBRATED[metric][1],
-            "recordings": len(recordings),
-            "each": each,
-        }
-    return out
+        for metric in metrics
+    }
+
+
+def metric_interval(metric: str, each: Sequence[float], drawn, steps: int) -> Dict[str, Any]:
+    """The interval of :func:`replay_intervals` for ``metric`` from each recording's exact
+    replay ``each`` and the bootstrapped draws' replays ``drawn``, over runs of ``steps``."""
+    share = METRICS[metric].kind == "share"
+    low, high = calibrated_interval(
+        each,
+        drawn,
+        CALIBRATED[metric][0],
+        unit=1 / steps if share else 1.0,
+        top=1.0 if share else float(steps),
+    )
+    return {
+        "low": low,
+        "high": high,
+        "level": CALIBRATED[metric][1],
+        "recordings": len(each),
+        "each": list(each),
+    }

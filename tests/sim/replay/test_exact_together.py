@@ -12,11 +12,10 @@ import pytest
 from sim.replay.bootstrap import RESAMPLES, block_indices, bootstrap_draws, bootstrap_metrics
 from sim.replay.clock import training_clock
 from sim.replay.exact import exact_metrics
-from sim.replay.intervals import INTERVAL_METRICS, replay_intervals
+from sim.replay.intervals import INTERVAL_METRICS, metric_interval, replay_intervals
 from sim.replay.metrics import METRICS
 from sim.replay.pool import TracePool
 from sim.replay.run import simulate
-from sim.replay.spread import CALIBRATED, calibrated_interval
 from sim.traces.named import named_trace
 from updater.policy import DynamicScale, HeadroomScale, NnablaLegacy, StaticScale
 from updater.policy.presets import PRESETS
@@ -75,25 +74,10 @@ def _one_by_one_intervals(policy, trace, seed=0):
     exact = [simulate(policy, t, runs=1, jitter=0.0, progress=False).metrics for t in recordings]
     drawn = _one_by_one_bootstrap(policy, recordings, INTERVAL_METRICS, seed)
     steps = training_clock(recordings[0]).steps
-    out = {}
-    for metric in INTERVAL_METRICS:
-        share = METRICS[metric].kind == "share"
-        each = [float(m[metric][0]) for m in exact]
-        low, high = calibrated_interval(
-            each,
-            drawn[metric],
-            CALIBRATED[metric][0],
-            unit=1 / steps if share else 1.0,
-            top=1.0 if share else float(steps),
-        )
-        out[metric] = {
-            "low": low,
-            "high": high,
-            "level": CALIBRATED[metric][1],
-            "recordings": len(recordings),
-            "each": each,
-        }
-    return out
+    return {
+        metric: metric_interval(metric, [float(m[metric][0]) for m in exact], drawn[metric], steps)
+        for metric in INTERVAL_METRICS
+    }
 
 
 def test_every_metric_of_every_run_equals_its_recording_replayed_alone():
