@@ -134,7 +134,7 @@ class Attempts:
         self.seed_type = seed_type
         self.recording = recording
         self._logged_bad_state = False  # a forward pass wrote inf/NaN state (logged once)
-        self._seeds: dict = {}  # scale -> its backward seed (:meth:`_seed`)
+        self._last_seed: tuple = (None, 0.0)  # the last scale seeded, its seed (:meth:`_seed`)
 
     def unscaled_run(self, state: ScaleState) -> Pending:
         """One attempt at seed 1 without any check (loss scaling off)."""
@@ -174,7 +174,9 @@ class Attempts:
                 attempts += 1
                 if hook is not None:  # the recorded attempt is the last
                     hook.reset()
-                seed = self._seeds.get(state.scale) or self._seed(state.scale, policy)
+                last, seed = self._last_seed
+                if last != state.scale:
+                    seed = self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
                 self.counters.overflows += not tried.finite
@@ -282,8 +284,10 @@ class Attempts:
 
     def _seed(self, scale, policy) -> float:
         """The backward seed of ``scale`` (:func:`updater.driver.arrays.backward_seed`), kept
-        for the next attempt at that scale (a seed is never 0: it raises)."""
-        seed = self._seeds[scale] = backward_seed(scale, self.seed_type, policy)
+        for the next attempt while the scale stays (one pair: a policy may visit any number of
+        scales)."""
+        seed = backward_seed(scale, self.seed_type, policy)
+        self._last_seed = (scale, seed)
         return seed
 
     def _retries(self, tried: Judged, seed: float, policy, attempts: int) -> bool:
