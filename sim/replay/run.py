@@ -78,6 +78,16 @@ def _check_runs_seed_jitter(runs, seed, jitter) -> None:
     check_number("jitter", jitter, 0.0, MAX_JITTER, hint=" (log2 units)")
 
 
+def _replayed_trace(trace, runs, seed, jitter) -> Trace:
+    """``trace`` (a Trace or a name :func:`sim.traces.named.named_trace` takes, families made
+    with ``seed``) on the training clock, once ``runs``, ``seed`` and ``jitter`` are checked."""
+    _check_runs_seed_jitter(runs, seed, jitter)
+    if isinstance(trace, (str, Path)):
+        trace = named_trace(trace, seed=seed)
+    check_instance("trace", trace, Trace)
+    return training_clock(trace)
+
+
 def jitter_factors(steps: int, runs: int, seed: int = 0, jitter: float = 0.25) -> np.ndarray:
     """Per-(step, run) gradient size factors ``2 ** (jitter * z)``, z standard normal.
 
@@ -169,11 +179,7 @@ def simulate(
     ((50, 4), True, 16384.0)
     """
     policy = as_policy(policy)
-    if isinstance(trace, (str, Path)):
-        trace = named_trace(trace, seed=seed)
-    check_instance("trace", trace, Trace)
-    trace = training_clock(trace)
-    _check_runs_seed_jitter(runs, seed, jitter)
+    trace = _replayed_trace(trace, runs, seed, jitter)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
     desc = label or policy_label(policy)
     scale, overflow = _advance(policy, trace, factor, runs, progress, desc)
@@ -313,9 +319,7 @@ def simulate_many(
     if labels is not None and len(labels) != len(policies):
         raise ValueError(f"labels must have {len(policies)} entries, got {len(labels)}")
     policies = [as_policy(p) for p in policies]
-    check_instance("trace", trace, Trace)
-    trace = training_clock(trace)
-    _check_runs_seed_jitter(runs, seed, jitter)
+    trace = _replayed_trace(trace, runs, seed, jitter)
     labels = [policy_label(p) for p in policies] if labels is None else list(labels)
     factor = jitter_factors(trace.steps, runs, seed, jitter)
     results: List[Any] = [None] * len(policies)
@@ -344,11 +348,7 @@ def simulate_scalar(policy, trace: Trace, runs: int = 1, seed: int = 0, jitter: 
         ``t``, the last row after the last step) and bool ``(steps, runs)`` overflow flags.
     """
     policy = as_policy(policy)
-    if isinstance(trace, (str, Path)):
-        trace = named_trace(trace, seed=seed)
-    check_instance("trace", trace, Trace)
-    trace = training_clock(trace)
-    _check_runs_seed_jitter(runs, seed, jitter)
+    trace = _replayed_trace(trace, runs, seed, jitter)
     factor = np.broadcast_to(jitter_factors(trace.steps, runs, seed, jitter), (trace.steps, runs))
     absmax = trace.absmax[:, None] * factor
     limits = _overflow_limits(trace)

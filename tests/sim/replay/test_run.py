@@ -85,6 +85,17 @@ def test_stacked_settings_equal_separate_runs():
             assert np.array_equal(many.metrics[key], value, equal_nan=True), key
 
 
+def test_simulate_many_takes_a_trace_name_as_simulate_does():
+    """The docstring says "as in simulate": a family's name is made with ``seed``."""
+    many = simulate_many(["dynamic", "nnabla-legacy"], "spikes", runs=2, seed=3)
+    for policy, result in zip(["dynamic", "nnabla-legacy"], many):
+        alone = simulate(policy, "spikes", runs=2, seed=3)
+        assert np.array_equal(result.scale, alone.scale)
+        assert np.array_equal(result.overflow, alone.overflow)
+    scale, overflow = simulate_scalar("dynamic", "spikes", runs=2, seed=3)
+    assert np.array_equal(overflow, many[0].overflow)
+
+
 def test_stack_policies_rejects_mixed_classes():
     with pytest.raises(TypeError, match="one class"):
         stack_policies([DynamicScale(), HeadroomScale()])
