@@ -132,12 +132,12 @@ def _bare(solver, loss, feed):
     return bare
 
 
-def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time):
+def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time, shuffle=0):
     """Seconds per step of each variant of ``steps`` (``(variant, copy) -> step``): the mean
     over its copies of each copy's median over blocks of
-    :func:`benchmarks.common.interleaved_blocks` (every copy of every variant interleaved, read
-    by ``clock``)."""
-    medians = interleaved_blocks(steps, iters, blocks, warmup, clock)
+    :func:`benchmarks.common.interleaved_blocks` (every copy of every variant interleaved, each
+    round in an order drawn from the seed ``shuffle``, read by ``clock``)."""
+    medians = interleaved_blocks(steps, iters, blocks, warmup, clock, shuffle)
     per_copy = {key: float(np.median([m[key] for m in medians])) for key in steps}
     variants = dict.fromkeys(variant for variant, _ in steps)
     return {v: float(np.mean([t for (w, _), t in per_copy.items() if w == v])) for v in variants}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_depth
-from benchmarks.common import python_calls
+from benchmarks.common import interleaved_blocks, python_calls
 
 
 def test_each_variant_is_the_mean_of_its_copies_medians_over_interleaved_rounds():
@@ -29,7 +29,26 @@ def test_each_variant_is_the_mean_of_its_copies_medians_over_interleaved_rounds(
     assert all(calls.count(key) == 2 + 7 * 3 for key in steps)
     rounds = [calls[i : i + len(steps)] for i in range(0, len(calls), len(steps))]
     assert all(sorted(r) == sorted(steps) for r in rounds)  # every copy once per round
-    assert len({r[0] for r in rounds[2:]}) == len(steps)  # the order rotates
+    # each round in an order of its own: no copy always runs right after the same one
+    before = {key: {r[r.index(key) - 1] for r in rounds[2:] if r.index(key)} for key in steps}
+    assert all(len(others) > 1 for others in before.values())
+    assert rounds[2:] != sorted(rounds[2:])  # not one order repeated
+
+
+def test_a_rotation_keeps_each_variant_behind_the_same_one_and_a_shuffle_does_not():
+    """Why bench_depth shuffles: rotated rounds keep the cyclic order, so a variant always runs
+    right after the same other one (whose leftovers in the caches bias it every round)."""
+    calls = []
+    steps = {key: (lambda key=key: calls.append(key)) for key in "abcd"}
+
+    def behind(shuffle):
+        calls.clear()
+        interleaved_blocks(steps, iters=8, blocks=1, warmup=0, shuffle=shuffle)
+        rounds = [calls[i : i + 4] for i in range(0, len(calls), 4)]
+        return {r[r.index("a") + 1] for r in rounds if r[-1] != "a"}  # within a round
+
+    assert behind(None) == {"b"}
+    assert len(behind(0)) > 1
 
 
 def test_python_calls_counts_the_calls_inside_the_folder_only():
