@@ -77,6 +77,28 @@ def test_calls_per_update_are_ours_and_none_of_nnabla_s_updater():
         assert calls[path] > calls["bare"], (path, calls)
 
 
+@pytest.mark.nnabla
+def test_each_copy_builds_the_variants_in_an_order_of_its_own():
+    """Where a model lands in memory moves its time: copy 1 of 2 starts building halfway down
+    the variants, so no variant is built in the same place in every copy."""
+    import nnabla as nn
+    from nnabla.ext_utils import get_extension_context
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    rng, losses = np.random.default_rng(0), []
+
+    def build():
+        model = bench_depth._mlp(4, rng)
+        losses.append(model[1])
+        return model
+
+    steps, ours = bench_depth._steps(build, copies=2)
+    half = len(bench_depth.VARIANTS) // 2
+    assert ours["auto"].loss is losses[bench_depth.VARIANTS.index("auto")]  # copy 0: in order
+    first_of_copy_1 = bench_depth.VARIANTS[half]
+    assert steps[first_of_copy_1, 1].__self__.loss is losses[len(bench_depth.VARIANTS)]
+
+
 def _result(auto_us: float) -> dict:
     """A result of :func:`bench_depth.run` whose 202-array overheads are nnabla's 1000 us and
     "auto"'s ``auto_us`` ("solver" twice nnabla's)."""
