@@ -2,10 +2,13 @@
 
 A 64-wide MLP (batch 16, Momentum, cpu:float) with 22 to 302 parameter arrays, and a
 convolutional net with BatchNormalization. Each variant trains :data:`COPIES` copies of the model
-of its own (one copy's time moves by tens of microseconds with where its memory landed) on the
-same kind of data; the timed loop alternates every copy of every variant iteration by iteration
-(rotating the order) and reads CPU time (:func:`time.process_time`: other work on the machine
-does not count); each cell is the mean over a variant's copies of their medians over interleaved
+of its own (one copy's time moves by tens of microseconds with where its memory landed; each
+copy builds the variants in an order of its own, so that no variant is always built in the same
+place) on the same kind of data; the timed loop alternates every copy of every variant iteration
+by iteration, each iteration in a seeded random order (a rotation would keep each variant right
+behind the same other one, whose leftovers in the processor's caches would bias it alike in
+every round), and reads CPU time (:func:`time.process_time`: other work on the machine does not
+count); each cell is the mean over a variant's copies of their medians over interleaved
 iterations, minus the bare loop's. The slope per parameter array is a least-squares line through
 the four MLP depths. Also, in a separate pass that is not timed: the Python calls per update
 inside ``updater/`` (:func:`benchmarks.common.python_calls`, as bench_calls counts them) and
@@ -98,25 +101,37 @@ def _conv_bn(blocks, rng):
 def _steps(build, keep_skipped=False, copies=COPIES):
     """One training step per variant and copy, each copy a model of its own: ``({(variant,
     copy): step}, {path: our first copy's updater})``; ``keep_skipped`` adds "auto" with
-    ``restore_on_skip=False`` (a skipped step's statistics are not copied)."""
+    ``restore_on_skip=False`` (a skipped step's statistics are not copied). Copy by copy (a
+    variant's copies lie apart in memory), each copy building the variants in an order rotated
+    by its share of them: where a model lands moves its time by tens of microseconds, and a
+    variant always built in the same place would keep that luck in every copy."""
     from nnabla.experimental.mixed_precision_training import (
         DynamicLossScalingUpdater as NnablaUpdater,
     )
 
     from updater import DynamicLossScalingUpdater
 
-    steps, ours = {}, {}
-    for copy in range(copies):  # copy by copy: a variant's copies lie apart in memory
-        steps["bare", copy] = _bare(*build())
-        steps["nnabla's", copy] = NnablaUpdater(*build(), scale=8.0).update
-        for path in PATHS:
-            u = DynamicLossScalingUpdater(*build(), scale=8.0, finite_check=path)
-            steps[path, copy] = u.update
-            ours.setdefault(path, u)
-        if keep_skipped:
-            u = DynamicLossScalingUpdater(*build(), scale=8.0, restore_on_skip=False)
-            steps["auto, restore_on_skip=False", copy] = u.update
-    return steps, ours
+    def ours(**kwargs):
+        return lambda: DynamicLossScalingUpdater(*build(), scale=8.0, **kwargs)
+
+    makers = [
+        ("bare", lambda: _bare(*build())),
+        ("nnabla's", lambda: NnablaUpdater(*build(), scale=8.0)),
+    ]
+    makers += [(path, ours(finite_check=path)) for path in PATHS]
+    if keep_skipped:
+        makers.append(("auto, restore_on_skip=False", ours(restore_on_skip=False)))
+    built = {}
+    for copy in range(copies):
+        k = copy * len(makers) // copies
+        for variant, make in makers[k:] + makers[:k]:
+            built[variant, copy] = make()
+    steps = {
+        (variant, copy): built[variant, copy] if variant == "bare" else built[variant, copy].update
+        for copy in range(copies)
+        for variant, _ in makers
+    }
+    return steps, {path: built[path, 0] for path in PATHS}
 
 
 def _bare(solver, loss, feed):
@@ -132,12 +147,12 @@ def _bare(solver, loss, feed):
     return bare
 
 
-def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time):
+def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time, shuffle=0):
     """Seconds per step of each variant of ``steps`` (``(variant, copy) -> step``): the mean
     over its copies of each copy's median over blocks of
-    :func:`benchmarks.common.interleaved_blocks` (every copy of every variant interleaved, read
-    by ``clock``)."""
-    medians = interleaved_blocks(steps, iters, blocks, warmup, clock)
+    :func:`benchmarks.common.interleaved_blocks` (every copy of every variant interleaved, each
+    round in an order drawn from the seed ``shuffle``, read by ``clock``)."""
+    medians = interleaved_blocks(steps, iters, blocks, warmup, clock, shuffle)
     per_copy = {key: float(np.median([m[key] for m in medians])) for key in steps}
     variants = dict.fromkeys(variant for variant, _ in steps)
     return {v: float(np.mean([t for (w, _), t in per_copy.items() if w == v])) for v in variants}
@@ -269,7 +284,8 @@ def markdown(res):
     lines = [
         "Cost per update over a bare `zero_grad/forward/backward/update` loop, in microseconds "
         "of CPU time (64-wide MLP, batch 16, Momentum, cpu:float; each variant the mean over "
-        f"{copies} copies of the model of their medians over interleaved iterations):",
+        f"{copies} copies of the model, each building the variants in its own order, of their "
+        "medians over iterations that run every copy of every variant in a random order):",
         "",
         markdown_grid(heads, rows),
         "",

@@ -63,13 +63,16 @@ class Model:
         self.solver.update()
 
 
-def interleaved_blocks(steps, iters, blocks, warmup, clock=time.perf_counter):
+def interleaved_blocks(steps, iters, blocks, warmup, clock=time.perf_counter, shuffle=None):
     """Per block, the median seconds per call of each of ``steps`` (name -> callable): after
     ``warmup`` rounds, ``iters`` rounds calling every variant once, the order rotating each
     round so that the machine's load hits all alike. ``clock`` (default
     :func:`time.perf_counter`, wall time) reads the seconds; :func:`time.process_time` counts
-    this process's CPU only."""
+    this process's CPU only. ``shuffle`` (an int seed, default None): each round in an order of
+    its own, drawn from it, instead of rotated (a rotation keeps each variant behind the same
+    one, whose leftovers in the processor's caches then bias it the same way every round)."""
     names = list(steps)
+    rng = None if shuffle is None else np.random.default_rng(shuffle)
     for _ in range(warmup):
         for n in names:
             steps[n]()
@@ -77,8 +80,12 @@ def interleaved_blocks(steps, iters, blocks, warmup, clock=time.perf_counter):
     for _ in range(blocks):
         times = {n: [] for n in names}
         for i in range(iters):
-            k = i % len(names)
-            for n in names[k:] + names[:k]:
+            if rng is None:
+                k = i % len(names)
+                order = names[k:] + names[:k]
+            else:
+                order = [names[j] for j in rng.permutation(len(names))]
+            for n in order:
                 t0 = clock()
                 steps[n]()
                 times[n].append(clock() - t0)

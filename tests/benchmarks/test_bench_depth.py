@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_depth
-from benchmarks.common import python_calls
+from benchmarks.common import interleaved_blocks, python_calls
 
 
 def test_each_variant_is_the_mean_of_its_copies_medians_over_interleaved_rounds():
@@ -29,7 +29,26 @@ def test_each_variant_is_the_mean_of_its_copies_medians_over_interleaved_rounds(
     assert all(calls.count(key) == 2 + 7 * 3 for key in steps)
     rounds = [calls[i : i + len(steps)] for i in range(0, len(calls), len(steps))]
     assert all(sorted(r) == sorted(steps) for r in rounds)  # every copy once per round
-    assert len({r[0] for r in rounds[2:]}) == len(steps)  # the order rotates
+    # each round in an order of its own: no copy always runs right after the same one
+    before = {key: {r[r.index(key) - 1] for r in rounds[2:] if r.index(key)} for key in steps}
+    assert all(len(others) > 1 for others in before.values())
+    assert rounds[2:] != sorted(rounds[2:])  # not one order repeated
+
+
+def test_a_rotation_keeps_each_variant_behind_the_same_one_and_a_shuffle_does_not():
+    """Why bench_depth shuffles: rotated rounds keep the cyclic order, so a variant always runs
+    right after the same other one (whose leftovers in the caches bias it every round)."""
+    calls = []
+    steps = {key: (lambda key=key: calls.append(key)) for key in "abcd"}
+
+    def behind(shuffle):
+        calls.clear()
+        interleaved_blocks(steps, iters=8, blocks=1, warmup=0, shuffle=shuffle)
+        rounds = [calls[i : i + 4] for i in range(0, len(calls), 4)]
+        return {r[r.index("a") + 1] for r in rounds if r[-1] != "a"}  # within a round
+
+    assert behind(None) == {"b"}
+    assert len(behind(0)) > 1
 
 
 def test_python_calls_counts_the_calls_inside_the_folder_only():
@@ -56,6 +75,28 @@ def test_calls_per_update_are_ours_and_none_of_nnabla_s_updater():
     assert calls["nnabla's"] == calls["bare"]  # nnabla's updater runs no code of ours
     for path in bench_depth.PATHS:
         assert calls[path] > calls["bare"], (path, calls)
+
+
+@pytest.mark.nnabla
+def test_each_copy_builds_the_variants_in_an_order_of_its_own():
+    """Where a model lands in memory moves its time: copy 1 of 2 starts building halfway down
+    the variants, so no variant is built in the same place in every copy."""
+    import nnabla as nn
+    from nnabla.ext_utils import get_extension_context
+
+    nn.set_default_context(get_extension_context("cpu", type_config="float"))
+    rng, losses = np.random.default_rng(0), []
+
+    def build():
+        model = bench_depth._mlp(4, rng)
+        losses.append(model[1])
+        return model
+
+    steps, ours = bench_depth._steps(build, copies=2)
+    half = len(bench_depth.VARIANTS) // 2
+    assert ours["auto"].loss is losses[bench_depth.VARIANTS.index("auto")]  # copy 0: in order
+    first_of_copy_1 = bench_depth.VARIANTS[half]
+    assert steps[first_of_copy_1, 1].__self__.loss is losses[len(bench_depth.VARIANTS)]
 
 
 def _result(auto_us: float) -> dict:

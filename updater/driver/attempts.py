@@ -158,6 +158,9 @@ class Attempts:
         want this step's scaled gradients, unscales in the checking pass ("numpy") or measures
         for clipping in the same read ("solver"). The failed attempts' policy advances are in
         the returned ``new_state``."""
+        reads = self.reads if self.reads.host is not None else self.reads.plan()
+        if not (plan.retry or reads.stateful or self.recording is not None):
+            return self._once(policy, state, step, by_update, by_update and plan.clip)
         o, recording = self.options.record, self.recording
         wanted = None if recording is None else recording.wanted(step)
         recorded = wanted is not None
@@ -166,7 +169,7 @@ class Attempts:
         keep = plan.retry or (wanted is not None and wanted.replays)
         hook = None if wanted is None else wanted.forward_peak
         attempts, overflow_scale, moved = 0, None, None
-        stateful = (self.reads if self.reads.host is not None else self.reads.plan()).stateful
+        stateful = reads.stateful
         saves = o.restore_on_skip and stateful  # else nothing to copy
         before = self.forward_state.save("before") if saves else None
         try:
@@ -174,9 +177,7 @@ class Attempts:
                 attempts += 1
                 if hook is not None:  # the recorded attempt is the last
                     hook.reset()
-                last, seed = self._last_seed
-                if last != state.scale:
-                    seed = self._seed(state.scale, policy)
+                seed = self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
                 self.counters.overflows += not tried.finite
@@ -189,18 +190,34 @@ class Attempts:
             if before is not None:  # no trace in the statistics (restore_on_skip)
                 before.restore()
             raise
-        found = tried.found
-        applied, bad_batch = tried.outcome == APPLIED, tried.outcome == BAD_BATCH
+        applied = tried.outcome == APPLIED
         if recorded:
             self._hand_over(step, policy, seed, tried, overflow_scale)
-        if applied and not tried.loss_finite:
-            self._count_nonfinite_loss(step)
         if moved is not None or before is not None and not applied:
             _put_back(before if not applied else None, moved)
         stays = stateful and (applied or before is None)  # the statistics this step wrote stay
+        statistics = self._new_statistics(tried, moved is not None) if stays else []
+        return self._pending(step, seed, tried, state, attempts, statistics)
+
+    def _once(self, policy, state: ScaleState, step: int, fuse: bool, sumsq: bool) -> Pending:
+        """:meth:`run` planned for one attempt: no retry, no recorder, no state the forward
+        pass writes (nothing kept, copied, put back or reported)."""
+        seed = self._seed(state.scale, policy)
+        self.rounds.run(seed)
+        tried = self._attempt(policy, state, step, seed, fuse, sumsq, None)
+        self.counters.overflows += not tried.finite
+        return self._pending(step, seed, tried, state, 1, [])
+
+    def _pending(self, step, seed, tried: Judged, state, attempts: int, statistics) -> Pending:
+        """The iteration ``step`` whose last attempt, the ``attempts``-th, at ``seed`` from
+        ``state``, was judged ``tried``; ``statistics``: the running statistics newly inf/NaN.
+        An applied step whose loss was inf/NaN is counted here."""
+        found, outcome = tried.found, tried.outcome
+        if outcome == APPLIED and not tried.loss_finite:
+            self._count_nonfinite_loss(step)
         return Pending(
             seed=seed,
-            finite=applied,
+            finite=outcome == APPLIED,
             absmax=tried.absmax,
             loss_finite=tried.loss_finite,
             attempts=attempts,
@@ -208,8 +225,8 @@ class Attempts:
             new_state=tried.new_state,
             unscaled=found.unscaled,
             sumsq=found.sumsq,
-            bad_batch=bad_batch,
-            statistics=self._new_statistics(tried, moved is not None) if stays else [],
+            bad_batch=outcome == BAD_BATCH,
+            statistics=statistics,
             state=state,
         )
 
@@ -286,8 +303,10 @@ class Attempts:
         """The backward seed of ``scale`` (:func:`updater.driver.arrays.backward_seed`), kept
         for the next attempt while the scale stays (one pair: a policy may visit any number of
         scales)."""
-        seed = backward_seed(scale, self.seed_type, policy)
-        self._last_seed = (scale, seed)
+        last, seed = self._last_seed
+        if last != scale:
+            seed = backward_seed(scale, self.seed_type, policy)
+            self._last_seed = (scale, seed)
         return seed
 
     def _retries(self, tried: Judged, seed: float, policy, attempts: int) -> bool:

@@ -324,6 +324,17 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
         ``step()``, not by ``update()``."""
         finite = pending.finite
         o = self._live.record
+        step = self.steps
+        record = StepRecord(  # before solver.update(): Python right after it runs slower
+            step=step,
+            scale=pending.seed,
+            update_applied=finite,
+            new_scale=float(pending.new_state.scale) if o.enabled else 1.0,
+            grad_absmax=pending.absmax,
+            loss_finite=pending.loss_finite,
+            attempts=pending.attempts,
+            bad_batch=pending.bad_batch,
+        )
         if finite:
             self._work.apply(pending.sumsq, o.weight_decay)
         self._state = pending.new_state
@@ -331,17 +342,6 @@ class DynamicLossScalingUpdater(UpdaterAttributes):
             self._order.end(self._rounds.inputs() if o.data_feeder is None else None)
         else:  # update() took what the last step() left when it started
             self._order.pending = None
-        step = self.steps
-        record = StepRecord(
-            step=step,
-            scale=pending.seed,
-            update_applied=finite,
-            new_scale=float(self._state.scale) if o.enabled else 1.0,
-            grad_absmax=pending.absmax,
-            loss_finite=pending.loss_finite,
-            attempts=pending.attempts,
-            bad_batch=pending.bad_batch,
-        )
         counters = self._counters
         counters.count_step(finite)
         self._history.append(record)

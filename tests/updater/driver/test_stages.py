@@ -16,7 +16,7 @@ from tests.nnabla_models import (
     param_values,
 )
 from updater import DynamicScale
-from updater.driver.checks import FiniteCheck
+from updater.driver.checks import Ask, FiniteCheck
 from updater.driver.updater import DynamicLossScalingUpdater
 from updater.runtime.checkpoint import load_checkpoint, save_checkpoint
 
@@ -41,10 +41,14 @@ def run(staged, on_overflow, steps=9, **kwargs):
     return iterate(u, steps, staged), param_values(m.params)
 
 
+@pytest.mark.parametrize("finite_check", ["auto", "nnabla"])
 @pytest.mark.parametrize("on_overflow", ["skip", "retry"])
-def test_update_is_exactly_backward_unscale_step(on_overflow):
-    one_call = run(False, on_overflow, clip_grad_norm=0.5, weight_decay=1e-3)
-    staged = run(True, on_overflow, clip_grad_norm=0.5, weight_decay=1e-3)
+def test_update_is_exactly_backward_unscale_step(on_overflow, finite_check):
+    """update() unscales in its check ("numpy": the fused pass; "nnabla": ``scale_grad`` right
+    after ``check_inf_or_nan_grad``), the stages in unscale(): the same records and values."""
+    kwargs = dict(clip_grad_norm=0.5, weight_decay=1e-3, finite_check=finite_check)
+    one_call = run(False, on_overflow, **kwargs)
+    staged = run(True, on_overflow, **kwargs)
     assert one_call[0] == staged[0]
     assert not all(r.update_applied for r in staged[0]) or on_overflow == "retry"
     assert any(r.attempts > 1 for r in staged[0]) == (on_overflow == "retry")
@@ -89,6 +93,25 @@ def test_after_unscale_the_gradients_hold_their_true_values_and_a_second_call_do
     u.unscale()
     np.testing.assert_array_equal(w.g, c.d)
     assert u.step().update_applied
+
+
+@pytest.mark.parametrize("finite", [True, False])
+def test_the_nnabla_check_asked_to_unscale_does_so_at_once_only_when_finite(finite):
+    """The "nnabla" path fuses update()'s unscaling into its check: asked with ``unscale_by``,
+    ``scale_grad`` runs right after ``check_inf_or_nan_grad`` on finite gradients (which then
+    hold their true values, marked unscaled); non-finite ones stay as they are, for a retry."""
+    w, c, loss, solver = seed_model()
+    u = DynamicLossScalingUpdater(solver, loss, finite_check="nnabla")
+    u.backward()
+    if not finite:
+        w.g = np.array([1.0, np.inf, 0.0, 2.0])
+    scaled = w.g.copy()
+    found = u._work.check.inspect(u._work.params, Ask(False, unscale_by=2.0**-15))
+    assert found.finite is finite and found.unscaled is finite
+    np.testing.assert_array_equal(w.g, c.d if finite else scaled)
+    unasked = u._work.check.inspect(u._work.params, Ask(False))  # the stages' check
+    assert not unasked.unscaled
+    np.testing.assert_array_equal(w.g, c.d if finite else scaled)
 
 
 def test_gradients_edited_between_unscale_and_step_are_applied_as_edited():

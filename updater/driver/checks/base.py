@@ -45,7 +45,8 @@ class Ask(NamedTuple):
         absmax_over (list of NdArray, default ()): measure it over these instead (the
             all-reduced gradients when only some are reduced).
         unscale_by (float or None, default None): the factor :meth:`FiniteCheck.unscale` will
-            use, for ``sumsq``; the "numpy" path array by array unscales in the same pass.
+            use, for ``sumsq``; the "numpy" path array by array unscales in the same pass, the
+            "nnabla" path with ``scale_grad`` right after its check (finite gradients only).
         need_sumsq (bool, default False): the sum of squares of the gradients times
             ``unscale_by`` (the "nnabla" path leaves it to :meth:`FiniteCheck.sumsq`).
     """

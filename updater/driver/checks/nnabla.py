@@ -1,6 +1,8 @@
 """ "nnabla": ``solver.check_inf_or_nan_grad()`` and ``solver.scale_grad``, two C++ loops; the
 gradients are read to the host only for |g| max or the names of non-finite parameters. The loss,
-the inputs and the statistics are left to the host."""
+the inputs and the statistics are left to the host. Asked to unscale (``Ask.unscale_by``:
+``update()``'s fused pass), it calls ``scale_grad`` right after the check when the gradients are
+finite, while nnabla's data of the gradients is still in the processor's caches."""
 
 from __future__ import annotations
 
@@ -16,4 +18,9 @@ class NnablaCheck(FiniteCheck):
         finite, absmax, arrays, bad = not self.solver.check_inf_or_nan_grad(), None, None, []
         if ask.need_absmax or not finite:  # |g| max or the names: read the gradients
             arrays, absmax, bad = read_and_check(params(), ask.need_absmax)
-        return Findings(arrays=arrays, finite=finite, absmax=absmax, bad=bad, sumsq=None)
+        unscaled = finite and ask.unscale_by is not None
+        if unscaled:  # after the read: its views are of the scaled gradients
+            self.solver.scale_grad(ask.unscale_by)
+        return Findings(
+            arrays=arrays, finite=finite, absmax=absmax, bad=bad, sumsq=None, unscaled=unscaled
+        )
