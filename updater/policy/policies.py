@@ -89,7 +89,7 @@ class StaticScale(Policy):
         x = ops_for(self, state, grads_finite, bad_batch)
         good = x.where(x.flag(grads_finite), state.good_steps + 1, 0)
         new = x.state(x.like(state.scale, good), good, state.hysteresis_left)
-        return new if bad_batch is False else unless_bad(x, bad_batch, state, new)
+        return unless_bad(x, bad_batch, state, new)
 
 
 @dataclass(frozen=True)
@@ -193,8 +193,7 @@ class DynamicScale(Policy):
         new_good = x.where(x.both(finite, x.negate(grow)), good_next, 0)
         refill = x.either(grow, x.both(finite, self.consecutive_hysteresis))
         new_hyst = x.where(refill, self.hysteresis, x.where(finite, hyst, x.maximum(hyst - 1, 1)))
-        new = x.state(new_scale, new_good, new_hyst)
-        return new if bad_batch is False else unless_bad(x, bad_batch, state, new)
+        return unless_bad(x, bad_batch, state, x.state(new_scale, new_good, new_hyst))
 
 
 @dataclass(frozen=True)
@@ -307,7 +306,7 @@ class HeadroomScale(Policy):
         new_scale = x.clip(x.where(finite, moved, shrunk), self.min_scale, self.max_scale)
         new_good = x.where(finite, good + 1, 0)
         new = x.state(new_scale, new_good, x.like(hyst, new_good))
-        return new if bad_batch is False else unless_bad(x, bad_batch, state, new)
+        return unless_bad(x, bad_batch, state, new)
 
 
 POLICIES = {cls.__name__: cls for cls in (StaticScale, DynamicScale, NnablaLegacy, HeadroomScale)}

@@ -61,11 +61,7 @@ def make_state(scale, good_steps, hysteresis_left) -> ScaleState:
 
 
 def _one_state(scale, good_steps, hysteresis_left) -> ScaleState:
-    # as ScaleState(...) makes it (a named tuple's __new__ is this call), without its frame
-    return _NEW_TUPLE(ScaleState, (float(scale), int(good_steps), int(hysteresis_left)))
-
-
-_NEW_TUPLE = tuple.__new__
+    return ScaleState(float(scale), int(good_steps), int(hysteresis_left))
 
 
 # ---------------------------------------------------------------- the operations of the rules
@@ -144,8 +140,10 @@ def ops_for(policy, state, *values) -> SimpleNamespace:
 
 
 def unless_bad(x, bad_batch, state: ScaleState, new: ScaleState) -> ScaleState:
-    """``new``, except where the step was a bad batch: there ``state`` as it was. A policy calls
-    it unless ``bad_batch`` is the literal False (the default: then ``new`` as it is)."""
+    """``new``, except where the step was a bad batch: there ``state`` as it was (``bad_batch``
+    the literal False, the default, costs nothing)."""
+    if bad_batch is False:
+        return new
     bad = x.flag(bad_batch)
     return x.state(*(x.where(bad, old, value) for old, value in zip(state, new)))
 
