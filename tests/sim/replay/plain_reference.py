@@ -2,13 +2,14 @@
 array per operation, everything over the whole (steps, runs) array at once; and its loop as it
 was before it worked out each step's sizes and limits row by row (issue 51): given them whole.
 Its per-run metrics as they were before they were counted in fewer passes (issue 51: uint8
-counts, masked sums, the flush bounds of the binade model reusing the share). The tests prove the
-current code gives the same bits (tests/sim/replay/test_bit_identical.py)."""
+counts, masked sums, the flush bounds of the binade model reusing the share), over the bounds of
+:func:`sim.replay.flush_basis.flush_bounds` (unchanged). The tests prove the current code gives
+the same bits (tests/sim/replay/test_bit_identical.py)."""
 
 import numpy as np
 
 from sim.casting.underflow import flushed_table, measured_flushed_share
-from sim.replay.flush_basis import _EDGE, FLUSH_RUN_METRICS, KINDS, flush_basis
+from sim.replay.flush_basis import FLUSH_RUN_METRICS, KINDS, flush_basis, flush_bounds
 from sim.replay.result import RunResult, _largest_power_of_two_below, overflow_limits, policy_label
 from sim.replay.run import _step_outcome
 from tests.updater.policy.test_safe_scale_bits import frexp_safe_scale as largest_safe_scale
@@ -69,26 +70,6 @@ def run_metrics(scale, overflow, skipped, safe, flushed, nonfinite):
         "steps_to_safe": np.where(reached, first.astype(np.float64), np.nan),
         "below_half_safe": (ratio < 0.5).sum(axis=0) / steps,
     }
-
-
-def flush_bounds(basis, scale, flushed):
-    if basis.kind == "model":
-        no = np.zeros(scale.shape, bool)
-        return flushed, flushed, no, no
-    if basis.kind == "none":
-        yes = np.ones(scale.shape, bool)
-        return np.zeros(scale.shape), np.ones(scale.shape), yes, ~yes
-    lo, hi = basis.lo[:, None], basis.hi[:, None]
-    f_lo, f_hi = basis.f_lo[:, None], basis.f_hi[:, None]
-    none = np.isnan(lo) | np.zeros(scale.shape, bool)
-    above = scale > hi * (1 + _EDGE)
-    below = scale < lo * (1 - _EDGE)
-    exact = above & (f_hi == 0)
-    up = above & ~exact
-    low = np.where(below, np.minimum(flushed, f_lo), np.where(up, 0.0, flushed))
-    high = np.where(below, 1.0, np.where(up, np.maximum(flushed, f_hi), flushed))
-    low[none], high[none] = 0.0, 1.0
-    return low, high, below | up | none, exact
 
 
 def flush_run_metrics(basis, scale, skipped, flushed):
