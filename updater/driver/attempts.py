@@ -180,7 +180,6 @@ class Attempts:
                 seed = self._seed(state.scale, policy)
                 self.rounds.run(seed, replay=attempts > 1, keep=keep, hook=hook)
                 tried = self._attempt(policy, state, step, seed, fuse, sumsq, before)
-                self.counters.overflows += not tried.finite
                 overflow = tried.outcome == OVERFLOW
                 if not (overflow and plan.retry and self._retries(tried, seed, policy, attempts)):
                     break  # one attempt unless "retry" retries an overflow
@@ -205,7 +204,6 @@ class Attempts:
         seed = self._seed(state.scale, policy)
         self.rounds.run(seed)
         tried = self._attempt(policy, state, step, seed, fuse, sumsq, None)
-        self.counters.overflows += not tried.finite
         return self._pending(step, seed, tried, state, 1, [])
 
     def _pending(self, step, seed, tried: Judged, state, attempts: int, statistics) -> Pending:
@@ -264,7 +262,8 @@ class Attempts:
         """After an attempt's rounds: the all-reduce, the attempt's facts (one call,
         :meth:`GradientWork.facts`; the check fused with unscaling by ``1/seed`` with
         ``fuse``), agreed across workers, the verdict and the policy's advance
-        (:class:`Judged`); ``before``: the copy of the state taken before the batch
+        (:class:`Judged`), an attempt whose gradients were not finite counted in
+        ``overflows``; ``before``: the copy of the state taken before the batch
         (``restore_on_skip``), else None."""
         work, comm = self.work, self.options.record.comm
         if comm is not None:
@@ -285,6 +284,7 @@ class Attempts:
             )
             loss_finite, inputs_ok, state_ok = not bad_loss, True, not bad_batch
         outcome = verdict(finite, loss_finite, inputs_ok, state_ok)
+        self.counters.overflows += not finite
         if not finite and absmax is not None:
             absmax = math.inf
         measured = absmax if policy.needs_grad_absmax else None
