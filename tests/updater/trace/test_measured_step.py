@@ -122,23 +122,26 @@ def test_a_new_group_travels_from_the_step_to_the_trace_with_no_other_change(tmp
     rec.close()
 
 
+def _probed_updater(m, rec):
+    """An updater of the tiny model ``m`` recording into ``rec`` with overflow probes."""
+    from updater import DynamicLossScalingUpdater, DynamicScale, Probes
+
+    policy = DynamicScale(init_scale=2.0**10)
+    probes = Probes(overflow=True)
+    return DynamicLossScalingUpdater(
+        m.solver, m.loss, m.feeder(), policy=policy, recorder=rec, probes=probes
+    )
+
+
 @pytest.mark.nnabla
 def test_the_updater_leaves_the_users_recorder_as_made(tmp_path, tiny):
     """Building the updater, or assigning its probes, changes nothing of the recorder; the
     recorded steps say they were probed."""
-    from updater import DynamicLossScalingUpdater, DynamicScale, Probes
+    from updater import Probes
 
-    m = tiny("made")
     rec = GradientRecorder(tmp_path / "t.npz")
     made = (repr(rec), rec.overflow_probed, rec.probe_passes)
-    u = DynamicLossScalingUpdater(
-        m.solver,
-        m.loss,
-        m.feeder(),
-        policy=DynamicScale(init_scale=2.0**10),
-        recorder=rec,
-        probes=Probes(overflow=True),
-    )
+    u = _probed_updater(tiny("made"), rec)
     u.probes = Probes(overflow=False)
     u.probes = Probes(overflow=True)
     assert (repr(rec), rec.overflow_probed, rec.probe_passes) == made
@@ -189,18 +192,9 @@ def test_a_recorded_step_with_overflow_probes_makes_its_row_when_written(tmp_pat
     """Per recorded step the recorder keeps the step; the trace's groups, the checks and the
     probe options are not entered (the row is made when the trace is written)."""
     from benchmarks.common import Counted
-    from updater import DynamicLossScalingUpdater, DynamicScale, Probes
 
-    m = tiny("entered")
     rec = GradientRecorder(tmp_path / "t.npz")
-    u = DynamicLossScalingUpdater(
-        m.solver,
-        m.loss,
-        m.feeder(),
-        policy=DynamicScale(init_scale=2.0**10),
-        recorder=rec,
-        probes=Probes(overflow=True),
-    )
+    u = _probed_updater(tiny("entered"), rec)
     u.update()
     with Counted() as counted:
         u.update()
