@@ -26,14 +26,17 @@ print(len({package}.MOVED))
 """
 
 
+def _python_out(code: str) -> str:
+    """The standard output of ``code`` run by a fresh interpreter (nothing imported yet, so each
+    first import is really the first), which must succeed."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 @pytest.mark.parametrize("package", ["updater", "sim"])
 def test_old_paths_import_the_new_module_and_warn_once(package):
-    # a fresh interpreter: nothing imported yet, so each first import is really the first
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECK.format(package=package)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout.split()[-1]) >= 15
+    assert int(_python_out(CHECK.format(package=package)).split()[-1]) >= 15
 
 
 def test_the_warning_points_at_the_importing_line(tmp_path):
@@ -63,9 +66,7 @@ def test_new_paths_and_unknown_paths_are_left_alone():
         "except ModuleNotFoundError as e:\n"
         "    print(e.name)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "updater.no_such_module"
+    assert _python_out(code).strip() == "updater.no_such_module"
 
 
 UNRELATED = """
@@ -89,9 +90,7 @@ print(calls)
 def test_an_unrelated_import_never_asks_the_aliases():
     # the aliases are no import finder of the interpreter (sys.meta_path): a missing module
     # outside updater and sim is looked for without one Python call of theirs
-    proc = subprocess.run([sys.executable, "-c", UNRELATED], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert _python_out(UNRELATED).strip() == "[]"
 
 
 def test_old_paths_import_after_the_import_caches_are_cleared():
@@ -107,6 +106,4 @@ def test_old_paths_import_after_the_import_caches_are_cleared():
         "assert updater.driver.probes is new, updater.driver.probes\n"
         "print(len(said))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "1"
+    assert _python_out(code).strip() == "1"
