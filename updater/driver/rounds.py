@@ -70,7 +70,6 @@ class Rounds:
         self._bad_inputs: Set[int] = set()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
         self._loss_finite = True  # every loss of the last counted rounds, read on the host
-        self._loss_unread: nn.Variable | None = None  # one round's loss, read when first asked
         # the loss and the inputs are checked on the host, each round (one read of the loss,
         # one pass over the inputs), unless the check reads them with the gradients
         self.batch_on_host = not check.reads_batch(options.record.accum_grad)
@@ -90,13 +89,7 @@ class Rounds:
 
     def host_loss_finite(self) -> bool:
         """Whether every loss of the last counted rounds read on the host was finite (True when
-        the check reads the loss: :attr:`batch_on_host` False). With one round, its loss is
-        read here, when first asked (after the gradients' check: Python right after a backward
-        pass runs slower), or before rounds that count nothing overwrite it."""
-        unread = self._loss_unread
-        if unread is not None:
-            self._loss_unread = None
-            self._loss_finite = host_all_finite(unread.data)
+        the check reads the loss: :attr:`batch_on_host` False)."""
         return self._loss_finite
 
     def host_inputs_finite(self) -> bool:
@@ -153,8 +146,7 @@ class Rounds:
         ``seed``. ``keep``: keep each round's inputs (``replay`` writes them back instead of
         calling the feeder); ``count``: add the rounds to ``passes`` and check the loss on the
         host when the check does not read it (:attr:`batch_on_host`; the answer is
-        :meth:`host_loss_finite`, which reads one round's loss when asked) (and, unless
-        ``replay``, the inputs); a probe or the float32
+        :meth:`host_loss_finite`) (and, unless ``replay``, the inputs); a probe or the float32
         reference run counts nothing; ``hook``: the forward's ``function_post_hook`` (None:
         none)."""
         o = self.options.record
@@ -164,12 +156,9 @@ class Rounds:
         if keep and not replay:
             self._kept = []
         on_host = o.enabled and self.batch_on_host
-        read_each = count and on_host and rounds > 1  # one round: read when first asked
+        read_loss = count and on_host
         if count:
             self._loss_finite = True
-            self._loss_unread = loss if on_host and rounds == 1 else None
-        else:  # a probe's rounds overwrite the loss: the attempt's, if unread, is read first
-            self.host_loss_finite()
         check_inputs = count and not replay and on_host
         if check_inputs:
             self._bad_inputs = set()
@@ -190,7 +179,7 @@ class Rounds:
             loss.forward(clear_no_need_grad=clear, function_post_hook=hook)
             UPDATER_FORWARDS[0] += 1
             loss.backward(seed, clear_buffer=clear)
-            if read_each:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
+            if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
                 self._loss_finite = host_all_finite(loss.data) and self._loss_finite
             self.counters.passes += count
 
