@@ -289,14 +289,15 @@ def markdown(res):
             ],
         ),
     ]
-    slope = slopes(depth)
-    lines += [
-        "",
-        "Slope per parameter array (least squares over the depths above), microseconds:",
-        "",
-        markdown_grid(variants, [[f"{slope[n]:.2f}" for n in VARIANTS[1:]]]),
-        "",
-    ]
+    lines.append("")
+    if len(depth) > 1:  # a line needs two depths at least
+        slope = slopes(depth)
+        lines += [
+            "Slope per parameter array (least squares over the depths above), microseconds:",
+            "",
+            markdown_grid(variants, [[f"{slope[n]:.2f}" for n in VARIANTS[1:]]]),
+            "",
+        ]
     cost = overheads(conv["seconds"])
     sec = conv["seconds"]
     restore = sec["auto"] / sec["auto, restore_on_skip=False"]

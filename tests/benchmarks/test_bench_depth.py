@@ -193,3 +193,18 @@ def test_the_goal_depth_times_more_copies_over_more_blocks(monkeypatch):
     assert all(len(times) == 2 for times in out[6]["per_copy"].values())
     assert out[6]["seconds"]["auto"] == pytest.approx(np.mean(out[6]["per_copy"]["auto"]))
     assert out[6]["auto"] == "nnabla"  # on the CPU: the A/A pair
+
+
+def test_one_depth_prints_no_slope():
+    """A reduced run at the goal's depth alone (``--depths 202``) has no line to fit."""
+    conv = _result(1200.0)["conv"]
+    conv |= {"arrays": 38, "blocks": 12, "auto": "nnabla"}
+    conv["seconds"] |= {n: 0.0203 for n in ("numpy", "solver", "nnabla")}
+    conv["seconds"]["auto, restore_on_skip=False"] = 0.0201
+    conv["checks"] |= {"inputs": (8.0, 3088), "statistics": (30.0, 384)}
+    row = _row(1200.0) | {"copies": 8, "blocks": 10, "functions": 15.0, "reads": 1.0}
+    row["calls"] = dict.fromkeys(bench_depth.VARIANTS, 0.0)
+    one = bench_depth.markdown({"depth": {202: row}, "conv": conv})
+    assert "Slope per parameter array" not in one and "the run resolving" in one
+    two = bench_depth.markdown({"depth": {22: row, 202: row}, "conv": conv})
+    assert "Slope per parameter array" in two
