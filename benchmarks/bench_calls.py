@@ -6,7 +6,7 @@ records (a dataclass's ``__init__``, a named tuple's ``__new__``) called from th
 feeder's own work left out (nnabla's
 compiled calls and NumPy's are not Python calls and are not counted; nnabla's own updater makes
 none of ours). Per ``update()``,
-after three warm-up updates, on the 64-wide MLPs of :mod:`benchmarks.bench_depth` in cpu:float
+after three warm-up updates, on the 64-wide MLPs of :mod:`benchmarks.depth_models` in cpu:float
 (6 and 202 parameter arrays) with ``finite_check="nnabla"`` and ``"auto"`` (which picks
 "nnabla" for both on a CPU), steps applied. A recorded step: a 16-16-10 MLP in cpu:half with a
 ``GradientRecorder`` and ``Probes(overflow=True)`` (and with ``forward_headroom=True``), the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import bench_depth
+from benchmarks import depth_models
 from benchmarks.common import Counted
 from sim.tables import markdown_grid
 
@@ -46,7 +46,7 @@ def calls_per_update(arrays: int, path: str, steps: int = 5, seed: int = 0) -> t
 
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     nn.clear_parameters()
-    solver, loss, feed = bench_depth._mlp(arrays, np.random.default_rng(seed))
+    solver, loss, feed = depth_models.mlp(arrays, np.random.default_rng(seed))
     counted = Counted()
     u = DynamicLossScalingUpdater(solver, loss, counted.feeder(feed), scale=8.0, finite_check=path)
     for _ in range(3):

@@ -9,25 +9,39 @@ by iteration, each iteration in a seeded random order (a rotation would keep eac
 behind the same other one, whose leftovers in the processor's caches would bias it alike in
 every round), and reads CPU time (:func:`time.process_time`: other work on the machine does not
 count); each cell is the mean over a variant's copies of their medians over interleaved
-iterations, minus the bare loop's. The slope per parameter array is a least-squares line through
+iterations, minus the bare loop's. At the goal's depth
+(:data:`benchmarks.depth_goals.GOAL_DEPTH`) more copies, each timed over more iterations: there
+"auto" and "nnabla", the same code on the CPU, differ by the bench's own noise (an A/A pair),
+which the section prints as what the run resolves beside the goal's ratio
+(:mod:`benchmarks.depth_goals`). The slope per parameter array is a least-squares line through
 the four MLP depths. Also, in a separate pass that is not timed: the Python calls per update
 inside ``updater/`` (:func:`benchmarks.common.python_calls`, as bench_calls counts them) and
 the nnabla functions the device path runs per update
 (:func:`updater.driver.flat.device_functions`) at each depth.
 
-Run ``python -m benchmarks.bench_depth [--iters N] [--blocks N] [--copies N] [--depths ...]``;
+Run ``python -m benchmarks.bench_depth [--iters N] [--blocks N] [--copies N] [--goal-copies N]
+[--depths ...]``;
 it prints the markdown section (``python -m benchmarks.run_all`` writes it to the report).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 
 import numpy as np
 
 from benchmarks.common import interleaved_blocks, python_calls
+from benchmarks.depth_goals import (
+    GOAL_BLOCKS,
+    GOAL_COPIES,
+    GOAL_DEPTH,
+    a_a_text,
+    goals_text,
+    overheads,
+    same_code,
+)
+from benchmarks.depth_models import bare, conv_bn, mlp
 from sim.tables import markdown_grid
 
 DEPTHS = (22, 102, 202, 302)
@@ -37,65 +51,6 @@ PATHS = ("auto", "numpy", "solver", "nnabla")
 VARIANTS = ("bare", "nnabla's", *PATHS)
 COPIES = 3
 """Model copies per variant, each timed in turn: their mean cancels most of one copy's luck."""
-_SCOPES = itertools.count()
-
-
-def _classifier(x, t, y, params, rng):
-    """(solver, loss, feed) of a 10-class output ``y``: softmax cross-entropy, Momentum over
-    ``params``, and a feeder of random ``x`` and labels ``t``."""
-    import nnabla.functions as F
-    import nnabla.solvers as S
-
-    loss = F.mean(F.softmax_cross_entropy(y, t))
-    solver = S.Momentum(0.01, 0.9)
-    solver.set_parameters(params)
-
-    def feed():
-        x.d = rng.standard_normal(x.shape)
-        t.d = rng.integers(0, 10, t.shape)
-
-    return solver, loss, feed
-
-
-def _mlp(arrays, rng):
-    """(solver, loss, feed) of a 64-wide MLP with ``arrays`` parameter arrays."""
-    import nnabla as nn
-    import nnabla.functions as F
-    import nnabla.parametric_functions as PF
-
-    x, t = nn.Variable((16, 64)), nn.Variable((16, 1))
-    h = x
-    # He initialisation keeps activations and gradients of order one at any depth (smaller
-    # weights make them subnormal after a hundred layers, and every step then much slower)
-    init = nn.initializer.NormalInitializer((2 / 64) ** 0.5, np.random.RandomState(0))
-    with nn.parameter_scope(f"depth{next(_SCOPES)}"):
-        for i in range(arrays // 2 - 1):
-            h = F.relu(PF.affine(h, 64, w_init=init, name=f"fc{i}"))
-        y = PF.affine(h, 10, w_init=init, name="out")
-        params = nn.get_parameters()
-    return _classifier(x, t, y, params, rng)
-
-
-def _conv_bn(blocks, rng):
-    """(solver, loss, feed) of a convolutional net: ``blocks`` times 3x3 convolution (16
-    channels, no bias), BatchNormalization and ReLU on 8x8 images, then an affine layer; three
-    parameter arrays per block, two more for the affine layer."""
-    import nnabla as nn
-    import nnabla.functions as F
-    import nnabla.parametric_functions as PF
-
-    x, t = nn.Variable((16, 3, 8, 8)), nn.Variable((16, 1))
-    h = x
-    init = nn.initializer.NormalInitializer((2 / 144) ** 0.5, np.random.RandomState(0))
-    with nn.parameter_scope(f"convbn{next(_SCOPES)}"):
-        for i in range(blocks):
-            h = PF.convolution(
-                h, 16, (3, 3), pad=(1, 1), with_bias=False, w_init=init, name=f"conv{i}"
-            )
-            h = F.relu(PF.batch_normalization(h, name=f"bn{i}"))
-        y = PF.affine(h, 10, w_init=init, name="out")
-        params = nn.get_parameters(grad_only=True)
-    return _classifier(x, t, y, params, rng)
 
 
 def _steps(build, keep_skipped=False, copies=COPIES):
@@ -115,7 +70,7 @@ def _steps(build, keep_skipped=False, copies=COPIES):
         return lambda: DynamicLossScalingUpdater(*build(), scale=8.0, **kwargs)
 
     makers = [
-        ("bare", lambda: _bare(*build())),
+        ("bare", lambda: bare(*build())),
         ("nnabla's", lambda: NnablaUpdater(*build(), scale=8.0)),
     ]
     makers += [(path, ours(finite_check=path)) for path in PATHS]
@@ -134,28 +89,23 @@ def _steps(build, keep_skipped=False, copies=COPIES):
     return steps, {path: built[path, 0] for path in PATHS}
 
 
-def _bare(solver, loss, feed):
-    """The bare training step: no updater."""
-
-    def bare():
-        solver.zero_grad()
-        feed()
-        loss.forward(clear_no_need_grad=True)
-        loss.backward(clear_buffer=True)
-        solver.update()
-
-    return bare
+def copy_medians(steps, iters, blocks, warmup=3, clock=time.process_time, shuffle=0):
+    """Seconds per step of each copy of each variant of ``steps`` (``(variant, copy) ->
+    step``): ``{variant: [per copy, its median over blocks of
+    :func:`benchmarks.common.interleaved_blocks`]}`` (every copy of every variant interleaved,
+    each round in an order drawn from the seed ``shuffle``, read by ``clock``)."""
+    medians = interleaved_blocks(steps, iters, blocks, warmup, clock, shuffle)
+    out: dict = {variant: [] for variant, _ in steps}
+    for key in steps:
+        out[key[0]].append(float(np.median([m[key] for m in medians])))
+    return out
 
 
 def interleaved(steps, iters, blocks, warmup=3, clock=time.process_time, shuffle=0):
-    """Seconds per step of each variant of ``steps`` (``(variant, copy) -> step``): the mean
-    over its copies of each copy's median over blocks of
-    :func:`benchmarks.common.interleaved_blocks` (every copy of every variant interleaved, each
-    round in an order drawn from the seed ``shuffle``, read by ``clock``)."""
-    medians = interleaved_blocks(steps, iters, blocks, warmup, clock, shuffle)
-    per_copy = {key: float(np.median([m[key] for m in medians])) for key in steps}
-    variants = dict.fromkeys(variant for variant, _ in steps)
-    return {v: float(np.mean([t for (w, _), t in per_copy.items() if w == v])) for v in variants}
+    """Seconds per step of each variant of ``steps``: the mean over its copies of
+    :func:`copy_medians`."""
+    per_copy = copy_medians(steps, iters, blocks, warmup, clock, shuffle)
+    return {v: float(np.mean(times)) for v, times in per_copy.items()}
 
 
 def calls_per_update(steps, times=5):
@@ -164,8 +114,10 @@ def calls_per_update(steps, times=5):
     return {v: python_calls(step, times) for (v, copy), step in steps.items() if not copy}
 
 
-def depth_costs(iters=20, blocks=5, depths=DEPTHS, seed=0, copies=COPIES):
-    """Per depth: seconds per step of each variant (:func:`interleaved`), what "auto" chose, the
+def depth_costs(iters=20, blocks=5, depths=DEPTHS, seed=0, copies=COPIES, goal_copies=GOAL_COPIES):
+    """Per depth: seconds per step of each variant (:func:`interleaved`) and of each of its
+    copies (:func:`copy_medians`), the copies and blocks timed (at :data:`GOAL_DEPTH`
+    ``goal_copies`` copies and :data:`GOAL_BLOCKS` times the blocks), what "auto" chose, the
     Python calls per update inside ``updater/``, and the nnabla functions and host reads of the
     device path per update."""
     import nnabla as nn
@@ -178,15 +130,20 @@ def depth_costs(iters=20, blocks=5, depths=DEPTHS, seed=0, copies=COPIES):
     rng = np.random.default_rng(seed)
     out = {}
     for arrays in depths:
+        goal = arrays == GOAL_DEPTH
+        n, timed = (goal_copies, GOAL_BLOCKS * blocks) if goal else (copies, blocks)
         nn.clear_parameters()
-        steps, ours = _steps(lambda arrays=arrays: _mlp(arrays, rng), copies=copies)
-        seconds = interleaved(steps, iters, blocks)
+        steps, ours = _steps(lambda arrays=arrays: mlp(arrays, rng), copies=n)
+        per_copy = copy_medians(steps, iters, timed)
         calls = calls_per_update(steps)
         functions, reads = device_functions(), host_reads()
         for _ in range(5):
             ours["solver"].update()
         out[arrays] = {
-            "seconds": seconds,
+            "seconds": {v: float(np.mean(times)) for v, times in per_copy.items()},
+            "per_copy": per_copy,
+            "copies": n,
+            "blocks": timed,
             "auto": ours["auto"].finite_check,
             "calls": calls,
             "functions": (device_functions() - functions) / 5,
@@ -207,7 +164,7 @@ def conv_costs(blocks=12, iters=15, rounds=7, seed=0, copies=COPIES):
     nn.set_default_context(get_extension_context("cpu", type_config="float"))
     nn.clear_parameters()
     rng = np.random.default_rng(seed)
-    steps, ours = _steps(lambda: _conv_bn(blocks, rng), keep_skipped=True, copies=copies)
+    steps, ours = _steps(lambda: conv_bn(blocks, rng), keep_skipped=True, copies=copies)
     seconds = interleaved(steps, iters, rounds)
     u = ours["numpy"]
     inputs = [v.data for v in u._rounds.inputs()]
@@ -231,11 +188,6 @@ def conv_costs(blocks=12, iters=15, rounds=7, seed=0, copies=COPIES):
     }
 
 
-def overheads(seconds):
-    """Microseconds per step over the bare loop, per variant."""
-    return {n: 1e6 * (s - seconds["bare"]) for n, s in seconds.items() if n != "bare"}
-
-
 def slopes(depth):
     """Microseconds per parameter array of each variant's overhead (least squares)."""
     xs = np.array(sorted(depth), float)
@@ -245,32 +197,48 @@ def slopes(depth):
     }
 
 
-def run(quick=False, iters=None, blocks=None, copies=COPIES, depths=DEPTHS):
+def run(quick=False, iters=None, blocks=None, copies=COPIES, depths=DEPTHS, goal_copies=None):
     """Both measurements; ``quick`` a smoke run (two small depths, a few iterations), ``iters``
-    and ``blocks`` (default 20 and 5, conv net 15 and 7) fewer iterations for a reduced run."""
+    and ``blocks`` (default 20 and 5, conv net 15 and 7) fewer iterations for a reduced run;
+    ``copies`` per variant, at :data:`GOAL_DEPTH` ``goal_copies`` (default
+    :data:`GOAL_COPIES`)."""
+    goal_copies = GOAL_COPIES if goal_copies is None else goal_copies
     if quick:
         return {
-            "depth": depth_costs(4, 1, (22, 42), copies=copies),
+            "depth": depth_costs(4, 1, (22, 42), copies=copies, goal_copies=goal_copies),
             "conv": conv_costs(2, 4, 1, copies=copies),
             "copies": copies,
         }
-    depth = depth_costs(iters or 20, blocks or 5, depths, copies=copies)
+    depth = depth_costs(iters or 20, blocks or 5, depths, copies=copies, goal_copies=goal_copies)
     conv = conv_costs(iters=iters or 15, rounds=blocks or 7, copies=copies)
     return {"depth": depth, "conv": conv, "copies": copies}
 
 
-def markdown(res):
-    depth, conv = res["depth"], res["conv"]
-    variants = ["nnabla's updater", *(f'ours "{p}"' for p in PATHS)]
+def _copies_text(depth) -> str:
+    """How many copies each variant's mean is over, and how long they were timed, by depth."""
+    counts = {(r["copies"], r["blocks"]) for r in depth.values()}
+    least = min(counts)
+    text = f"{least[0]} copies of the model"
+    for arrays in sorted(depth):
+        n, blocks = depth[arrays]["copies"], depth[arrays]["blocks"]
+        if (n, blocks) != least:
+            text += f" ({n} at {arrays} arrays, over {blocks / least[1]:g}x the iterations)"
+    return text
+
+
+def _cost_table(depth, variants) -> str:
+    """The overheads over the bare loop by depth, with the A/A pair ("auto" - "nnabla", the
+    same code on the CPU) as a share of nnabla's updater's overhead."""
     rows = []
     for arrays in sorted(depth):
         r = depth[arrays]
         cost = overheads(r["seconds"])
+        pair = f"{(cost['auto'] - cost['nnabla']) / cost[VARIANTS[1]]:+.1%}"
         rows.append(
             [arrays, f"{1e3 * r['seconds']['bare']:.2f} ms"]
             + [f"{cost[n]:+.0f}" for n in VARIANTS[1:]]
             + [f"{cost['auto'] / cost[VARIANTS[1]]:.2f}x", r["auto"]]
-            + [f"{r['functions']:g} / {r['reads']:g}"]
+            + [pair if same_code(r) else "-", f"{r['functions']:g} / {r['reads']:g}"]
         )
     heads = [
         "parameter arrays",
@@ -278,16 +246,36 @@ def markdown(res):
         *variants,
         '"auto" / nnabla\'s overhead',
         '"auto" chose',
+        'A/A: ("auto" - "nnabla") / nnabla\'s overhead',
         "device path: nnabla functions / host reads per update",
     ]
-    copies = res.get("copies", COPIES)
+    return markdown_grid(heads, rows)
+
+
+def _a_a_paragraph(depth) -> str:
+    """What the A/A column means, and the pair at :data:`GOAL_DEPTH` in words."""
+    text = (
+        'A/A: where "auto" chose "nnabla" (on the CPU), the two run the same code, so their '
+        "difference is this run's own noise: a ratio of overheads that differs by less than it "
+        "is not resolved."
+    )
+    if GOAL_DEPTH in depth:
+        text += f" At {GOAL_DEPTH} arrays: {a_a_text(depth[GOAL_DEPTH])}."
+    return text
+
+
+def markdown(res):
+    depth, conv = res["depth"], res["conv"]
+    variants = ["nnabla's updater", *(f'ours "{p}"' for p in PATHS)]
     lines = [
         "Cost per update over a bare `zero_grad/forward/backward/update` loop, in microseconds "
         "of CPU time (64-wide MLP, batch 16, Momentum, cpu:float; each variant the mean over "
-        f"{copies} copies of the model, each building the variants in its own order, of their "
+        f"{_copies_text(depth)}, each building the variants in its own order, of their "
         "medians over iterations that run every copy of every variant in a random order):",
         "",
-        markdown_grid(heads, rows),
+        _cost_table(depth, variants),
+        "",
+        _a_a_paragraph(depth),
         "",
         "Python calls per step inside `updater/` (`sys.setprofile`, a separate pass, not "
         "timed; the bare loop and nnabla's updater call none of ours, and `updater`'s moved "
@@ -301,14 +289,15 @@ def markdown(res):
             ],
         ),
     ]
-    slope = slopes(depth)
-    lines += [
-        "",
-        "Slope per parameter array (least squares over the depths above), microseconds:",
-        "",
-        markdown_grid(variants, [[f"{slope[n]:.2f}" for n in VARIANTS[1:]]]),
-        "",
-    ]
+    lines.append("")
+    if len(depth) > 1:  # a line needs two depths at least
+        slope = slopes(depth)
+        lines += [
+            "Slope per parameter array (least squares over the depths above), microseconds:",
+            "",
+            markdown_grid(variants, [[f"{slope[n]:.2f}" for n in VARIANTS[1:]]]),
+            "",
+        ]
     cost = overheads(conv["seconds"])
     sec = conv["seconds"]
     restore = sec["auto"] / sec["auto, restore_on_skip=False"]
@@ -333,41 +322,6 @@ def markdown(res):
     return "\n".join(lines)
 
 
-GOAL_DEPTH = 202
-"""At this depth ours "auto" and "solver" cost at most nnabla's updater's overhead times
-:data:`GOAL_RATIO`; on the conv net ours ("auto") at most nnabla's overhead plus the
-forward-state copy timed alone (issue 42)."""
-GOAL_RATIO = 1.25
-"""Most of nnabla's updater's overhead that ours may add at :data:`GOAL_DEPTH` (issue 51)."""
-
-
-def goals_text(res) -> str:
-    """The goals of :data:`GOAL_DEPTH`, each with its numbers and whether this run met it."""
-    parts = []
-    if GOAL_DEPTH in res["depth"]:
-        cost = overheads(res["depth"][GOAL_DEPTH]["seconds"])
-        theirs = cost["nnabla's"]
-        for path in ("auto", "solver"):
-            ratio = cost[path] / theirs
-            met = "met" if ratio <= GOAL_RATIO else "not met"
-            parts.append(
-                f'{GOAL_DEPTH} arrays, "{path}" {cost[path]:+.0f} us against nnabla\'s '
-                f"{theirs:+.0f} us: {ratio:.2f}x its overhead (goal at most {GOAL_RATIO:g}x): "
-                f"{met}"
-            )
-    conv = res["conv"]
-    cost = overheads(conv["seconds"])
-    theirs = cost["nnabla's"]
-    copy = conv["checks"]["copy"][0]  # microseconds per update
-    limit = theirs + copy
-    met = "met" if cost["auto"] <= limit else "not met"
-    parts.append(
-        f'conv net, "auto" {cost["auto"]:+.0f} us against at most {limit:+.0f} us '
-        f"(nnabla's {theirs:+.0f} us plus the copy, {copy:.1f} us): {met}"
-    )
-    return "Goals at depth (one interleaved run): " + "; ".join(parts) + "."
-
-
 def main(argv=None) -> None:
     """Print the section as markdown (``--iters`` and ``--blocks`` for a reduced run)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -375,9 +329,16 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, help="iterations per block (default 20, conv 15)")
     parser.add_argument("--blocks", type=int, help="blocks (default 5, conv net 7)")
     parser.add_argument("--copies", type=int, default=COPIES, help="model copies per variant")
+    parser.add_argument(
+        "--goal-copies",
+        type=int,
+        default=GOAL_COPIES,
+        help=f"model copies per variant at {GOAL_DEPTH} arrays",
+    )
     parser.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
     args = parser.parse_args(argv)
-    res = run(args.quick, args.iters, args.blocks, args.copies, tuple(args.depths))
+    depths = tuple(args.depths)
+    res = run(args.quick, args.iters, args.blocks, args.copies, depths, args.goal_copies)
     print(markdown(res))
 
 

@@ -1,5 +1,5 @@
 """Where an update's time goes: ``cProfile`` of nnabla's updater and of each of our
-``finite_check`` paths on the MLPs of :mod:`benchmarks.bench_depth` (6, 202 and 302 parameter
+``finite_check`` paths on the MLPs of :mod:`benchmarks.depth_models` (6, 202 and 302 parameter
 arrays) and its convolutional net, in cpu:float.
 
 Each row lists the functions with the most time of their own ("tottime") per update. nnabla's
@@ -22,19 +22,19 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import bench_depth
+from benchmarks import bench_depth, depth_models
 from sim.tables import markdown_grid
 
 MODELS = {
-    "MLP, 6 arrays": lambda rng: bench_depth._mlp(6, rng),
-    "MLP, 202 arrays": lambda rng: bench_depth._mlp(202, rng),
-    "MLP, 302 arrays": lambda rng: bench_depth._mlp(302, rng),
-    "conv net, 38 arrays": lambda rng: bench_depth._conv_bn(12, rng),
+    "MLP, 6 arrays": lambda rng: depth_models.mlp(6, rng),
+    "MLP, 202 arrays": lambda rng: depth_models.mlp(202, rng),
+    "MLP, 302 arrays": lambda rng: depth_models.mlp(302, rng),
+    "conv net, 38 arrays": lambda rng: depth_models.conv_bn(12, rng),
 }
 VARIANTS = ("nnabla's", *bench_depth.PATHS)
 TOP = 5
 """Functions listed per row."""
-FEED = ("bench_depth.", "<frozen importlib", "numpy.random", "posix.stat")
+FEED = ("depth_models.", "<frozen importlib", "numpy.random", "posix.stat")
 """Label prefixes of the benchmark's data feeder's work (random data, the imports nnabla's
 ``Variable.d`` makes), left out of the lists and counted apart."""
 

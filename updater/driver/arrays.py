@@ -3,7 +3,8 @@ copies and graph leaves.
 
 ``NdArray.get_data`` rebuilds nnabla's CPU context on every call (about 25-30 us in nnabla 1.39);
 :func:`host_view` asks ``data_ptr`` for the pointer with a context made once (about 2 us). Every
-read of an nnabla array into Python in :mod:`updater` goes through it or :func:`host_all_finite`
+read of an nnabla array into Python in :mod:`updater` goes through it, :func:`host_all_finite` or
+:func:`finite_reader`
 (the updater's gradient checks, its loss and agreement-flag reads,
 :class:`updater.runtime.comm.MPICommunicator`), and :func:`host_reads` counts them: on a GPU each
 is a device-to-host copy.
@@ -17,7 +18,7 @@ import itertools
 import math
 import struct
 import sys
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import nnabla as nn
 import numpy as np
@@ -83,18 +84,40 @@ exactly when the value is inf or NaN."""
 
 def host_all_finite(array) -> bool:
     """Whether every value of ``array`` is finite (one host read). A one-value float array (a
-    loss) is read as one machine word whose exponent bits tell, without a NumPy view and
-    reduction or a Python float, which cost more right after a backward pass
-    (``reports/benchmarks.md``, "Where an update's time goes")."""
+    loss) is read as one machine word whose exponent bits tell (:func:`finite_reader`),
+    without a NumPy view and reduction or a Python float, which cost more right after a
+    backward pass (``reports/benchmarks.md``, "Where an update's time goes")."""
     dtype = array_dtype(array)
     if array.size != 1:
         return bool(np.isfinite(host_view(array, dtype)).all())
-    pointer = _host_pointer(array, dtype, False)
-    if dtype.kind == "f" and dtype.itemsize in _EXPONENT_BITS:
-        word, exponent = _EXPONENT_BITS[dtype.itemsize]
-        return word.from_address(pointer).value & exponent != exponent
-    raw = ctypes.string_at(pointer, dtype.itemsize)  # another type, as a Python number
+    word = _word_reader(dtype)
+    if word is not None:
+        return word(array)
+    raw = ctypes.string_at(_host_pointer(array, dtype, False), dtype.itemsize)  # as a number
     return math.isfinite(struct.unpack(dtype.char, raw)[0])
+
+
+def finite_reader(array) -> Callable[[nn.NdArray], bool]:
+    """:func:`host_all_finite` planned once for arrays of ``array``'s size and dtype (the loss,
+    read every step): for one float value, the read alone (one machine word, its exponent
+    bits); else :func:`host_all_finite` itself. The loss is read right after the backward
+    pass, where each Python operation costs several times what it costs warm
+    (docs/performance.md), so the planned read leaves out the dtype and size lookups."""
+    word = _word_reader(array_dtype(array)) if array.size == 1 else None
+    return host_all_finite if word is None else word
+
+
+def _word_reader(dtype: np.dtype) -> Callable[[nn.NdArray], bool] | None:
+    """Whether a one-value array of the float ``dtype`` is finite, read as one machine word
+    whose exponent bits are all set exactly for inf and NaN (None: not such a float)."""
+    if dtype.kind != "f" or dtype.itemsize not in _EXPONENT_BITS:
+        return None
+    word, exponent = _EXPONENT_BITS[dtype.itemsize]
+
+    def finite(array) -> bool:
+        return word.from_address(_host_pointer(array, dtype, False)).value & exponent != exponent
+
+    return finite
 
 
 def registered_parameters(scope=None) -> Dict[int, nn.Variable]:

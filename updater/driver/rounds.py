@@ -20,7 +20,7 @@ from .arrays import (
     bad_indices,
     copy_array,
     describe_inputs,
-    host_all_finite,
+    finite_reader,
     input_leaves,
     restore_array,
 )
@@ -70,6 +70,8 @@ class Rounds:
         self._bad_inputs: Set[int] = set()  # indices of the inputs found bad (host check)
         self._check_pending = False  # the one round's inputs are checked when first asked
         self._loss_finite = True  # every loss of the last counted rounds, read on the host
+        # the loss's read, planned at the first (its dtype is known once a forward pass ran)
+        self._read_loss: Callable[[nn.NdArray], bool] = self._plan_loss_read
         # the loss and the inputs are checked on the host, each round (one read of the loss,
         # one pass over the inputs), unless the check reads them with the gradients
         self.batch_on_host = not check.reads_batch(options.record.accum_grad)
@@ -180,8 +182,15 @@ class Rounds:
             UPDATER_FORWARDS[0] += 1
             loss.backward(seed, clear_buffer=clear)
             if read_loss:  # after backward: read before it, it cost 0.8% of a 784-512-512-10 step
-                self._loss_finite = host_all_finite(loss.data) and self._loss_finite
+                self._loss_finite = self._read_loss(loss.data) and self._loss_finite
             self.counters.passes += count
+
+    def _plan_loss_read(self, array) -> bool:
+        """The first read of the loss: plans the read for its size and dtype
+        (:func:`updater.driver.arrays.finite_reader`; a new loss builds new rounds), then
+        reads."""
+        self._read_loss = finite_reader(array)
+        return self._read_loss(array)
 
     def _replay_round(self, r: int, inputs, keep: bool) -> None:
         """Round ``r``'s ``inputs`` for a replay (:meth:`run`): the batch kept for it written

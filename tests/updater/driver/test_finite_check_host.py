@@ -316,8 +316,9 @@ def test_numpy_absmax_is_over_absmax_over_when_given(unscale_by):
 def test_host_all_finite_reads_one_value_and_many_as_numpy_does(dtype, shape):
     """The loss read: a one-value array read as one number, a larger one through a view; each
     finds inf, -inf and NaN where NumPy does, lets every finite value through (float16's
-    largest and smallest too), and counts one host read."""
-    from updater.driver.arrays import host_all_finite
+    largest and smallest too), and counts one host read; so does the read planned once for
+    the array's size and dtype (:func:`finite_reader`, the updater's read of its loss)."""
+    from updater.driver.arrays import finite_reader, host_all_finite
 
     info = np.finfo(dtype)
     values = [0.0, -0.0, 1.5, float(info.max), -float(info.max), float(info.tiny) / 4]
@@ -328,6 +329,9 @@ def test_host_all_finite_reads_one_value_and_many_as_numpy_does(dtype, shape):
             data.flat[0] = 1.0  # the odd value last, behind a finite one
             data.flat[-1] = value
         array = nn.NdArray.from_numpy_array(data)
-        reads = host_reads()
-        assert host_all_finite(array) == bool(np.isfinite(data).all()), (dtype, shape, value)
-        assert host_reads() == reads + 1
+        planned = finite_reader(array)
+        assert (planned is host_all_finite) == (data.size > 1)
+        for read in (host_all_finite, planned):
+            reads = host_reads()
+            assert read(array) == bool(np.isfinite(data).all()), (dtype, shape, value, read)
+            assert host_reads() == reads + 1
