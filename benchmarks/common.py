@@ -4,6 +4,7 @@ command line and report writing of a benchmark's ``main`` (:func:`benchmark_main
 from __future__ import annotations
 
 import argparse
+import gc
 import re
 import sys
 import time
@@ -109,12 +110,15 @@ def _module(code) -> str | None:
 class Counted:
     """Calls into ``updater/`` while the block runs: ``calls`` (by module), ``hops`` (calls
     whose caller is in another module, or outside the package); :meth:`feeder` wraps a data
-    feeder so that its own work is not counted."""
+    feeder so that its own work is not counted. Garbage made before the block is collected on
+    entry and the cyclic collector is paused inside it: an earlier object's finalizer (a
+    recorder collected with steps unwritten writes its trace) is not the block's call."""
 
     def __init__(self):
         self.calls: Counter = Counter()
         self.generated = 0
         self.hops = 0
+        self._collecting = False
 
     def _profile(self, frame, event, arg) -> None:
         if event != "call":
@@ -143,11 +147,16 @@ class Counted:
         return paused
 
     def __enter__(self) -> Counted:
+        self._collecting = gc.isenabled()
+        gc.collect()
+        gc.disable()
         sys.setprofile(self._profile)
         return self
 
     def __exit__(self, *exc) -> None:
         sys.setprofile(None)
+        if self._collecting:
+            gc.enable()
 
 
 def python_calls(call, times: int) -> float:
