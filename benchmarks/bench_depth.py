@@ -36,10 +36,10 @@ from benchmarks.depth_goals import (
     GOAL_BLOCKS,
     GOAL_COPIES,
     GOAL_DEPTH,
+    a_a,
     a_a_text,
     goals_text,
     overheads,
-    same_code,
 )
 from benchmarks.depth_models import bare, conv_bn, mlp
 from sim.tables import markdown_grid
@@ -197,12 +197,12 @@ def slopes(depth):
     }
 
 
-def run(quick=False, iters=None, blocks=None, copies=COPIES, depths=DEPTHS, goal_copies=None):
+def run(
+    quick=False, iters=None, blocks=None, copies=COPIES, depths=DEPTHS, goal_copies=GOAL_COPIES
+):
     """Both measurements; ``quick`` a smoke run (two small depths, a few iterations), ``iters``
     and ``blocks`` (default 20 and 5, conv net 15 and 7) fewer iterations for a reduced run;
-    ``copies`` per variant, at :data:`GOAL_DEPTH` ``goal_copies`` (default
-    :data:`GOAL_COPIES`)."""
-    goal_copies = GOAL_COPIES if goal_copies is None else goal_copies
+    ``copies`` per variant, at :data:`GOAL_DEPTH` ``goal_copies``."""
     if quick:
         return {
             "depth": depth_costs(4, 1, (22, 42), copies=copies, goal_copies=goal_copies),
@@ -233,12 +233,13 @@ def _cost_table(depth, variants) -> str:
     for arrays in sorted(depth):
         r = depth[arrays]
         cost = overheads(r["seconds"])
-        pair = f"{(cost['auto'] - cost['nnabla']) / cost[VARIANTS[1]]:+.1%}"
+        pair = a_a(r)
         rows.append(
             [arrays, f"{1e3 * r['seconds']['bare']:.2f} ms"]
             + [f"{cost[n]:+.0f}" for n in VARIANTS[1:]]
             + [f"{cost['auto'] / cost[VARIANTS[1]]:.2f}x", r["auto"]]
-            + [pair if same_code(r) else "-", f"{r['functions']:g} / {r['reads']:g}"]
+            + ["-" if pair is None else f"{pair[0] / pair[2]:+.1%}"]
+            + [f"{r['functions']:g} / {r['reads']:g}"]
         )
     heads = [
         "parameter arrays",
